@@ -1,0 +1,75 @@
+// A minimal dynamic parallel-for on std::thread: no OpenMP runtime to clash
+// with the one the framework links, and work items of very different cost
+// (causal and masked tiles) balance through a shared atomic counter.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
+namespace flashmask {
+namespace cpu {
+
+// Cores this process may run on (honours taskset/cgroup cpusets), overridden
+// by PADDLE_FLASHMASK_NUM_THREADS.
+inline int default_num_threads() {
+  if (const char* env = std::getenv("PADDLE_FLASHMASK_NUM_THREADS")) {
+    const int n = std::atoi(env);
+    if (n > 0) return n;
+  }
+#if defined(__linux__)
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+#endif
+  const unsigned n = std::thread::hardware_concurrency();
+  return n > 0 ? int(n) : 1;
+}
+
+// Calls body(item, worker) for item in [0, num_items); worker in
+// [0, num_workers) identifies per-thread scratch. Exceptions are rethrown.
+template <typename Body>
+void parallel_for(int64_t num_items, int num_threads, Body&& body) {
+  if (num_items <= 0) return;
+  const int workers = int(std::max<int64_t>(
+      1, std::min<int64_t>(num_items, num_threads > 0 ? num_threads : default_num_threads())));
+  std::atomic<int64_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto run = [&](int worker) {
+    try {
+      for (int64_t item = next.fetch_add(1); item < num_items; item = next.fetch_add(1)) {
+        body(item, worker);
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+      next.store(num_items);
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(workers - 1);
+  for (int w = 1; w < workers; ++w) threads.emplace_back(run, w);
+  run(0);
+  for (auto& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+inline int num_workers(int64_t num_items, int num_threads) {
+  return int(std::max<int64_t>(
+      1, std::min<int64_t>(num_items, num_threads > 0 ? num_threads : default_num_threads())));
+}
+
+}  // namespace cpu
+}  // namespace flashmask

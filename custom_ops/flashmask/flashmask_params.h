@@ -1,0 +1,75 @@
+// Framework-neutral description of one FlashMask attention call.
+//
+// Nothing here knows about Paddle: the Paddle registration (custom_ops/paddle)
+// fills these structs from its tensors, and every backend (CPU now, CUDA later)
+// reads only these structs. Strides are in elements, so any layout the
+// framework hands us (e.g. a transposed view) works without a copy.
+#pragma once
+
+#include <cstdint>
+
+namespace flashmask {
+
+enum class DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+
+// Column-wise mask: for key column j up to four query-row bounds
+// (LTS, LTE, UTS, UTE); see mask_bounds.h for how `num_cols` maps onto them.
+struct MaskParams {
+  const int32_t* startend_row_indices = nullptr;  // nullptr: no column mask
+  int64_t batch_stride = 0;  // 0 broadcasts one mask over the batch
+  int64_t head_stride = 0;   // 0 broadcasts one mask over the heads (Hm == 1)
+  int64_t col_stride = 0;    // stride between key columns (== num_cols when contiguous)
+  int num_heads = 1;         // Hm: 1 or num_heads_k
+  int num_cols = 0;          // C: 0 (no column mask), 1, 2 or 4
+  bool causal = false;       // also mask j > i + (seqlen_k - seqlen_q)
+};
+
+struct FwdParams {
+  DType dtype = DType::kFloat32;
+
+  // [batch, seqlen, heads, head_dim] tensors.
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;
+  float* softmax_lse = nullptr;  // [batch, num_heads, seqlen_q], fp32
+
+  int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
+  int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
+  int64_t v_batch_stride = 0, v_row_stride = 0, v_head_stride = 0;
+  int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
+
+  int batch = 0;
+  int seqlen_q = 0;
+  int seqlen_k = 0;
+  int num_heads = 0;    // H (query heads)
+  int num_heads_k = 0;  // Hk (key/value heads), H % Hk == 0
+  int head_dim = 0;
+
+  float softmax_scale = 1.f;
+  MaskParams mask;
+
+  int num_threads = 0;  // CPU only; 0 = all cores available to the process
+};
+
+struct BwdParams : FwdParams {
+  const void* dout = nullptr;  // same layout as out
+  void* dq = nullptr;          // same layout as q
+  void* dk = nullptr;          // same layout as k
+  void* dv = nullptr;          // same layout as v
+
+  int64_t do_batch_stride = 0, do_row_stride = 0, do_head_stride = 0;
+  int64_t dq_batch_stride = 0, dq_row_stride = 0, dq_head_stride = 0;
+  int64_t dk_batch_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
+  int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
+};
+
+// Bit flags reported by the index validation pass.
+enum IndexError : int32_t {
+  kIndexBelowZero = 1,      // some value < 0
+  kIndexAboveSeqlenQ = 2,   // some value > seqlen_q
+  kLowerStartAfterEnd = 4,  // LTS > LTE in a column
+  kUpperStartAfterEnd = 8,  // UTS > UTE in a column
+};
+
+}  // namespace flashmask

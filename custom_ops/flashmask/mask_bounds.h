@@ -1,0 +1,121 @@
+// FlashMask semantics in one place: how a key column's indices mask query rows,
+// the per-column-block min/max summary, and the three-way tile classification.
+// Shared by every backend (host and device), so all of them skip and mask the
+// very same tiles.
+#pragma once
+
+#include <cstdint>
+
+#include "flashmask_params.h"
+
+#if defined(__CUDACC__)
+#define FLASHMASK_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define FLASHMASK_HOST_DEVICE inline
+#endif
+
+namespace flashmask {
+
+// Key column j masks query rows [lts, lte) and [uts, ute).
+//   causal, C=1: (LTS)            -> [LTS, Sq)
+//   causal, C=2: (LTS, LTE)       -> [LTS, LTE)
+//   non-causal, C=2: (LTS, UTE)   -> [LTS, Sq) and [0, UTE)
+//   non-causal, C=4: (LTS, LTE, UTS, UTE)
+// An unused interval is the empty [0, 0), which never masks anything.
+struct ColumnBounds {
+  int lts, lte, uts, ute;
+};
+
+FLASHMASK_HOST_DEVICE ColumnBounds load_column_bounds(const int32_t* col,
+                                                      int num_cols,
+                                                      bool causal,
+                                                      int seqlen_q) {
+  ColumnBounds b{0, 0, 0, 0};
+  if (num_cols == 1) {
+    b.lts = col[0];
+    b.lte = seqlen_q;
+  } else if (num_cols == 2 && causal) {
+    b.lts = col[0];
+    b.lte = col[1];
+  } else if (num_cols == 2) {
+    b.lts = col[0];
+    b.lte = seqlen_q;
+    b.ute = col[1];
+  } else if (num_cols == 4) {
+    b.lts = col[0];
+    b.lte = col[1];
+    b.uts = col[2];
+    b.ute = col[3];
+  }
+  return b;
+}
+
+FLASHMASK_HOST_DEVICE bool row_masked(const ColumnBounds& b, int row) {
+  return (row >= b.lts && row < b.lte) || (row >= b.uts && row < b.ute);
+}
+
+// Min and max of each bound over one block of key columns.
+struct BlockBounds {
+  int lts_min, lts_max, lte_min, lte_max;
+  int uts_min, uts_max, ute_min, ute_max;
+};
+
+FLASHMASK_HOST_DEVICE BlockBounds empty_block_bounds() {
+  // Identity for the min/max reduction.
+  const int big = 0x7fffffff;
+  return BlockBounds{big, -big, big, -big, big, -big, big, -big};
+}
+
+FLASHMASK_HOST_DEVICE void extend_block_bounds(BlockBounds& s,
+                                               const ColumnBounds& b) {
+  s.lts_min = b.lts < s.lts_min ? b.lts : s.lts_min;
+  s.lts_max = b.lts > s.lts_max ? b.lts : s.lts_max;
+  s.lte_min = b.lte < s.lte_min ? b.lte : s.lte_min;
+  s.lte_max = b.lte > s.lte_max ? b.lte : s.lte_max;
+  s.uts_min = b.uts < s.uts_min ? b.uts : s.uts_min;
+  s.uts_max = b.uts > s.uts_max ? b.uts : s.uts_max;
+  s.ute_min = b.ute < s.ute_min ? b.ute : s.ute_min;
+  s.ute_max = b.ute > s.ute_max ? b.ute : s.ute_max;
+}
+
+enum class TileKind : int {
+  kSkip = 0,     // every element masked: no loads, no math
+  kPartial = 1,  // some elements masked: apply the bounds elementwise
+  kFull = 2,     // nothing masked: no mask work at all
+};
+
+// Classifies the tile of query rows [r0, r1) x key columns [c0, c1).
+// `bounds` may be null when there is no column mask. Conservative by design:
+// when unsure it answers kPartial, whose elementwise path is always exact.
+FLASHMASK_HOST_DEVICE TileKind classify_tile(const BlockBounds* bounds,
+                                             bool causal,
+                                             int seqlen_q,
+                                             int seqlen_k,
+                                             int r0,
+                                             int r1,
+                                             int c0,
+                                             int c1) {
+  bool partial = c1 > seqlen_k;  // ragged last key block: mask the overhang
+  if (causal) {
+    // Bottom-right alignment: row i sees keys j <= i + (seqlen_k - seqlen_q).
+    const int offset = seqlen_k - seqlen_q;
+    if (c0 > r1 - 1 + offset) return TileKind::kSkip;
+    if (c1 - 1 > r0 + offset) partial = true;
+  }
+  if (bounds != nullptr) {
+    const BlockBounds& s = *bounds;
+    // Every column's lower (or upper) interval covers all rows of the tile.
+    if (r0 >= s.lts_max && r1 <= s.lte_min) return TileKind::kSkip;
+    if (r0 >= s.uts_max && r1 <= s.ute_min) return TileKind::kSkip;
+    // Every column's interval misses the tile entirely: it starts at or after
+    // r1 or ends at or before r0 (an empty interval always qualifies).
+    const bool lower_clear = r1 <= s.lts_min || r0 >= s.lte_max ||
+                             s.lts_min >= s.lte_max;
+    const bool upper_clear = r1 <= s.uts_min || r0 >= s.ute_max ||
+                             s.uts_min >= s.ute_max;
+    if (!lower_clear || !upper_clear) partial = true;
+  }
+  return partial ? TileKind::kPartial : TileKind::kFull;
+}
+
+}  // namespace flashmask

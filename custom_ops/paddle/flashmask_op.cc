@@ -1,0 +1,231 @@
+// Paddle registration of the FlashMask attention op: checks the tensors,
+// allocates outputs through Paddle, fills the framework-neutral params and
+// dispatches by place. The Python wrapper (paddle_flashmask/attention.py)
+// validates arguments first and raises ValueError/TypeError; the checks here
+// only guard direct calls of the raw op.
+//
+// The ops are named pfm_* so they never shadow Paddle's built-in
+// flashmask_attention op (users may call both in one program).
+//
+// Kept to the custom-op API shared by Paddle 2.6 and 3.x. 2.6's dispatch
+// macros lack bfloat16, so dtypes are switched by hand.
+#include <string>
+#include <vector>
+
+#include "../flashmask/flashmask_api.h"
+#include "paddle/extension.h"
+
+namespace {
+
+flashmask::DType core_dtype(paddle::DataType dtype) {
+  switch (dtype) {
+    case paddle::DataType::FLOAT32:
+      return flashmask::DType::kFloat32;
+    case paddle::DataType::FLOAT16:
+      return flashmask::DType::kFloat16;
+    case paddle::DataType::BFLOAT16:
+      return flashmask::DType::kBFloat16;
+    default:
+      PD_THROW("flashmask_attention: expected float32, float16 or bfloat16 tensors");
+  }
+}
+
+struct Strides {
+  int64_t batch, row, head;
+};
+
+// [batch, seqlen, heads, dim], contiguous.
+Strides bshd_strides(const paddle::Tensor& t) {
+  const auto& s = t.shape();
+  return Strides{s[1] * s[2] * s[3], s[2] * s[3], s[3]};
+}
+
+void check_qkv(const paddle::Tensor& q, const paddle::Tensor& k, const paddle::Tensor& v) {
+  PD_CHECK(q.shape().size() == 4 && k.shape().size() == 4 && v.shape().size() == 4,
+           "flashmask_attention: query/key/value must be 4-D [batch, seqlen, heads, head_dim]");
+  PD_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(),
+           "flashmask_attention: query/key/value must share one dtype");
+  PD_CHECK(k.shape() == v.shape(), "flashmask_attention: key and value shapes differ");
+  PD_CHECK(q.shape()[0] == k.shape()[0] && q.shape()[3] == k.shape()[3],
+           "flashmask_attention: batch or head_dim of query and key differ");
+  PD_CHECK(k.shape()[2] > 0 && q.shape()[2] % k.shape()[2] == 0,
+           "flashmask_attention: query heads must be a multiple of key heads");
+}
+
+// Fills everything but the data pointers' dtype-specific outputs.
+flashmask::FwdParams make_fwd_params(const paddle::Tensor& q, const paddle::Tensor& k,
+                                     const paddle::Tensor& v, const paddle::Tensor* indices,
+                                     float softmax_scale, bool causal) {
+  flashmask::FwdParams p;
+  p.dtype = core_dtype(q.dtype());
+  p.q = q.data();
+  p.k = k.data();
+  p.v = v.data();
+  const Strides qs = bshd_strides(q), ks = bshd_strides(k), vs = bshd_strides(v);
+  p.q_batch_stride = qs.batch, p.q_row_stride = qs.row, p.q_head_stride = qs.head;
+  p.k_batch_stride = ks.batch, p.k_row_stride = ks.row, p.k_head_stride = ks.head;
+  p.v_batch_stride = vs.batch, p.v_row_stride = vs.row, p.v_head_stride = vs.head;
+  p.o_batch_stride = qs.batch, p.o_row_stride = qs.row, p.o_head_stride = qs.head;
+  p.batch = int(q.shape()[0]);
+  p.seqlen_q = int(q.shape()[1]);
+  p.num_heads = int(q.shape()[2]);
+  p.head_dim = int(q.shape()[3]);
+  p.seqlen_k = int(k.shape()[1]);
+  p.num_heads_k = int(k.shape()[2]);
+  p.softmax_scale = softmax_scale;
+  p.mask.causal = causal;
+  if (indices != nullptr) {
+    const auto& s = indices->shape();
+    PD_CHECK(indices->dtype() == paddle::DataType::INT32 && s.size() == 4,
+             "flashmask_attention: startend_row_indices must be int32 [B, Hm, Sk, C]");
+    PD_CHECK(s[2] == p.seqlen_k && (s[1] == 1 || s[1] == p.num_heads_k) &&
+                 (s[0] == 1 || s[0] == p.batch),
+             "flashmask_attention: startend_row_indices shape does not match key");
+    PD_CHECK(causal ? (s[3] == 1 || s[3] == 2) : (s[3] == 2 || s[3] == 4),
+             "flashmask_attention: startend_row_indices has a column count the mode does not take");
+    p.mask.startend_row_indices = indices->data<int32_t>();
+    p.mask.num_cols = int(s[3]);
+    p.mask.num_heads = int(s[1]);
+    p.mask.col_stride = s[3];
+    p.mask.head_stride = s[1] == 1 ? 0 : s[2] * s[3];
+    p.mask.batch_stride = s[0] == 1 ? 0 : s[1] * s[2] * s[3];
+  }
+  return p;
+}
+
+// The index tensor the kernels read: the user's, a sliding window built here
+// (one [1, 1, Sk, C] head broadcast over batch and heads), or none.
+paddle::optional<paddle::Tensor> effective_indices(
+    const paddle::optional<paddle::Tensor>& indices, const paddle::Tensor& q,
+    const paddle::Tensor& k, bool causal, int window_left, int window_right) {
+  if (window_left < 0 && window_right < 0) return indices;
+  PD_CHECK(!indices, "flashmask_attention: window_size cannot be combined with indices");
+  const int64_t seqlen_k = k.shape()[1];
+  const int cols = causal ? 1 : 2;
+  auto window = paddle::empty({1, 1, seqlen_k, cols}, paddle::DataType::INT32, paddle::CPUPlace());
+  flashmask::fill_window_indices_cpu(window.data<int32_t>(), int(q.shape()[1]), int(seqlen_k),
+                                     causal, window_left < 0 ? int(q.shape()[1]) : window_left,
+                                     window_right < 0 ? int(seqlen_k) : window_right);
+  if (!q.is_cpu()) window = window.copy_to(q.place(), /*blocking=*/true);
+  return paddle::optional<paddle::Tensor>(window);
+}
+
+[[noreturn]] void unsupported_place(const paddle::Tensor& t) {
+  PD_THROW("flashmask_attention: this build has no kernel for place " + t.place().DebugString() +
+           " (CPU is always built; CUDA needs a GPU build of the op)");
+}
+
+}  // namespace
+
+std::vector<paddle::Tensor> FlashMaskForward(const paddle::Tensor& q, const paddle::Tensor& k,
+                                             const paddle::Tensor& v,
+                                             const paddle::optional<paddle::Tensor>& indices,
+                                             float softmax_scale, bool causal, int window_left,
+                                             int window_right) {
+  check_qkv(q, k, v);
+  const auto mask = effective_indices(indices, q, k, causal, window_left, window_right);
+  auto out = paddle::empty(q.shape(), q.dtype(), q.place());
+  auto lse = paddle::empty({q.shape()[0], q.shape()[2], q.shape()[1]}, paddle::DataType::FLOAT32,
+                           q.place());
+  flashmask::FwdParams p =
+      make_fwd_params(q, k, v, mask ? &mask.get() : nullptr, softmax_scale, causal);
+  p.out = out.data();
+  p.softmax_lse = lse.data<float>();
+  if (q.is_cpu()) {
+    flashmask::run_fwd_cpu(p);
+  } else {
+    unsupported_place(q);
+  }
+  return {out, lse};
+}
+
+std::vector<paddle::Tensor> FlashMaskBackward(const paddle::Tensor& q, const paddle::Tensor& k,
+                                              const paddle::Tensor& v,
+                                              const paddle::optional<paddle::Tensor>& indices,
+                                              const paddle::Tensor& out,
+                                              const paddle::Tensor& lse,
+                                              const paddle::Tensor& dout, float softmax_scale,
+                                              bool causal, int window_left, int window_right) {
+  check_qkv(q, k, v);
+  PD_CHECK(dout.shape() == q.shape() && dout.dtype() == q.dtype(),
+           "flashmask_attention grad: dout must match query");
+  const auto mask = effective_indices(indices, q, k, causal, window_left, window_right);
+  auto dq = paddle::empty(q.shape(), q.dtype(), q.place());
+  auto dk = paddle::empty(k.shape(), k.dtype(), k.place());
+  auto dv = paddle::empty(v.shape(), v.dtype(), v.place());
+
+  flashmask::BwdParams p;
+  static_cast<flashmask::FwdParams&>(p) =
+      make_fwd_params(q, k, v, mask ? &mask.get() : nullptr, softmax_scale, causal);
+  p.out = const_cast<void*>(out.data());
+  p.softmax_lse = const_cast<float*>(lse.data<float>());
+  p.dout = dout.data();
+  p.dq = dq.data();
+  p.dk = dk.data();
+  p.dv = dv.data();
+  const Strides qs = bshd_strides(q), ks = bshd_strides(k);
+  p.do_batch_stride = qs.batch, p.do_row_stride = qs.row, p.do_head_stride = qs.head;
+  p.dq_batch_stride = qs.batch, p.dq_row_stride = qs.row, p.dq_head_stride = qs.head;
+  p.dk_batch_stride = ks.batch, p.dk_row_stride = ks.row, p.dk_head_stride = ks.head;
+  p.dv_batch_stride = ks.batch, p.dv_row_stride = ks.row, p.dv_head_stride = ks.head;
+  if (q.is_cpu()) {
+    flashmask::run_bwd_cpu(p);
+  } else {
+    unsupported_place(q);
+  }
+  return {dq, dk, dv};
+}
+
+// Bit flags of flashmask::IndexError over all of `indices`, as a [1] int32
+// tensor on the CPU, so the Python wrapper can name what is wrong.
+std::vector<paddle::Tensor> FlashMaskCheckIndices(const paddle::Tensor& indices, int seqlen_q,
+                                                  bool causal) {
+  PD_CHECK(indices.dtype() == paddle::DataType::INT32 && indices.shape().size() == 4,
+           "flashmask_check_indices: expected int32 [B, Hm, Sk, C]");
+  auto flags = paddle::empty({1}, paddle::DataType::INT32, paddle::CPUPlace());
+  const auto& s = indices.shape();
+  if (indices.is_cpu()) {
+    flags.data<int32_t>()[0] = flashmask::check_indices_cpu(
+        indices.data<int32_t>(), s[0] * s[1] * s[2], int(s[3]), causal, seqlen_q);
+  } else {
+    unsupported_place(indices);
+  }
+  return {flags};
+}
+
+std::vector<std::vector<int64_t>> FlashMaskForwardInferShape(
+    const std::vector<int64_t>& q_shape, const std::vector<int64_t>& k_shape,
+    const std::vector<int64_t>& v_shape,
+    const paddle::optional<std::vector<int64_t>>& indices_shape) {
+  return {q_shape, {q_shape[0], q_shape[2], q_shape[1]}};
+}
+
+std::vector<paddle::DataType> FlashMaskForwardInferDtype(
+    const paddle::DataType& q_dtype, const paddle::DataType& k_dtype,
+    const paddle::DataType& v_dtype, const paddle::optional<paddle::DataType>& indices_dtype) {
+  return {q_dtype, paddle::DataType::FLOAT32};
+}
+
+#define FLASHMASK_ATTRS \
+  { "softmax_scale: float", "causal: bool", "window_left: int", "window_right: int" }
+
+PD_BUILD_OP(pfm_flashmask_attention)
+    .Inputs({"q", "k", "v", paddle::Optional("startend_row_indices")})
+    .Outputs({"out", "softmax_lse"})
+    .Attrs(FLASHMASK_ATTRS)
+    .SetKernelFn(PD_KERNEL(FlashMaskForward))
+    .SetInferShapeFn(PD_INFER_SHAPE(FlashMaskForwardInferShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(FlashMaskForwardInferDtype));
+
+PD_BUILD_GRAD_OP(pfm_flashmask_attention)
+    .Inputs({"q", "k", "v", paddle::Optional("startend_row_indices"), "out", "softmax_lse",
+             paddle::Grad("out")})
+    .Outputs({paddle::Grad("q"), paddle::Grad("k"), paddle::Grad("v")})
+    .Attrs(FLASHMASK_ATTRS)
+    .SetKernelFn(PD_KERNEL(FlashMaskBackward));
+
+PD_BUILD_OP(pfm_flashmask_check_indices)
+    .Inputs({"startend_row_indices"})
+    .Outputs({"flags"})
+    .Attrs({"seqlen_q: int", "causal: bool"})
+    .SetKernelFn(PD_KERNEL(FlashMaskCheckIndices));

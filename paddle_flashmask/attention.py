@@ -1,0 +1,110 @@
+"""flashmask_attention: the public entry point, a drop-in for Paddle 3.x's
+`paddle.nn.functional.flashmask_attention` that also runs on CPU."""
+
+import paddle
+
+from . import validation
+from ._loader import load_ops
+
+
+def _contiguous(t):
+    # Paddle >= 2.6 may hand us strided views; the kernels read dense layouts.
+    if hasattr(t, "is_contiguous") and not t.is_contiguous():
+        return t.contiguous()
+    return t
+
+
+def flashmask_attention(
+    query,
+    key,
+    value,
+    startend_row_indices=None,
+    *,
+    dropout=0.0,
+    causal=False,
+    window_size=None,
+    return_softmax_lse=False,
+    return_seed_offset=False,
+    fixed_seed_offset=None,
+    rng_name="",
+    training=True,
+    name=None,
+    softmax_scale=None,
+    block_mask=None,
+):
+    r"""FlashMask attention: ``softmax(Q K^T * scale + M) V`` with a column-wise sparse mask M.
+
+    Args:
+        query (Tensor): ``[batch, seqlen_q, num_heads, head_dim]``, float32, float16 or bfloat16.
+        key (Tensor): ``[batch, seqlen_k, num_heads_k, head_dim]``; ``num_heads`` must be a
+            multiple of ``num_heads_k`` (GQA/MQA).
+        value (Tensor): same shape as ``key``.
+        startend_row_indices (Tensor, optional): int32 ``[batch, Hm, seqlen_k, C]`` with Hm 1 or
+            ``num_heads_k`` (1 broadcasts over heads). For key column j (values are query rows):
+
+            - ``causal=True, C=1``: rows ``i >= LTS_j`` are masked;
+            - ``causal=True, C=2``: rows ``LTS_j <= i < LTE_j`` are masked;
+            - ``causal=False, C=2``: rows ``i >= LTS_j`` or ``i < UTE_j`` are masked;
+            - ``causal=False, C=4``: rows ``LTS_j <= i < LTE_j`` or ``UTS_j <= i < UTE_j``.
+
+            ``None`` means plain causal or full attention. ``paddle_flashmask.masks`` builds them.
+        dropout (float): must be 0.0 while training (dropout is not implemented yet).
+        causal (bool): also mask keys after the query, aligned bottom-right when
+            ``seqlen_q != seqlen_k`` (row i sees keys ``j <= i + seqlen_k - seqlen_q``).
+        window_size (int | tuple, optional): sliding window ``(left, right)`` (an int w means
+            ``(w, w)``): row i sees keys ``i - left .. i`` (causal) or ``i - left .. i + right``.
+            Cannot be combined with ``startend_row_indices``.
+        return_softmax_lse (bool): also return the float32 log-sum-exp ``[batch, num_heads,
+            seqlen_q]`` (-inf on rows whose keys are all masked). It carries no gradient.
+        softmax_scale (float, optional): defaults to ``1 / sqrt(head_dim)``.
+        training (bool): dropout applies only while training.
+        return_seed_offset, fixed_seed_offset, rng_name, block_mask: accepted for signature
+            compatibility with Paddle; only their defaults are supported.
+        name: unused, kept for Paddle compatibility.
+
+    Returns:
+        ``out`` shaped like ``query``, or ``(out, softmax_lse)`` when ``return_softmax_lse``.
+        A query row whose keys are all masked outputs zeros, and no NaN/inf reaches any
+        gradient.
+    """
+    batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim = validation.check_qkv(query, key, value)
+    validation.check_scalar_args(dropout, softmax_scale, training)
+    if return_seed_offset or fixed_seed_offset is not None or rng_name:
+        raise NotImplementedError(
+            "flashmask_attention: return_seed_offset/fixed_seed_offset/rng_name only matter with "
+            "dropout, which is not implemented yet"
+        )
+    if block_mask is not None:
+        raise NotImplementedError("flashmask_attention: block_mask is not supported yet; pass None")
+    window = validation.normalize_window(window_size)
+    if window is not None and startend_row_indices is not None:
+        raise ValueError("window_size cannot be combined with startend_row_indices; pass only one")
+    if startend_row_indices is not None:
+        validation.check_indices_shape(startend_row_indices, causal, batch, seqlen_k, num_heads_k)
+        if str(startend_row_indices.place) != str(query.place):
+            raise ValueError(
+                f"startend_row_indices must be on the device of query ({query.place}), "
+                f"got {startend_row_indices.place}"
+            )
+
+    ops = load_ops()
+    if startend_row_indices is not None and paddle.in_dynamic_mode():
+        flags = ops.pfm_flashmask_check_indices(_contiguous(startend_row_indices), seqlen_q, bool(causal))
+        validation.check_indices_values(int(flags.numpy()[0]), seqlen_q)
+
+    scale = float(softmax_scale) if softmax_scale is not None else head_dim**-0.5
+    left, right = window if window is not None else (-1, -1)
+    out, lse = ops.pfm_flashmask_attention(
+        _contiguous(query),
+        _contiguous(key),
+        _contiguous(value),
+        None if startend_row_indices is None else _contiguous(startend_row_indices),
+        scale,
+        bool(causal),
+        left,
+        right,
+    )
+    if return_softmax_lse:
+        lse.stop_gradient = True
+        return out, lse
+    return out

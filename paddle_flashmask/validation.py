@@ -1,0 +1,134 @@
+"""Argument checks for flashmask_attention.
+
+Every malformed call fails here, with ValueError/TypeError naming the argument
+and what was expected, before any kernel runs.
+"""
+
+import numbers
+
+import paddle
+
+FLOAT_DTYPES = (paddle.float32, paddle.float16, paddle.bfloat16)
+_DTYPE_NAMES = "float32, float16 or bfloat16"
+
+# Bit flags returned by the index check op (custom_ops/flashmask/flashmask_params.h).
+_INDEX_ERRORS = (
+    (1, "has values below 0"),
+    (2, "has values above the query length {sq}"),
+    (4, "has a column whose lower start (LTS, [..., 0]) is above its lower end (LTE, [..., 1])"),
+    (8, "has a column whose upper start (UTS, [..., 2]) is above its upper end (UTE, [..., 3])"),
+)
+
+
+def _shape_str(t):
+    return "[" + ", ".join(str(s) for s in t.shape) + "]"
+
+
+def check_qkv(query, key, value):
+    """Returns (batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim)."""
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, paddle.Tensor):
+            raise TypeError(f"{name} must be a paddle.Tensor, got {type(t).__name__}")
+        if t.dtype not in FLOAT_DTYPES:
+            raise TypeError(f"{name} must be {_DTYPE_NAMES}, got {t.dtype}")
+        if len(t.shape) != 4:
+            raise ValueError(
+                f"{name} must be 4-D [batch, seqlen, num_heads, head_dim], got shape {_shape_str(t)}"
+            )
+    if key.dtype != query.dtype or value.dtype != query.dtype:
+        raise TypeError(
+            f"query, key and value must share one dtype, got {query.dtype}, {key.dtype}, {value.dtype}"
+        )
+    b, sq, h, d = query.shape
+    bk, sk, hk, dk = key.shape
+    if list(value.shape) != list(key.shape):
+        raise ValueError(f"value must have the shape of key {_shape_str(key)}, got {_shape_str(value)}")
+    if bk != b:
+        raise ValueError(f"key batch size {bk} does not match query batch size {b}")
+    if dk != d:
+        raise ValueError(f"key head_dim {dk} does not match query head_dim {d}")
+    if hk == 0 or h % hk != 0:
+        raise ValueError(
+            f"query num_heads ({h}) must be a multiple of key num_heads ({hk}) for GQA/MQA"
+        )
+    if min(b, sq, sk, h, d) == 0:
+        raise ValueError(
+            f"query and key must be non-empty, got query {_shape_str(query)}, key {_shape_str(key)}"
+        )
+    places = {str(t.place) for t in (query, key, value)}
+    if len(places) != 1:
+        raise ValueError(f"query, key and value must be on one device, got {sorted(places)}")
+    return b, sq, sk, h, hk, d
+
+
+def normalize_window(window_size):
+    """int w -> (w, w); (left, right) kept; None -> None. Both must be >= 0."""
+    if window_size is None:
+        return None
+    if isinstance(window_size, bool):
+        raise TypeError("window_size must be an int or a (left, right) pair of ints, got bool")
+    if isinstance(window_size, numbers.Integral):
+        window_size = (int(window_size), int(window_size))
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        raise TypeError(f"window_size must be an int or a (left, right) pair of ints, got {window_size!r}")
+    left, right = window_size
+    for side, w in (("left", left), ("right", right)):
+        if isinstance(w, bool) or not isinstance(w, numbers.Integral):
+            raise TypeError(f"window_size {side} must be an int, got {w!r}")
+        if w < 0:
+            raise ValueError(f"window_size {side} must be >= 0, got {w}")
+    return int(left), int(right)
+
+
+def check_indices_shape(indices, causal, batch, seqlen_k, num_heads_k):
+    if not isinstance(indices, paddle.Tensor):
+        raise TypeError(f"startend_row_indices must be a paddle.Tensor, got {type(indices).__name__}")
+    if indices.dtype != paddle.int32:
+        raise TypeError(f"startend_row_indices must be int32, got {indices.dtype}")
+    if len(indices.shape) != 4:
+        raise ValueError(
+            "startend_row_indices must be 4-D [batch, mask_heads, seqlen_k, C], "
+            f"got shape {_shape_str(indices)}"
+        )
+    bm, hm, skm, c = indices.shape
+    if bm != batch:
+        raise ValueError(f"startend_row_indices batch size {bm} does not match query batch size {batch}")
+    if hm not in (1, num_heads_k):
+        raise ValueError(
+            f"startend_row_indices mask heads (dim 1) must be 1 or the key num_heads {num_heads_k}, got {hm}"
+        )
+    if skm != seqlen_k:
+        raise ValueError(
+            f"startend_row_indices dim 2 must equal the key length {seqlen_k} (it indexes key columns), got {skm}"
+        )
+    allowed = (1, 2) if causal else (2, 4)
+    if c not in allowed:
+        mode = "causal=True" if causal else "causal=False"
+        raise ValueError(
+            f"startend_row_indices last dim must be {allowed[0]} or {allowed[1]} with {mode}, got {c}"
+        )
+
+
+def check_indices_values(flags, seqlen_q):
+    """Raises for the error flags reported by the index check op."""
+    problems = [msg.format(sq=seqlen_q) for bit, msg in _INDEX_ERRORS if flags & bit]
+    if problems:
+        raise ValueError(
+            f"startend_row_indices values must be query rows in [0, {seqlen_q}] with start <= end; it "
+            + "; it ".join(problems)
+        )
+
+
+def check_scalar_args(dropout, softmax_scale, training):
+    if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real):
+        raise TypeError(f"dropout must be a float in [0, 1), got {dropout!r}")
+    if not 0.0 <= float(dropout) < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    if dropout > 0.0 and training:
+        raise NotImplementedError("flashmask_attention: dropout > 0 is not implemented yet; pass dropout=0.0")
+    if softmax_scale is not None:
+        if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real):
+            raise TypeError(f"softmax_scale must be a positive float or None, got {softmax_scale!r}")
+        s = float(softmax_scale)
+        if not (s > 0.0 and s < float("inf")):
+            raise ValueError(f"softmax_scale must be a positive finite float, got {softmax_scale}")

@@ -1,0 +1,74 @@
+"""Float64 dense-mask reference for FlashMask attention (numpy, test-only).
+
+Builds the dense keep mask with paddle_flashmask.masks.to_dense and computes
+the output, LSE and analytic gradients in float64.
+"""
+
+import numpy as np
+
+from paddle_flashmask import masks
+
+
+def keep_mask(indices, causal, batch, num_heads_k, seqlen_q, seqlen_k, window=None):
+    """Dense bool keep mask [B, Hk, Sq, Sk] for indices (numpy), window or neither."""
+    if window is not None:
+        left, right = window
+        i = np.arange(seqlen_q)[:, None]
+        j = np.arange(seqlen_k)[None, :]
+        keep = i < np.minimum(j + left + 1, seqlen_q)
+        if causal:
+            keep &= j <= i + seqlen_k - seqlen_q
+        else:
+            keep &= i >= np.clip(j - right, 0, seqlen_q)
+        return np.broadcast_to(keep, (batch, num_heads_k, seqlen_q, seqlen_k))
+    if indices is None:
+        keep = np.ones((seqlen_q, seqlen_k), dtype=bool)
+        if causal:
+            keep = np.tril(keep, k=seqlen_k - seqlen_q)
+        return np.broadcast_to(keep, (batch, num_heads_k, seqlen_q, seqlen_k))
+    keep = masks.to_dense(np.asarray(indices), causal, seqlen_q=seqlen_q)
+    return np.broadcast_to(keep, (batch, num_heads_k, seqlen_q, seqlen_k))
+
+
+def attention_fwd_bwd(q, k, v, keep, scale, dout=None):
+    """q [B,Sq,H,D], k/v [B,Sk,Hk,D], keep [B,Hk|1,Sq,Sk]. Returns dict of float64 arrays."""
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    b, sq, h, d = q.shape
+    hk = k.shape[2]
+    group = h // hk
+    # Per query head: mask head and kv head.
+    kh = np.repeat(k, group, axis=2).transpose(0, 2, 1, 3)  # [B,H,Sk,D]
+    vh = np.repeat(v, group, axis=2).transpose(0, 2, 1, 3)
+    qh = q.transpose(0, 2, 1, 3)  # [B,H,Sq,D]
+    keep_h = np.repeat(keep, h // keep.shape[1], axis=1)  # [B,H,Sq,Sk]
+    s = scale * qh @ kh.transpose(0, 1, 3, 2)
+    s = np.where(keep_h, s, -np.inf)
+    row_max = s.max(-1, keepdims=True)
+    empty = ~np.isfinite(row_max)
+    p = np.exp(s - np.where(empty, 0.0, row_max))
+    p = np.where(keep_h, p, 0.0)
+    denom = p.sum(-1, keepdims=True)
+    p = p / np.where(empty, 1.0, denom)
+    out = p @ vh  # [B,H,Sq,D]
+    with np.errstate(divide="ignore"):
+        lse = np.where(empty[..., 0], -np.inf, row_max[..., 0] + np.log(np.where(empty, 1.0, denom))[..., 0])
+    res = {"out": out.transpose(0, 2, 1, 3), "lse": lse}
+    if dout is not None:
+        do = np.asarray(dout, dtype=np.float64).transpose(0, 2, 1, 3)
+        dv = p.transpose(0, 1, 3, 2) @ do
+        dp = do @ vh.transpose(0, 1, 3, 2)
+        ds = p * (dp - (dp * p).sum(-1, keepdims=True))
+        dq = scale * ds @ kh
+        dk = scale * ds.transpose(0, 1, 3, 2) @ qh
+        # Sum the GQA group back onto the kv heads.
+        res["dq"] = dq.transpose(0, 2, 1, 3)
+        res["dk"] = dk.reshape(b, hk, group, -1, d).sum(2).transpose(0, 2, 1, 3)
+        res["dv"] = dv.reshape(b, hk, group, -1, d).sum(2).transpose(0, 2, 1, 3)
+    return res
+
+
+def rel_err(x, ref):
+    x = np.asarray(x, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    denom = np.linalg.norm(ref)
+    return np.linalg.norm(x - ref) / (denom if denom > 0 else 1.0)
