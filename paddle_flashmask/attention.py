@@ -69,6 +69,8 @@ def flashmask_attention(
     """
     batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim = validation.check_qkv(query, key, value)
     validation.check_scalar_args(dropout, softmax_scale, training)
+    causal = validation.check_flag("causal", causal)
+    return_softmax_lse = validation.check_flag("return_softmax_lse", return_softmax_lse)
     if return_seed_offset or fixed_seed_offset is not None or rng_name:
         raise NotImplementedError(
             "flashmask_attention: return_seed_offset/fixed_seed_offset/rng_name only matter with "
@@ -76,7 +78,7 @@ def flashmask_attention(
         )
     if block_mask is not None:
         raise NotImplementedError("flashmask_attention: block_mask is not supported yet; pass None")
-    window = validation.normalize_window(window_size)
+    window = validation.normalize_window(window_size, seqlen_q, seqlen_k)
     if window is not None and startend_row_indices is not None:
         raise ValueError("window_size cannot be combined with startend_row_indices; pass only one")
     if startend_row_indices is not None:
@@ -89,7 +91,7 @@ def flashmask_attention(
 
     ops = load_ops()
     if startend_row_indices is not None and paddle.in_dynamic_mode():
-        flags = ops.pfm_flashmask_check_indices(_contiguous(startend_row_indices), seqlen_q, bool(causal))
+        flags = ops.pfm_flashmask_check_indices(_contiguous(startend_row_indices), seqlen_q, causal)
         validation.check_indices_values(int(flags.numpy()[0]), seqlen_q)
 
     scale = float(softmax_scale) if softmax_scale is not None else head_dim**-0.5
@@ -100,7 +102,7 @@ def flashmask_attention(
         _contiguous(value),
         None if startend_row_indices is None else _contiguous(startend_row_indices),
         scale,
-        bool(causal),
+        causal,
         left,
         right,
     )

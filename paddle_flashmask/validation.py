@@ -6,7 +6,10 @@ and what was expected, before any kernel runs.
 
 import numbers
 
+import numpy as np
 import paddle
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 FLOAT_DTYPES = (paddle.float32, paddle.float16, paddle.bfloat16)
 _DTYPE_NAMES = "float32, float16 or bfloat16"
@@ -61,8 +64,11 @@ def check_qkv(query, key, value):
     return b, sq, sk, h, hk, d
 
 
-def normalize_window(window_size):
-    """int w -> (w, w); (left, right) kept; None -> None. Both must be >= 0."""
+def normalize_window(window_size, seqlen_q, seqlen_k):
+    """int w -> (w, w); (left, right) kept; None -> None. Both must be >= 0.
+
+    A side longer than the sequences restricts nothing, so it is clipped to
+    max(seqlen_q, seqlen_k) (the op's attributes are int32)."""
     if window_size is None:
         return None
     if isinstance(window_size, bool):
@@ -77,7 +83,8 @@ def normalize_window(window_size):
             raise TypeError(f"window_size {side} must be an int, got {w!r}")
         if w < 0:
             raise ValueError(f"window_size {side} must be >= 0, got {w}")
-    return int(left), int(right)
+    longest = max(seqlen_q, seqlen_k)
+    return min(int(left), longest), min(int(right), longest)
 
 
 def check_indices_shape(indices, causal, batch, seqlen_k, num_heads_k):
@@ -130,5 +137,15 @@ def check_scalar_args(dropout, softmax_scale, training):
         if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real):
             raise TypeError(f"softmax_scale must be a positive float or None, got {softmax_scale!r}")
         s = float(softmax_scale)
-        if not (s > 0.0 and s < float("inf")):
-            raise ValueError(f"softmax_scale must be a positive finite float, got {softmax_scale}")
+        # The op takes a float32 attribute: anything past its range would become inf.
+        if not (s > 0.0 and s <= _FLOAT32_MAX):
+            raise ValueError(
+                f"softmax_scale must be a positive finite float (float32 range), got {softmax_scale}"
+            )
+
+
+def check_flag(name, value):
+    """Booleans only: causal="no" must not silently mean True."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return bool(value)

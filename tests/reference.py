@@ -60,15 +60,33 @@ def attention_fwd_bwd(q, k, v, keep, scale, dout=None):
         ds = p * (dp - (dp * p).sum(-1, keepdims=True))
         dq = scale * ds @ kh
         dk = scale * ds.transpose(0, 1, 3, 2) @ qh
+        # The same sums without cancellation, for rel_err's floor.
+        ds_mag = p * (np.abs(dp) + np.abs((dp * p).sum(-1, keepdims=True)))
+        dq_mag = scale * ds_mag @ np.abs(kh)
+        dk_mag = scale * ds_mag.transpose(0, 1, 3, 2) @ np.abs(qh)
         # Sum the GQA group back onto the kv heads.
         res["dq"] = dq.transpose(0, 2, 1, 3)
         res["dk"] = dk.reshape(b, hk, group, -1, d).sum(2).transpose(0, 2, 1, 3)
         res["dv"] = dv.reshape(b, hk, group, -1, d).sum(2).transpose(0, 2, 1, 3)
+        res["dq_mag"] = dq_mag.transpose(0, 2, 1, 3)
+        res["dk_mag"] = dk_mag.reshape(b, hk, group, -1, d).sum(2).transpose(0, 2, 1, 3)
+        res["dv_mag"] = res["dv"]
     return res
 
 
-def rel_err(x, ref):
+def rel_err(x, ref, magnitude=None):
+    """||x - ref|| / ||ref||.
+
+    `magnitude` is the same quantity computed from absolute values (no cancellation).
+    A gradient that cancels to ~0 in exact arithmetic (dq with one visible key:
+    dS = P (dP - rowsum(dO O)) = 0) has no meaningful relative error: its fp32
+    rounding noise is relative to the size of the cancelling terms. The denominator
+    is therefore floored at a tenth of ||magnitude||, i.e. the error is measured
+    against the condition of the computation, as for any sum with cancellation.
+    """
     x = np.asarray(x, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
     denom = np.linalg.norm(ref)
+    if magnitude is not None:
+        denom = max(denom, 0.1 * np.linalg.norm(magnitude))
     return np.linalg.norm(x - ref) / (denom if denom > 0 else 1.0)

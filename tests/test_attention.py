@@ -1,0 +1,260 @@
+"""flashmask_attention on CPU against the float64 dense-mask reference:
+output, LSE and dq/dk/dv for every mask form, GQA/MQA, Hm = 1 and Hm = Hk,
+Sq != Sk, odd lengths, fully masked rows and low-precision inputs."""
+
+import zlib
+
+import numpy as np
+import paddle
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import paddle_flashmask as pfm
+from paddle_flashmask import masks
+from reference import attention_fwd_bwd, keep_mask, rel_err
+
+TOL = {"float32": 1e-5, "float16": 1e-2, "bfloat16": 1e-2}
+# (causal, C) forms of startend_row_indices; C=0 means no indices.
+FORMS = [(True, 0), (True, 1), (True, 2), (False, 0), (False, 2), (False, 4)]
+
+
+def random_indices(rng, batch, mask_heads, seqlen_q, seqlen_k, causal, cols):
+    """Random valid indices: starts anywhere in [0, Sq], ends at or after them.
+    Values cluster at block edges and at 0 / Sq so tiles of every kind occur."""
+    shape = (batch, mask_heads, seqlen_k)
+    anchors = np.array([0, seqlen_q, seqlen_q // 2, 64, 63, 65, 128], dtype=np.int64)
+    anchors = np.clip(anchors, 0, seqlen_q)
+
+    def draw():
+        pick = rng.random(shape) < 0.3
+        return np.where(pick, rng.choice(anchors, size=shape), rng.integers(0, seqlen_q + 1, size=shape))
+
+    a, b = draw(), draw()
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    if cols == 1:
+        out = [a]
+    elif cols == 2 and causal:
+        out = [lo, hi]
+    elif cols == 2:
+        out = [a, b]  # LTS, UTE: no order between them
+    else:
+        c, d = draw(), draw()
+        out = [lo, hi, np.minimum(c, d), np.maximum(c, d)]
+    return np.stack(out, axis=-1).astype(np.int32)
+
+
+def to_paddle(x, dtype):
+    return paddle.to_tensor(np.asarray(x, dtype=np.float32)).astype(dtype)
+
+
+def as_f64(t):
+    return t.astype("float32").numpy().astype(np.float64)
+
+
+def run_case(rng, batch, seqlen_q, seqlen_k, heads, heads_k, dim, causal, indices=None,
+             window=None, dtype="float32", scale=None, use_backward=True):
+    """Runs the op (forward + loss.backward()) and compares with the reference."""
+    q = to_paddle(rng.standard_normal((batch, seqlen_q, heads, dim)), dtype)
+    k = to_paddle(rng.standard_normal((batch, seqlen_k, heads_k, dim)), dtype)
+    v = to_paddle(rng.standard_normal((batch, seqlen_k, heads_k, dim)), dtype)
+    dout = to_paddle(rng.standard_normal((batch, seqlen_q, heads, dim)), dtype)
+    for t in (q, k, v):
+        t.stop_gradient = False
+    idx = None if indices is None else paddle.to_tensor(indices)
+    out, lse = pfm.flashmask_attention(
+        q, k, v, idx, causal=causal, window_size=window, return_softmax_lse=True, softmax_scale=scale
+    )
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert lse.shape == [batch, heads, seqlen_q] and lse.dtype == paddle.float32
+
+    mask_heads = heads_k if indices is None else indices.shape[1]
+    win = None if window is None else ((window, window) if isinstance(window, int) else window)
+    keep = keep_mask(indices, causal, batch, mask_heads, seqlen_q, seqlen_k, win)
+    ref = attention_fwd_bwd(as_f64(q), as_f64(k), as_f64(v), keep,
+                            dim**-0.5 if scale is None else scale, as_f64(dout))
+    tol = TOL[dtype]
+    assert rel_err(as_f64(out), ref["out"]) < tol
+
+    got_lse = lse.numpy()
+    finite = np.isfinite(ref["lse"])
+    np.testing.assert_array_equal(np.isfinite(got_lse), finite)
+    assert np.all(got_lse[~finite] == -np.inf)
+    if finite.any():
+        assert rel_err(got_lse[finite], ref["lse"][finite]) < 1e-5
+    # Fully masked rows output exactly 0.
+    empty_rows = ~finite.transpose(0, 2, 1)  # [B, Sq, H]
+    assert np.all(as_f64(out)[empty_rows] == 0.0)
+
+    if use_backward:
+        loss = (out.astype("float32") * dout.astype("float32")).sum()
+        loss.backward()
+        for name, t in (("dq", q), ("dk", k), ("dv", v)):
+            g = as_f64(t.grad)
+            assert np.all(np.isfinite(g)), f"{name} has NaN/inf"
+            err = rel_err(g, ref[name], ref[name + "_mag"])
+            assert err < tol, f"{name}: {err}"
+    return out, lse
+
+
+@pytest.fixture
+def rng(request):
+    # Independent, reproducible stream per test.
+    return np.random.default_rng(zlib.crc32(request.node.name.encode()))
+
+
+@pytest.mark.parametrize("causal,cols", FORMS)
+@pytest.mark.parametrize("seqlen", [1, 7, 77, 129, 1000])
+def test_forms_odd_lengths(rng, causal, cols, seqlen):
+    heads, heads_k = (4, 2) if seqlen < 1000 else (2, 1)
+    idx = None if cols == 0 else random_indices(rng, 2, heads_k, seqlen, seqlen, causal, cols)
+    run_case(rng, 2, seqlen, seqlen, heads, heads_k, 32, causal, idx)
+
+
+@pytest.mark.parametrize("causal,cols", FORMS)
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(70, 200), (200, 70), (1, 130), (130, 1)])
+def test_unequal_lengths(rng, causal, cols, seqlen_q, seqlen_k):
+    idx = None if cols == 0 else random_indices(rng, 1, 2, seqlen_q, seqlen_k, causal, cols)
+    run_case(rng, 1, seqlen_q, seqlen_k, 4, 2, 16, causal, idx)
+
+
+@pytest.mark.parametrize("heads,heads_k", [(4, 4), (4, 2), (6, 1)])
+@pytest.mark.parametrize("mask_heads", ["one", "per_kv_head"])
+@pytest.mark.parametrize("causal,cols", [(True, 1), (False, 4)])
+def test_gqa_and_mask_heads(rng, heads, heads_k, mask_heads, causal, cols):
+    hm = 1 if mask_heads == "one" else heads_k
+    idx = random_indices(rng, 2, hm, 150, 150, causal, cols)
+    run_case(rng, 2, 150, 150, heads, heads_k, 24, causal, idx)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal,cols", FORMS)
+def test_low_precision(rng, dtype, causal, cols):
+    idx = None if cols == 0 else random_indices(rng, 1, 2, 190, 190, causal, cols)
+    run_case(rng, 1, 190, 190, 4, 2, 64, causal, idx, dtype=dtype)
+
+
+@pytest.mark.parametrize("dim", [8, 40, 64, 128, 256])
+def test_head_dims(rng, dim):
+    idx = masks.causal_document_mask([60, 50, 90]).numpy()
+    run_case(rng, 1, 200, 200, 2, 1, dim, True, idx)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("window", [0, 3, (70, 5), (5, 70), 500])
+def test_window_size(rng, causal, window):
+    run_case(rng, 2, 150, 150, 2, 2, 16, causal, window=window)
+
+
+@pytest.mark.parametrize("name", sorted(masks.MASK_BUILDERS))
+def test_every_builder(rng, name):
+    idx, causal = masks.example_mask(name, 333, batch_size=2, num_heads=2, seed=3)
+    heads_k = idx.shape[1] if idx.shape[1] > 1 else 2
+    run_case(rng, 2, 333, 333, 2 * heads_k, heads_k, 32, causal, idx.numpy())
+
+
+def test_fully_masked_rows(rng):
+    # Non-causal, every column masks rows [0, 100): those rows see nothing.
+    seqlen = 160
+    idx = np.zeros((1, 1, seqlen, 4), dtype=np.int32)
+    idx[..., 0], idx[..., 1] = 0, 100  # LTS, LTE
+    idx[..., 2], idx[..., 3] = 150, 155  # UTS, UTE: a second masked band
+    out, lse = run_case(rng, 1, seqlen, seqlen, 2, 1, 16, False, idx)
+    assert np.all(lse.numpy()[:, :, :100] == -np.inf)
+    assert np.all(out.numpy()[:, :100] == 0)
+
+
+def test_every_row_masked(rng):
+    idx = np.zeros((2, 1, 65, 2), dtype=np.int32)  # LTS = 0: all rows masked
+    run_case(rng, 2, 65, 65, 2, 2, 16, False, idx)
+
+
+def test_plain_attention_matches_full_indices(rng):
+    # None and indices that mask nothing give bit-identical results.
+    q, k, v = (paddle.to_tensor(rng.standard_normal((1, 100, 2, 32)).astype("float32")) for _ in range(3))
+    nothing = paddle.to_tensor(np.full((1, 1, 100, 1), 100, dtype=np.int32))
+    a = pfm.flashmask_attention(q, k, v, causal=True)
+    b = pfm.flashmask_attention(q, k, v, nothing, causal=True)
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_softmax_scale(rng):
+    idx = masks.causal_document_mask([30, 70]).numpy()
+    run_case(rng, 1, 100, 100, 2, 2, 16, True, idx, scale=0.37)
+
+
+def test_ten_token_causal_document_example(rng):
+    # The documented example: documents 4/3/3 -> a row never sees another document.
+    idx = masks.causal_document_mask([4, 3, 3])
+    np.testing.assert_array_equal(idx.numpy()[0, 0, :, 0], [4, 4, 4, 4, 7, 7, 7, 10, 10, 10])
+    q, k, v = (paddle.to_tensor(rng.standard_normal((1, 10, 1, 8)).astype("float32")) for _ in range(3))
+    out = pfm.flashmask_attention(q, k, v, idx, causal=True).numpy()
+    # Per document, plain causal attention on that document alone.
+    for lo, hi in [(0, 4), (4, 7), (7, 10)]:
+        alone = pfm.flashmask_attention(q[:, lo:hi], k[:, lo:hi], v[:, lo:hi], causal=True).numpy()
+        np.testing.assert_allclose(out[:, lo:hi], alone, rtol=1e-6, atol=1e-6)
+
+
+def test_backward_deterministic_and_thread_independent(rng, monkeypatch):
+    idx = paddle.to_tensor(random_indices(rng, 2, 2, 300, 300, False, 4))
+    data = [rng.standard_normal((2, 300, 4, 32)).astype("float32")] + [
+        rng.standard_normal((2, 300, 2, 32)).astype("float32") for _ in range(2)
+    ]
+
+    def grads():
+        q, k, v = (paddle.to_tensor(x, stop_gradient=False) for x in data)
+        out = pfm.flashmask_attention(q, k, v, idx, causal=False)
+        return [out.numpy()] + [g.numpy() for g in paddle.grad([out], [q, k, v], [paddle.ones_like(out)])]
+
+    first = grads()
+    monkeypatch.setenv("PADDLE_FLASHMASK_NUM_THREADS", "1")
+    single = grads()
+    monkeypatch.setenv("PADDLE_FLASHMASK_NUM_THREADS", "3")
+    again = grads()
+    for a, b, c in zip(first, single, again):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+
+
+def test_lse_has_no_gradient_and_out_grad_unaffected(rng):
+    q, k, v = (paddle.to_tensor(rng.standard_normal((1, 20, 2, 8)).astype("float32"), stop_gradient=False)
+               for _ in range(3))
+    out, lse = pfm.flashmask_attention(q, k, v, causal=True, return_softmax_lse=True)
+    assert lse.stop_gradient
+    assert not out.stop_gradient
+
+
+def test_dropout_in_eval_is_ignored(rng):
+    q, k, v = (paddle.to_tensor(rng.standard_normal((1, 20, 2, 8)).astype("float32")) for _ in range(3))
+    a = pfm.flashmask_attention(q, k, v, causal=True, dropout=0.1, training=False)
+    b = pfm.flashmask_attention(q, k, v, causal=True)
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_non_contiguous_inputs(rng):
+    # A transposed view (e.g. from [B, H, S, D]) must read like its dense copy.
+    base = paddle.to_tensor(rng.standard_normal((1, 2, 50, 16)).astype("float32"))
+    view = base.transpose([0, 2, 1, 3])
+    dense = paddle.to_tensor(view.numpy())
+    a = pfm.flashmask_attention(view, view, view, causal=True)
+    b = pfm.flashmask_attention(dense, dense, dense, causal=True)
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seqlen_q=st.integers(1, 200),
+    seqlen_k=st.integers(1, 200),
+    group=st.sampled_from([1, 2, 3]),
+    heads_k=st.sampled_from([1, 2]),
+    per_head_mask=st.booleans(),
+    form=st.sampled_from(FORMS),
+    dim=st.sampled_from([8, 16, 48]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_property_random_shapes(seqlen_q, seqlen_k, group, heads_k, per_head_mask, form, dim, seed):
+    rng = np.random.default_rng(seed)
+    causal, cols = form
+    hm = heads_k if per_head_mask else 1
+    idx = None if cols == 0 else random_indices(rng, 2, hm, seqlen_q, seqlen_k, causal, cols)
+    run_case(rng, 2, seqlen_q, seqlen_k, group * heads_k, heads_k, dim, causal, idx)

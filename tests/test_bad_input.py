@@ -1,0 +1,713 @@
+"""Malformed calls of flashmask_attention must fail early and clearly.
+
+Every bad call raises ValueError/TypeError (NotImplementedError where the API
+documents an unsupported option) whose message names the offending argument,
+and the attention kernel never runs: a spy wrapped around the op module records
+which ops were launched. Shape/type errors must not even reach the op library;
+index *value* errors may only run the cheap ``pfm_flashmask_check_indices`` op.
+A subprocess test repeats the bad calls in a fresh interpreter to show the
+process neither crashes nor hangs. Valid edge cases (values exactly 0 and Sq,
+Hm=1 with GQA, empty intervals, ...) must keep working and match the float64
+reference.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import paddle
+import pytest
+
+import paddle_flashmask as pfm
+from reference import attention_fwd_bwd, keep_mask
+
+attention_mod = sys.modules["paddle_flashmask.attention"]
+F = pfm.flashmask_attention
+
+B, S, H, HK, D = 2, 16, 4, 2, 8
+ATTN_OP = "pfm_flashmask_attention"
+CHECK_OP = "pfm_flashmask_check_indices"
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+# --------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------
+
+
+def rand(*shape, dtype="float32", seed=0):
+    rng = np.random.default_rng(seed + 7 * len(shape) + sum(shape))
+    return paddle.to_tensor(rng.standard_normal(shape).astype(np.float32)).astype(dtype)
+
+
+def qkv(b=B, sq=S, sk=S, h=H, hk=HK, d=D, dtype="float32"):
+    return rand(b, sq, h, d, dtype=dtype, seed=1), rand(b, sk, hk, d, dtype=dtype, seed=2), \
+        rand(b, sk, hk, d, dtype=dtype, seed=3)
+
+
+def idx(arr):
+    return paddle.to_tensor(np.ascontiguousarray(arr, dtype=np.int32))
+
+
+def full_idx(value, c, b=B, hm=1, sk=S, dtype="int32"):
+    return paddle.full([b, hm, sk, c], value, dtype=dtype)
+
+
+def valid_idx(causal, c, b=B, hm=1, sk=S, sq=S, seed=0):
+    """Random well-formed indices (in [0, sq], start <= end) for the mode."""
+    rng = np.random.default_rng(seed)
+    a = np.sort(rng.integers(0, sq + 1, size=(b, hm, sk, c)), axis=-1)
+    if not causal and c == 2:
+        a = a[..., ::-1]  # [LTS, UTE]: any order is fine, use LTS >= UTE (a band)
+    return idx(a)
+
+
+class OpSpy:
+    """Wraps the op module and records which pfm_* ops were launched."""
+
+    def __init__(self, real):
+        self._real = real
+        self.calls = []
+        self.loads = 0
+
+    def __getattr__(self, name):
+        attr = getattr(self._real, name)
+        if name.startswith("pfm_") and callable(attr):
+            def wrapped(*args, **kwargs):
+                self.calls.append(name)
+                return attr(*args, **kwargs)
+
+            return wrapped
+        return attr
+
+
+@pytest.fixture(scope="module")
+def real_ops():
+    return pfm.load_ops()  # build (or find) the op once, outside the spied calls
+
+
+@pytest.fixture
+def spy(real_ops, monkeypatch):
+    s = OpSpy(real_ops)
+
+    def fake_load_ops():
+        s.loads += 1
+        return s
+
+    monkeypatch.setattr(attention_mod, "load_ops", fake_load_ops)
+    return s
+
+
+def assert_rejected(spy, exc, match, *args, value_check=False, **kwargs):
+    """Call F(*args, **kwargs) and require `exc` matching `match` before any kernel.
+
+    value_check=False: argument-level error, no op may run at all.
+    value_check=True: index-value error, only the index check op may run.
+    """
+    with pytest.raises(exc, match=match) as info:
+        F(*args, **kwargs)
+    assert ATTN_OP not in spy.calls, f"attention kernel ran before raising {info.value!r}"
+    if value_check:
+        assert spy.calls == [CHECK_OP], spy.calls
+    else:
+        assert spy.calls == [], f"ops ran before an argument error: {spy.calls}"
+    return info.value
+
+
+def check_against_reference(q, k, v, indices, causal, window=None, **kwargs):
+    out, lse = F(q, k, v, indices, causal=causal, window_size=window, return_softmax_lse=True, **kwargs)
+    b, sq, h, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    keep = keep_mask(None if indices is None else indices.numpy(), causal, b, hk, sq, sk,
+                     window=None if window is None else (window, window) if isinstance(window, int) else window)
+    ref = attention_fwd_bwd(q.numpy(), k.numpy(), v.numpy(), keep, d**-0.5)
+    np.testing.assert_allclose(out.numpy(), ref["out"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(lse.numpy(), ref["lse"], rtol=1e-4, atol=1e-5)
+    assert list(out.shape) == list(q.shape)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# startend_row_indices: type, rank, shape
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["int64", "float32", "int16", "bool"])
+def test_indices_dtype_not_int32(spy, dtype):
+    q, k, v = qkv()
+    bad = full_idx(S, 1).astype(dtype)
+    assert_rejected(spy, TypeError, r"startend_row_indices must be int32", q, k, v, bad, causal=True)
+
+
+@pytest.mark.parametrize("bad", [np.full([B, 1, S, 1], S, np.int32), [[[[S]]]], S],
+                         ids=["numpy", "list", "int"])
+def test_indices_not_a_tensor(spy, bad):
+    q, k, v = qkv()
+    assert_rejected(spy, TypeError, r"startend_row_indices must be a paddle\.Tensor", q, k, v, bad,
+                    causal=True)
+
+
+@pytest.mark.parametrize("shape", [[B, S, 1], [B, 1, S, 1, 1], [S, 1], [B * S]],
+                         ids=["3d", "5d", "2d", "1d"])
+def test_indices_wrong_rank(spy, shape):
+    q, k, v = qkv()
+    bad = paddle.full(shape, S, dtype="int32")
+    assert_rejected(spy, ValueError, r"startend_row_indices must be 4-D", q, k, v, bad, causal=True)
+
+
+@pytest.mark.parametrize("skm", [S - 1, S + 1, 1])
+def test_indices_seqlen_k_mismatch(spy, skm):
+    q, k, v = qkv()
+    assert_rejected(spy, ValueError, r"startend_row_indices dim 2 must equal the key length",
+                    q, k, v, full_idx(S, 1, sk=skm), causal=True)
+
+
+def test_indices_dim2_is_seqlen_q_instead_of_seqlen_k(spy):
+    # Sq != Sk: indexing by query length is a likely mistake and must be caught.
+    q, k, v = qkv(sq=8, sk=S)
+    assert_rejected(spy, ValueError, r"startend_row_indices dim 2 must equal the key length 16.*got 8",
+                    q, k, v, full_idx(8, 1, sk=8), causal=True)
+
+
+@pytest.mark.parametrize("bm", [1, 3])
+def test_indices_batch_mismatch(spy, bm):
+    q, k, v = qkv()
+    assert_rejected(spy, ValueError, r"startend_row_indices batch size", q, k, v,
+                    full_idx(S, 1, b=bm), causal=True)
+
+
+@pytest.mark.parametrize("causal,c", [(True, 3), (True, 4), (True, 0), (False, 1), (False, 3),
+                                      (False, 5)])
+def test_indices_column_count_not_taken_by_mode(spy, causal, c):
+    q, k, v = qkv()
+    assert_rejected(spy, ValueError, r"startend_row_indices last dim", q, k, v, full_idx(S, c),
+                    causal=causal)
+
+
+@pytest.mark.parametrize("hm", [H, 3, 0, 8])
+def test_indices_mask_heads_not_1_or_hk(spy, hm):
+    q, k, v = qkv()
+    assert H != HK
+    assert_rejected(spy, ValueError, r"startend_row_indices mask heads", q, k, v, full_idx(S, 1, hm=hm),
+                    causal=True)
+
+
+# --------------------------------------------------------------------------------------
+# startend_row_indices: values (checked by the index check op, before attention)
+# --------------------------------------------------------------------------------------
+
+MODES = [(True, 1), (True, 2), (False, 2), (False, 4)]
+
+
+@pytest.mark.parametrize("causal,c", MODES)
+def test_indices_negative(spy, causal, c):
+    q, k, v = qkv()
+    for col in range(c):
+        spy.calls.clear()
+        a = valid_idx(causal, c).numpy()
+        a[1, 0, 5, col] = -1
+        if col > 0 and (causal or c == 4) and col % 2 == 1:
+            a[1, 0, 5, col - 1] = -1  # keep start <= end so only the sign is wrong
+        assert_rejected(spy, ValueError, r"startend_row_indices values.*below 0", q, k, v, idx(a),
+                        causal=causal, value_check=True)
+
+
+@pytest.mark.parametrize("causal,c", MODES)
+def test_indices_above_seqlen_q(spy, causal, c):
+    q, k, v = qkv()
+    for col in range(c):
+        spy.calls.clear()
+        a = valid_idx(causal, c).numpy()
+        a[0, 0, 3, col] = S + 1
+        if (causal or c == 4) and col % 2 == 0 and col + 1 < c:
+            a[0, 0, 3, col + 1] = S + 1  # keep start <= end
+        assert_rejected(spy, ValueError, rf"startend_row_indices values.*above the query length {S}",
+                        q, k, v, idx(a), causal=causal, value_check=True)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_indices_bound_is_seqlen_q_when_sq_lt_sk(spy, causal):
+    sq, sk = 8, 16
+    q, k, v = qkv(sq=sq, sk=sk)
+    c = 1 if causal else 2
+    # sq + 1 <= sk: fine for the key length, but rows only go up to sq.
+    bad = full_idx(sq + 1, c, sk=sk)
+    err = assert_rejected(spy, ValueError, rf"startend_row_indices values must be query rows in \[0, {sq}\]",
+                          q, k, v, bad, causal=causal, value_check=True)
+    assert f"above the query length {sq}" in str(err)
+
+
+def test_indices_bound_is_seqlen_q_when_sq_gt_sk(spy):
+    sq, sk = 16, 8
+    q, k, v = qkv(sq=sq, sk=sk)
+    assert_rejected(spy, ValueError, r"above the query length 16", q, k, v, full_idx(sq + 1, 1, sk=sk),
+                    causal=True, value_check=True)
+    spy.calls.clear()
+    check_against_reference(q, k, v, full_idx(sq, 1, sk=sk), True)  # sq > sk is still allowed
+
+
+def test_indices_huge_and_int_min(spy):
+    q, k, v = qkv()
+    for val, what in ((2**31 - 1, "above"), (-(2**31), "below")):
+        spy.calls.clear()
+        assert_rejected(spy, ValueError, rf"startend_row_indices values.*{what}", q, k, v, full_idx(val, 1),
+                        causal=True, value_check=True)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_lower_start_above_end(spy, causal):
+    q, k, v = qkv()
+    c = 2 if causal else 4
+    a = valid_idx(causal, c).numpy()
+    a[0, 0, 7, 0], a[0, 0, 7, 1] = 9, 4
+    assert_rejected(spy, ValueError, r"startend_row_indices.*lower start \(LTS.*above its lower end \(LTE",
+                    q, k, v, idx(a), causal=causal, value_check=True)
+
+
+def test_upper_start_above_end(spy):
+    q, k, v = qkv()
+    a = valid_idx(False, 4).numpy()
+    a[1, 0, 2, 2], a[1, 0, 2, 3] = 12, 11
+    assert_rejected(spy, ValueError, r"startend_row_indices.*upper start \(UTS.*above its upper end \(UTE",
+                    q, k, v, idx(a), causal=False, value_check=True)
+
+
+def test_several_value_problems_all_named(spy):
+    q, k, v = qkv()
+    a = valid_idx(False, 4).numpy()
+    a[0, 0, 0, 0] = -3
+    a[0, 0, 1, 3] = S + 5
+    a[1, 0, 2, 0:2] = (10, 2)
+    a[1, 0, 3, 2:4] = (10, 2)
+    err = assert_rejected(spy, ValueError, r"startend_row_indices", q, k, v, idx(a), causal=False,
+                          value_check=True)
+    msg = str(err)
+    for part in ("below 0", "above the query length", "LTS", "UTS"):
+        assert part in msg, msg
+
+
+def test_non_contiguous_bad_indices_caught(spy):
+    q, k, v = qkv()
+    a = np.stack([np.full([B, 1, S], S), np.full([B, 1, S], -5)], -1).astype(np.int32)
+    view = paddle.to_tensor(a)[:, :, :, 1:]  # strided view holding only -5
+    assert_rejected(spy, ValueError, r"startend_row_indices values.*below 0", q, k, v, view, causal=True,
+                    value_check=True)
+
+
+# --------------------------------------------------------------------------------------
+# query / key / value
+# --------------------------------------------------------------------------------------
+
+
+def test_num_heads_not_multiple_of_key_heads(spy):
+    q, k, v = qkv(h=3, hk=2)
+    assert_rejected(spy, ValueError, r"query num_heads \(3\) must be a multiple of key num_heads \(2\)",
+                    q, k, v)
+    spy.calls.clear()
+    q, k, v = qkv(h=4, hk=3)
+    assert_rejected(spy, ValueError, r"num_heads", q, k, v, causal=True)
+
+
+def test_key_heads_zero(spy):
+    q, k, v = qkv(hk=0)
+    assert_rejected(spy, ValueError, r"key num_heads \(0\)", q, k, v)
+
+
+def test_head_dim_mismatch(spy):
+    q, _, _ = qkv(d=8)
+    _, k, v = qkv(d=16)
+    assert_rejected(spy, ValueError, r"key head_dim 16 does not match query head_dim 8", q, k, v)
+
+
+def test_batch_mismatch_q_k(spy):
+    q, _, _ = qkv(b=2)
+    _, k, v = qkv(b=3)
+    assert_rejected(spy, ValueError, r"key batch size 3 does not match query batch size 2", q, k, v)
+
+
+@pytest.mark.parametrize("vshape", [[B, S, HK, 16], [B, S + 1, HK, D], [B, S, 1, D], [1, S, HK, D]],
+                         ids=["head_dim", "seqlen", "heads", "batch"])
+def test_value_shape_differs_from_key(spy, vshape):
+    q, k, _ = qkv()
+    v = rand(*vshape, seed=5)
+    assert_rejected(spy, ValueError, r"value must have the shape of key", q, k, v)
+
+
+@pytest.mark.parametrize("which", ["query", "key", "value"])
+@pytest.mark.parametrize("dtype", ["int32", "int64", "float64", "bool"])
+def test_non_float_inputs(spy, which, dtype):
+    t = dict(zip(("query", "key", "value"), qkv()))
+    t[which] = (t[which] * 10).astype(dtype)
+    assert_rejected(spy, TypeError, rf"{which} must be float32, float16 or bfloat16", t["query"], t["key"],
+                    t["value"])
+
+
+@pytest.mark.parametrize("dq,dk,dv", [("float32", "float16", "float32"), ("float32", "float32", "float16"),
+                                      ("float16", "bfloat16", "bfloat16"), ("bfloat16", "float32", "float32")])
+def test_mixed_dtypes(spy, dq, dk, dv):
+    q, k, v = qkv()
+    assert_rejected(spy, TypeError, r"query, key and value must share one dtype", q.astype(dq), k.astype(dk),
+                    v.astype(dv))
+
+
+@pytest.mark.parametrize("which", ["query", "key", "value"])
+@pytest.mark.parametrize("rank", [3, 5, 2])
+def test_wrong_rank_qkv(spy, which, rank):
+    t = dict(zip(("query", "key", "value"), qkv()))
+    x = t[which]
+    t[which] = x.reshape([B, x.shape[1], -1]) if rank == 3 else x.unsqueeze(0) if rank == 5 \
+        else x.reshape([B, -1])
+    assert_rejected(spy, ValueError, rf"{which} must be 4-D", t["query"], t["key"], t["value"])
+
+
+def test_all_rank3_qkv(spy):
+    q, k, v = (x.reshape([B, x.shape[1], -1]) for x in qkv())
+    assert_rejected(spy, ValueError, r"query must be 4-D", q, k, v)
+
+
+@pytest.mark.parametrize("which", ["query", "key", "value"])
+@pytest.mark.parametrize("kind", ["numpy", "list", "none"])
+def test_non_tensor_inputs(spy, which, kind):
+    t = dict(zip(("query", "key", "value"), qkv()))
+    t[which] = {"numpy": t[which].numpy(), "list": t[which].numpy().tolist(), "none": None}[kind]
+    assert_rejected(spy, TypeError, rf"{which} must be a paddle\.Tensor", t["query"], t["key"], t["value"])
+
+
+@pytest.mark.parametrize("which", ["query", "key"])
+def test_empty_tensors(spy, which):
+    q, k, v = qkv()
+    if which == "query":
+        q = q[:, :0]
+    else:
+        k, v = k[:, :0], v[:, :0]
+    assert_rejected(spy, ValueError, r"query and key must be non-empty", q, k, v)
+
+
+# --------------------------------------------------------------------------------------
+# window_size
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("window", [2, (2, 3), 0])
+@pytest.mark.parametrize("causal,c", MODES)
+def test_window_with_indices(spy, window, causal, c):
+    q, k, v = qkv()
+    err = assert_rejected(spy, ValueError, r"window_size cannot be combined with startend_row_indices",
+                          q, k, v, valid_idx(causal, c), causal=causal, window_size=window)
+    assert "startend_row_indices" in str(err)
+
+
+@pytest.mark.parametrize("window,side", [(-1, "left"), ((-1, 2), "left"), ((2, -1), "right"),
+                                         ((-5, -5), "left")])
+def test_window_negative(spy, window, side):
+    q, k, v = qkv()
+    assert_rejected(spy, ValueError, rf"window_size {side} must be >= 0", q, k, v, window_size=window)
+
+
+@pytest.mark.parametrize("window", [2.5, 2.0, "3", True, (1.0, 2), (1, "2"), (1, None), {"left": 1}, b"2"],
+                         ids=["float", "intlike_float", "str", "bool", "float_left", "str_right",
+                              "none_right", "dict", "bytes"])
+def test_window_wrong_type(spy, window):
+    q, k, v = qkv()
+    assert_rejected(spy, TypeError, r"window_size", q, k, v, window_size=window)
+
+
+@pytest.mark.parametrize("window", [(1, 2, 3), (1,), (), [1, 2, 3]])
+def test_window_wrong_length(spy, window):
+    q, k, v = qkv()
+    assert_rejected(spy, TypeError, r"window_size must be an int or a \(left, right\) pair", q, k, v,
+                    window_size=window)
+
+
+# --------------------------------------------------------------------------------------
+# dropout / training
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 1e-6])
+def test_dropout_while_training_not_implemented(spy, p):
+    q, k, v = qkv()
+    assert_rejected(spy, NotImplementedError, r"dropout", q, k, v, dropout=p, training=True)
+    spy.calls.clear()
+    assert_rejected(spy, NotImplementedError, r"dropout", q, k, v, dropout=p)  # training defaults to True
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.0, 1.5, float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("training", [True, False])
+def test_dropout_out_of_range(spy, p, training):
+    q, k, v = qkv()
+    assert_rejected(spy, ValueError, r"dropout must be in \[0, 1\)", q, k, v, dropout=p, training=training)
+
+
+@pytest.mark.parametrize("p", ["0.1", None, True, [0.1]], ids=["str", "none", "bool", "list"])
+def test_dropout_wrong_type(spy, p):
+    q, k, v = qkv()
+    assert_rejected(spy, TypeError, r"dropout must be a float", q, k, v, dropout=p)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.9, np.float32(0.3)])
+def test_dropout_without_training_is_identity(p):
+    q, k, v = qkv()
+    ind = valid_idx(True, 2)
+    ref = F(q, k, v, ind, causal=True)
+    out = F(q, k, v, ind, causal=True, dropout=p, training=False)
+    np.testing.assert_array_equal(out.numpy(), ref.numpy())
+
+
+# --------------------------------------------------------------------------------------
+# softmax_scale
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scale", [0, 0.0, -0.5, -1, float("inf"), -float("inf"), float("nan")])
+def test_softmax_scale_not_positive_finite(spy, scale):
+    q, k, v = qkv()
+    assert_rejected(spy, ValueError, r"softmax_scale must be a positive finite float", q, k, v,
+                    softmax_scale=scale)
+
+
+@pytest.mark.parametrize("scale", ["0.5", True, [0.5], b"1"], ids=["str", "bool", "list", "bytes"])
+def test_softmax_scale_wrong_type(spy, scale):
+    q, k, v = qkv()
+    assert_rejected(spy, TypeError, r"softmax_scale must be a positive float or None", q, k, v,
+                    softmax_scale=scale)
+
+
+def test_softmax_scale_overflowing_float32(spy):
+    # 1e39 is a finite Python float but not a float32: it must not become inf in the op.
+    q, k, v = qkv()
+    assert_rejected(spy, ValueError, r"softmax_scale", q, k, v, softmax_scale=1e39)
+
+
+@pytest.mark.parametrize("window", [2**31, (2**40, 1), (1, 2**40)])
+def test_window_longer_than_int32_means_unlimited(window):
+    # A window side longer than the sequence restricts nothing (clipped, not overflowed).
+    q, k, v = qkv()
+    left, right = (window, window) if isinstance(window, int) else window
+    big = 10**6
+    got = pfm.flashmask_attention(q, k, v, window_size=window)
+    want = pfm.flashmask_attention(q, k, v, window_size=(min(left, big), min(right, big)))
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("name", ["causal", "return_softmax_lse"])
+@pytest.mark.parametrize("value", ["no", None, 1, [True]])
+def test_flags_must_be_bool(spy, name, value):
+    q, k, v = qkv()
+    assert_rejected(spy, TypeError, name, q, k, v, **{name: value})
+
+
+# --------------------------------------------------------------------------------------
+# unsupported options of Paddle's signature
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bm", ["tensor", "list", "false"])
+def test_block_mask_not_implemented(spy, bm):
+    q, k, v = qkv()
+    val = {"tensor": paddle.ones([B, 1, 1, 1], dtype="int32"), "list": [], "false": False}[bm]
+    assert_rejected(spy, NotImplementedError, r"block_mask", q, k, v, block_mask=val)
+
+
+def test_return_seed_offset_not_implemented(spy):
+    q, k, v = qkv()
+    assert_rejected(spy, NotImplementedError, r"return_seed_offset", q, k, v, return_seed_offset=True)
+
+
+def test_fixed_seed_offset_not_implemented(spy):
+    q, k, v = qkv()
+    assert_rejected(spy, NotImplementedError, r"fixed_seed_offset", q, k, v,
+                    fixed_seed_offset=paddle.zeros([2], dtype="int64"))
+
+
+def test_rng_name_not_implemented(spy):
+    q, k, v = qkv()
+    assert_rejected(spy, NotImplementedError, r"rng_name", q, k, v, rng_name="local_seed")
+
+
+def test_unknown_keyword_and_extra_positional():
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match="is_causal"):
+        F(q, k, v, is_causal=True)
+    with pytest.raises(TypeError):
+        F(q, k, v, None, 0.0)  # everything after startend_row_indices is keyword-only
+
+
+# --------------------------------------------------------------------------------------
+# valid edge cases must NOT raise (and must be right)
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("causal,c", MODES)
+@pytest.mark.parametrize("value", ["zero", "seqlen_q"])
+def test_values_exactly_0_and_sq_accepted(causal, c, value):
+    q, k, v = qkv()
+    ind = full_idx(0 if value == "zero" else S, c)
+    out = check_against_reference(q, k, v, ind, causal)
+    assert np.isfinite(out.numpy()).all()
+
+
+@pytest.mark.parametrize("causal,c", MODES)
+def test_values_mixing_0_and_sq_accepted(causal, c):
+    q, k, v = qkv()
+    a = np.zeros([B, 1, S, c], np.int32)
+    a[..., -1] = S  # starts 0, ends Sq: the widest interval
+    if not causal and c == 2:
+        a = a[..., ::-1]  # LTS = Sq, UTE = 0: nothing masked
+    check_against_reference(q, k, v, idx(a), causal)
+
+
+@pytest.mark.parametrize("sq,sk", [(8, 16), (16, 8)])
+@pytest.mark.parametrize("causal,c", MODES)
+def test_value_sq_accepted_with_sq_ne_sk(sq, sk, causal, c):
+    q, k, v = qkv(sq=sq, sk=sk)
+    check_against_reference(q, k, v, full_idx(sq, c, sk=sk), causal)
+    check_against_reference(q, k, v, valid_idx(causal, c, sk=sk, sq=sq, seed=3), causal)
+
+
+@pytest.mark.parametrize("causal,c", MODES)
+@pytest.mark.parametrize("hm", [1, HK])
+def test_mask_heads_1_or_hk_with_gqa(causal, c, hm):
+    q, k, v = qkv()
+    assert H != HK
+    check_against_reference(q, k, v, valid_idx(causal, c, hm=hm, seed=hm), causal)
+
+
+def test_mask_heads_1_with_mqa():
+    q, k, v = qkv(hk=1)
+    check_against_reference(q, k, v, valid_idx(True, 1), True)
+
+
+@pytest.mark.parametrize("start", [0, 5, S])
+def test_empty_interval_causal_c2(start):
+    q, k, v = qkv()
+    ind = full_idx(start, 2)  # LTS == LTE: nothing masked beyond causal
+    out = check_against_reference(q, k, v, ind, True)
+    np.testing.assert_allclose(out.numpy(), F(q, k, v, causal=True).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("lower,upper", [(3, 0), (S, 7), (0, S)])
+def test_empty_intervals_non_causal_c4(lower, upper):
+    q, k, v = qkv()
+    ind = full_idx(0, 4).numpy()
+    ind[..., 0:2] = lower
+    ind[..., 2:4] = upper
+    out = check_against_reference(q, k, v, idx(ind), False)
+    np.testing.assert_allclose(out.numpy(), F(q, k, v).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_non_causal_c2_any_order_accepted():
+    # [LTS, UTE] has no start <= end constraint; UTE > LTS masks everything (zero output).
+    q, k, v = qkv()
+    a = np.zeros([B, 1, S, 2], np.int32)
+    a[..., 0], a[..., 1] = 3, 12
+    out = check_against_reference(q, k, v, idx(a), False)
+    assert np.isfinite(out.numpy()).all()
+
+
+@pytest.mark.parametrize("window", [0, 3, (2, 0), (0, 5), [1, 1], np.int64(2), S * 4])
+@pytest.mark.parametrize("causal", [True, False])
+def test_valid_window_sizes(window, causal):
+    q, k, v = qkv()
+    w = window.tolist() if isinstance(window, np.integer) else window
+    check_against_reference(q, k, v, None, causal, window=tuple(w) if isinstance(w, list) else w)
+
+
+@pytest.mark.parametrize("scale", [0.5, 1, np.float32(0.25), 1e-3])
+def test_valid_softmax_scale(scale):
+    q, k, v = qkv()
+    out = F(q, k, v, causal=True, softmax_scale=scale)
+    keep = keep_mask(None, True, B, HK, S, S)
+    ref = attention_fwd_bwd(q.numpy(), k.numpy(), v.numpy(), keep, float(scale))
+    np.testing.assert_allclose(out.numpy(), ref["out"], rtol=1e-4, atol=1e-5)
+
+
+def test_library_still_works_after_errors(spy):
+    q, k, v = qkv()
+    for bad in (full_idx(-1, 1), full_idx(S + 1, 1)):
+        with pytest.raises(ValueError):
+            F(q, k, v, bad, causal=True)
+    spy.calls.clear()
+    check_against_reference(q, k, v, valid_idx(True, 1), True)
+    assert spy.calls == [CHECK_OP, ATTN_OP]
+
+
+# --------------------------------------------------------------------------------------
+# a fresh interpreter survives all the bad calls (no crash, no hang)
+# --------------------------------------------------------------------------------------
+
+_CHILD = textwrap.dedent(
+    """
+    import numpy as np, paddle, paddle_flashmask as pfm
+    F = pfm.flashmask_attention
+    B, S, H, HK, D = 2, 16, 4, 2, 8
+    rng = np.random.default_rng(0)
+    t = lambda *s: paddle.to_tensor(rng.standard_normal(s).astype("float32"))
+    q, k, v = t(B, S, H, D), t(B, S, HK, D), t(B, S, HK, D)
+    full = lambda val, c, b=B, hm=1, sk=S, dt="int32": paddle.full([b, hm, sk, c], val, dtype=dt)
+    a4 = np.zeros([B, 1, S, 4], np.int32); a4[..., 2:] = (12, 11)
+    cases = [
+        ((q, k, v, full(S, 1, dt="int64")), dict(causal=True)),
+        ((q, k, v, full(S, 1, dt="float32")), dict(causal=True)),
+        ((q, k, v, paddle.full([B, S, 1], S, dtype="int32")), dict(causal=True)),
+        ((q, k, v, paddle.full([B, 1, S, 1, 1], S, dtype="int32")), dict(causal=True)),
+        ((q, k, v, full(S, 1, sk=S - 1)), dict(causal=True)),
+        ((q, k, v, full(S, 1, sk=S + 4)), dict(causal=True)),
+        ((q, k, v, full(S, 1, b=1)), dict(causal=True)),
+        ((q, k, v, full(S, 4)), dict(causal=True)),
+        ((q, k, v, full(S, 3)), dict(causal=False)),
+        ((q, k, v, full(S, 1)), dict(causal=False)),
+        ((q, k, v, full(-1, 1)), dict(causal=True)),
+        ((q, k, v, full(-(2**31), 2)), dict(causal=False)),
+        ((q, k, v, full(S + 1, 1)), dict(causal=True)),
+        ((q, k, v, full(2**31 - 1, 4)), dict(causal=False)),
+        ((q, k, v, paddle.to_tensor(np.tile(np.int32([[9, 4]]), [B, 1, S, 1]))), dict(causal=True)),
+        ((q, k, v, paddle.to_tensor(a4)), dict(causal=False)),
+        ((q, k, v, full(S, 1, hm=H)), dict(causal=True)),
+        ((q, k, v, full(S, 1, hm=3)), dict(causal=True)),
+        ((t(B, S, 3, D), k, v), {}),
+        ((q, t(B, S, HK, 4), t(B, S, HK, 4)), {}),
+        ((q, t(3, S, HK, D), t(3, S, HK, D)), {}),
+        ((q, k, t(B, S, HK, 4)), {}),
+        ((q, k, v, full(S, 1)), dict(causal=True, window_size=2)),
+        ((q, k, v), dict(window_size=-1)),
+        ((q, k, v), dict(window_size="3")),
+        ((q, k, v), dict(window_size=(1, 2, 3))),
+        ((q.astype("int32"), k, v), {}),
+        ((q.astype("int64"), k.astype("int64"), v.astype("int64")), {}),
+        ((q, k.astype("float16"), v), {}),
+        ((q.reshape([B, S, -1]), k.reshape([B, S, -1]), v.reshape([B, S, -1])), {}),
+        ((q.numpy(), k, v), {}),
+        ((q, k, v), dict(dropout=0.1)),
+        ((q, k, v), dict(dropout=1.5)),
+        ((q, k, v), dict(softmax_scale=0)),
+        ((q, k, v), dict(softmax_scale=-1.0)),
+        ((q, k, v), dict(softmax_scale=float("inf"))),
+        ((q, k, v), dict(softmax_scale="1")),
+        ((q, k, v), dict(block_mask=paddle.ones([1], dtype="int32"))),
+        ((q, k, v), dict(return_seed_offset=True)),
+    ]
+    for i, (args, kwargs) in enumerate(cases):
+        try:
+            F(*args, **kwargs)
+        except (ValueError, TypeError, NotImplementedError):
+            pass
+        else:
+            raise SystemExit(f"case {i} was accepted")
+    out = F(q, k, v, full(S, 1), causal=True)
+    assert np.isfinite(out.numpy()).all()
+    print("ALL-BAD-CALLS-RAISED", len(cases))
+    """
+)
+
+
+def test_bad_calls_do_not_crash_the_process(real_ops):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-c", _CHILD], cwd=str(REPO), env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
+    assert "ALL-BAD-CALLS-RAISED 39" in proc.stdout, proc.stdout
