@@ -12,8 +12,10 @@ import fcntl
 import hashlib
 import importlib
 import os
+import pkgutil
 import sys
 import threading
+import warnings
 
 from . import _op_sources
 
@@ -84,6 +86,20 @@ def _jit_build(name):
     return module
 
 
+def _installed_without_sources():
+    # A non-editable install carries no custom_ops/: take the op that
+    # `python setup_ops.py install` put beside it, whatever its fingerprint.
+    prefix = _op_sources.OP_MODULE_NAME + "_"
+    found = sorted(m.name for m in pkgutil.iter_modules() if m.name.startswith(prefix))
+    if not found:
+        raise ImportError(
+            "paddle_flashmask: the custom op is not built and its sources (custom_ops/) are not "
+            "next to the package. Install from a checkout: `pip install -e .` (JIT-builds on first "
+            "use) or `python setup_ops.py install`."
+        )
+    return importlib.import_module(found[-1])
+
+
 def load_ops():
     """The op module (functions pfm_flashmask_attention, pfm_flashmask_check_indices)."""
     global _ops
@@ -91,9 +107,14 @@ def load_ops():
         return _ops
     with _lock:
         if _ops is None:
+            if not os.path.isdir(_op_sources.OPS_DIR):
+                _ops = _installed_without_sources()
+                return _ops
             name = module_name()
             try:
                 _ops = importlib.import_module(name)  # from `python setup_ops.py install`
             except ImportError:
-                _ops = _jit_build(name)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # cpp_extension's "no ccache" notice
+                    _ops = _jit_build(name)
     return _ops
