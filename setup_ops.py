@@ -10,7 +10,7 @@ package JIT-builds the op into a cache directory on first use).
 import os
 import sys
 
-from paddle.utils.cpp_extension import CppExtension, setup
+from paddle.utils.cpp_extension import CppExtension, CUDAExtension, setup
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from paddle_flashmask import _loader, _op_sources  # noqa: E402  (lazy package: builds nothing)
@@ -18,8 +18,15 @@ from paddle_flashmask import _loader, _op_sources  # noqa: E402  (lazy package: 
 setup(
     # The name carries the sources' fingerprint, so an installed op is never stale.
     name=_loader.module_name(),
-    ext_modules=CppExtension(
-        sources=_op_sources.source_paths(),
-        extra_compile_args={"cxx": _op_sources.cxx_flags()},
+    ext_modules=(
+        CUDAExtension(
+            sources=_op_sources.source_paths(),
+            extra_compile_args={"cxx": _op_sources.cxx_flags(), "nvcc": _op_sources.nvcc_flags()},
+        )
+        if _op_sources.cuda_enabled()
+        else CppExtension(
+            sources=_op_sources.source_paths(),
+            extra_compile_args={"cxx": _op_sources.cxx_flags()},
+        )
     ),
 )

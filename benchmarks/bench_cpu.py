@@ -295,8 +295,23 @@ def current_rss_kib():
     return pages * os.sysconf("SC_PAGE_SIZE") // 1024
 
 
+def peak_rss_kib():
+    """This process's own peak RSS in KiB: VmHWM from /proc/self/status, falling back to
+    ru_maxrss. (On Linux ru_maxrss also folds in the peak of the image the process exec'd
+    from, i.e. the parent's memory when spawned by subprocess, and clear_refs does not reset
+    that part; VmHWM is the address space's own counter.)"""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+
+
 def reset_peak_rss():
-    """Resets the kernel's peak-RSS counter (VmHWM, which ru_maxrss reports) via
+    """Resets the kernel's peak-RSS counter of this address space (VmHWM) via
     /proc/self/clear_refs (Linux >= 4.0). Returns False where that is not permitted."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -317,10 +332,10 @@ def rss_child(args):
         gc.collect()
         was_reset = reset_peak_rss()
         rss_before = current_rss_kib()
-        max_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+        max_before = peak_rss_kib()
         out = pfm.flashmask_attention(q, k, v, idx, causal=causal)
         grads = paddle.grad([out], [q, k, v], [gout])
-        max_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        max_after = peak_rss_kib()
         del out, grads
         print(f"RSS {label} {int(was_reset)} {rss_before} {max_before} {max_after}", flush=True)
 
@@ -338,7 +353,7 @@ def measure_rss(args, mask, S):
         if line.startswith("RSS "):
             label, was_reset, before, max_before, max_after = line.split()[1:]
             before, max_before, max_after = int(before), int(max_before), int(max_after)
-            # ru_maxrss is a high-water mark. With the reset it starts at the current RSS, so
+            # The peak is a high-water mark. With the reset it starts at the current RSS, so
             # the difference is the call's peak growth; without it, if the call never rose
             # above an earlier peak (e.g. a transient at import), it is only an upper bound.
             exact = was_reset == "1" or max_after > max_before
@@ -370,7 +385,8 @@ def main(args):
           f"B={B}, H={H}, D={D}, dtype={args.dtype}")
     print(f"- threads: {args.threads} (OMP/MKL/OPENBLAS_NUM_THREADS and "
           f"PADDLE_FLASHMASK_NUM_THREADS set before importing paddle; {how}); "
-          f"os.cpu_count()={os.cpu_count()}")
+          f"os.cpu_count()={os.cpu_count()}; load average at start "
+          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} (other processes skew timings)")
     print(f"- masks: causal_document = documents of {args.doc_len} tokens; share_question = "
           f"groups of prompt {args.prompt_len} + {args.num_answers} answers of {args.answer_len}; "
           f"packed to S")
@@ -438,11 +454,16 @@ def main(args):
             del q, k, v, gout, f_fwd, f_fb
             gc.collect()
 
+    print(f"\nLoad average at the end of the timings: "
+          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min).")
+
     if not args.no_rss:
         S = max(args.lengths)
         print(f"\nPeak RSS growth of our op's forward+backward at S={S}, measured in a fresh "
               f"subprocess per mask: the peak-RSS counter is reset through /proc/self/clear_refs, "
-              f"then growth = ru_maxrss after the call - RSS (/proc/self/statm) just before it, "
+              f"then growth = peak RSS (VmHWM, the counter ru_maxrss reports, minus the part "
+              f"ru_maxrss inherits from the parent across exec) after the call - RSS "
+              f"(/proc/self/statm) just before it, "
               f"with the inputs and grad_output already allocated. 'cold' is the first call "
               f"(one-time allocations included), 'warm' the second:\n")
         for mask in args.masks:

@@ -8,9 +8,9 @@ The op library is loaded (or JIT-built) on the first call, not at import.
 
 from . import masks
 from ._loader import load_ops
-from .attention import flashmask_attention
+from .attention import flashmask_attention, set_index_validation
 
-__all__ = ["flashmask_attention", "masks", "load_ops", "build"]
+__all__ = ["flashmask_attention", "set_index_validation", "masks", "load_ops", "build"]
 __version__ = "0.1.0"
 
 

@@ -33,6 +33,8 @@ def fingerprint():
         with open(path, "rb") as f:
             h.update(f.read())
     h.update(" ".join(_op_sources.cxx_flags()).encode())
+    if _op_sources.cuda_enabled():
+        h.update(" ".join(_op_sources.nvcc_flags()).encode())
     h.update(paddle.__version__.encode())
     return h.hexdigest()[:12]
 
@@ -79,6 +81,7 @@ def _jit_build(name):
             name=name,
             sources=_op_sources.source_paths(),
             extra_cxx_cflags=_op_sources.cxx_flags(),
+            extra_cuda_cflags=_op_sources.nvcc_flags() if _op_sources.cuda_enabled() else None,
             build_directory=build_dir,
             verbose=False,
         )

@@ -1,10 +1,27 @@
 """flashmask_attention: the public entry point, a drop-in for Paddle 3.x's
 `paddle.nn.functional.flashmask_attention` that also runs on CPU."""
 
+import os
+
 import paddle
 
 from . import validation
 from ._loader import load_ops
+
+
+# Index values are checked before every call (one small kernel and one flag
+# read back on GPU). Turn off for speed once a data pipeline is trusted.
+_validate_indices = os.environ.get("PADDLE_FLASHMASK_VALIDATE_INDICES", "1") != "0"
+
+
+def set_index_validation(enabled):
+    """Enables/disables the value check of startend_row_indices (default on;
+    env PADDLE_FLASHMASK_VALIDATE_INDICES=0 turns it off). Returns the old setting.
+    With it off, out-of-range values are not detected (the kernels stay memory-safe:
+    values are only compared, never used as addresses)."""
+    global _validate_indices
+    old, _validate_indices = _validate_indices, bool(enabled)
+    return old
 
 
 def _contiguous(t):
@@ -68,6 +85,7 @@ def flashmask_attention(
         gradient.
     """
     batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim = validation.check_qkv(query, key, value)
+    validation.check_device_support(query, head_dim)
     validation.check_scalar_args(dropout, softmax_scale, training)
     causal = validation.check_flag("causal", causal)
     return_softmax_lse = validation.check_flag("return_softmax_lse", return_softmax_lse)
@@ -90,7 +108,7 @@ def flashmask_attention(
             )
 
     ops = load_ops()
-    if startend_row_indices is not None and paddle.in_dynamic_mode():
+    if startend_row_indices is not None and _validate_indices and paddle.in_dynamic_mode():
         flags = ops.pfm_flashmask_check_indices(_contiguous(startend_row_indices), seqlen_q, causal)
         validation.check_indices_values(int(flags.numpy()[0]), seqlen_q)
 

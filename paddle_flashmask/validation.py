@@ -149,3 +149,17 @@ def check_flag(name, value):
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool, got {value!r}")
     return bool(value)
+
+
+GPU_HEAD_DIMS = (64, 128)
+
+
+def check_device_support(query, head_dim):
+    """The CUDA kernels take fp16/bf16 with head_dim 64 or 128 (the CPU kernel takes any)."""
+    place = query.place
+    if not (hasattr(place, "is_gpu_place") and place.is_gpu_place()):
+        return
+    if query.dtype not in (paddle.float16, paddle.bfloat16):
+        raise TypeError(f"query/key/value on GPU must be float16 or bfloat16, got {query.dtype}")
+    if head_dim not in GPU_HEAD_DIMS:
+        raise ValueError(f"head_dim on GPU must be one of {GPU_HEAD_DIMS}, got {head_dim}")

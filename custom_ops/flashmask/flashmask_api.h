@@ -22,4 +22,19 @@ void fill_window_indices_cpu(int32_t* dst, int seqlen_q, int seqlen_k,
 int32_t check_indices_cpu(const int32_t* indices, int64_t num_columns,
                           int num_cols, bool causal, int seqlen_q);
 
+// ---- CUDA (built only with a CUDA toolchain; see custom_ops/flashmask/cuda) ----
+// `stream` is a cudaStream_t. Inputs fp16/bf16, head_dim 64 or 128; the
+// workspaces in the params (block_bounds; for backward also dq/dk/dv_accum and
+// softmax_d) must be allocated by the caller: sizes below and in the params.
+bool cuda_supports(DType dtype, int head_dim);
+void run_fwd_cuda(const FwdParams& params, void* stream);
+void run_bwd_cuda(const BwdParams& params, void* stream);
+// int32 elements of the block_bounds workspace (0 without a column mask).
+int64_t block_bounds_elems(const FwdParams& params);
+void fill_window_indices_cuda(int32_t* dst, int seqlen_q, int seqlen_k, bool causal,
+                              int window_left, int window_right, void* stream);
+// ORs IndexError flags into *flags (device memory, zeroed here).
+void check_indices_cuda(const int32_t* indices, int64_t num_columns, int num_cols, bool causal,
+                        int seqlen_q, int32_t* flags, void* stream);
+
 }  // namespace flashmask

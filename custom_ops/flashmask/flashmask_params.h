@@ -50,6 +50,10 @@ struct FwdParams {
   MaskParams mask;
 
   int num_threads = 0;  // CPU only; 0 = all cores available to the process
+
+  // GPU only: workspace for the mask summary, [mask batches, Hm, ceil(Sk/64)]
+  // BlockBounds (8 int32 each), written by the preprocessing kernel.
+  int32_t* block_bounds = nullptr;
 };
 
 struct BwdParams : FwdParams {
@@ -62,6 +66,14 @@ struct BwdParams : FwdParams {
   int64_t dq_batch_stride = 0, dq_row_stride = 0, dq_head_stride = 0;
   int64_t dk_batch_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
   int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
+
+  // GPU only: fp32 workspaces. dq/dk/dv are accumulated with atomics in the
+  // layouts of q/k/v (contiguous), then scaled and converted; softmax_d holds
+  // rowsum(dO * O) as [batch, num_heads, seqlen_q].
+  float* dq_accum = nullptr;
+  float* dk_accum = nullptr;
+  float* dv_accum = nullptr;
+  float* softmax_d = nullptr;
 };
 
 // Bit flags reported by the index validation pass.

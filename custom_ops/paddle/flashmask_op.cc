@@ -9,6 +9,7 @@
 //
 // Kept to the custom-op API shared by Paddle 2.6 and 3.x. 2.6's dispatch
 // macros lack bfloat16, so dtypes are switched by hand.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,11 @@ flashmask::FwdParams make_fwd_params(const paddle::Tensor& q, const paddle::Tens
   return p;
 }
 
+[[noreturn]] void unsupported_place(const paddle::Tensor& t) {
+  PD_THROW("flashmask_attention: this build has no kernel for place " + t.place().DebugString() +
+           " (CPU is always built; CUDA needs a GPU build of the op)");
+}
+
 // The index tensor the kernels read: the user's, a sliding window built here
 // (one [1, 1, Sk, C] head broadcast over batch and heads), or none.
 paddle::optional<paddle::Tensor> effective_indices(
@@ -100,20 +106,36 @@ paddle::optional<paddle::Tensor> effective_indices(
     const paddle::Tensor& k, bool causal, int window_left, int window_right) {
   if (window_left < 0 && window_right < 0) return indices;
   PD_CHECK(!indices, "flashmask_attention: window_size cannot be combined with indices");
-  const int64_t seqlen_k = k.shape()[1];
+  const int seqlen_q = int(q.shape()[1]), seqlen_k = int(k.shape()[1]);
   const int cols = causal ? 1 : 2;
-  auto window = paddle::empty({1, 1, seqlen_k, cols}, paddle::DataType::INT32, paddle::CPUPlace());
-  flashmask::fill_window_indices_cpu(window.data<int32_t>(), int(q.shape()[1]), int(seqlen_k),
-                                     causal, window_left < 0 ? int(q.shape()[1]) : window_left,
-                                     window_right < 0 ? int(seqlen_k) : window_right);
-  if (!q.is_cpu()) window = window.copy_to(q.place(), /*blocking=*/true);
+  const int left = window_left < 0 ? seqlen_q : window_left;
+  const int right = window_right < 0 ? seqlen_k : window_right;
+  auto window = paddle::empty({1, 1, seqlen_k, cols}, paddle::DataType::INT32, q.place());
+  if (q.is_cpu()) {
+    flashmask::fill_window_indices_cpu(window.data<int32_t>(), seqlen_q, seqlen_k, causal, left,
+                                       right);
+  } else {
+#if defined(FLASHMASK_WITH_CUDA)
+    flashmask::fill_window_indices_cuda(window.data<int32_t>(), seqlen_q, seqlen_k, causal, left,
+                                        right, q.stream());
+#else
+    unsupported_place(q);
+#endif
+  }
   return paddle::optional<paddle::Tensor>(window);
 }
 
-[[noreturn]] void unsupported_place(const paddle::Tensor& t) {
-  PD_THROW("flashmask_attention: this build has no kernel for place " + t.place().DebugString() +
-           " (CPU is always built; CUDA needs a GPU build of the op)");
+
+#if defined(FLASHMASK_WITH_CUDA)
+void check_cuda_config(const flashmask::FwdParams& p) {
+  PD_CHECK(flashmask::cuda_supports(p.dtype, p.head_dim),
+           "flashmask_attention on GPU takes float16/bfloat16 inputs with head_dim 64 or 128");
 }
+
+paddle::Tensor gpu_workspace(int64_t elems, paddle::DataType dtype, const paddle::Tensor& like) {
+  return paddle::empty({elems}, dtype, like.place());
+}
+#endif
 
 }  // namespace
 
@@ -134,7 +156,15 @@ std::vector<paddle::Tensor> FlashMaskForward(const paddle::Tensor& q, const padd
   if (q.is_cpu()) {
     flashmask::run_fwd_cpu(p);
   } else {
+#if defined(FLASHMASK_WITH_CUDA)
+    check_cuda_config(p);
+    auto bounds = gpu_workspace(std::max<int64_t>(1, flashmask::block_bounds_elems(p)),
+                                paddle::DataType::INT32, q);
+    p.block_bounds = bounds.data<int32_t>();
+    flashmask::run_fwd_cuda(p, q.stream());
+#else
     unsupported_place(q);
+#endif
   }
   return {out, lse};
 }
@@ -171,7 +201,23 @@ std::vector<paddle::Tensor> FlashMaskBackward(const paddle::Tensor& q, const pad
   if (q.is_cpu()) {
     flashmask::run_bwd_cpu(p);
   } else {
+#if defined(FLASHMASK_WITH_CUDA)
+    check_cuda_config(p);
+    auto bounds = gpu_workspace(std::max<int64_t>(1, flashmask::block_bounds_elems(p)),
+                                paddle::DataType::INT32, q);
+    auto dq_accum = paddle::empty(q.shape(), paddle::DataType::FLOAT32, q.place());
+    auto dk_accum = paddle::empty(k.shape(), paddle::DataType::FLOAT32, k.place());
+    auto dv_accum = paddle::empty(v.shape(), paddle::DataType::FLOAT32, v.place());
+    auto softmax_d = paddle::empty(lse.shape(), paddle::DataType::FLOAT32, q.place());
+    p.block_bounds = bounds.data<int32_t>();
+    p.dq_accum = dq_accum.data<float>();
+    p.dk_accum = dk_accum.data<float>();
+    p.dv_accum = dv_accum.data<float>();
+    p.softmax_d = softmax_d.data<float>();
+    flashmask::run_bwd_cuda(p, q.stream());
+#else
     unsupported_place(q);
+#endif
   }
   return {dq, dk, dv};
 }
@@ -188,7 +234,15 @@ std::vector<paddle::Tensor> FlashMaskCheckIndices(const paddle::Tensor& indices,
     flags.data<int32_t>()[0] = flashmask::check_indices_cpu(
         indices.data<int32_t>(), s[0] * s[1] * s[2], int(s[3]), causal, seqlen_q);
   } else {
+#if defined(FLASHMASK_WITH_CUDA)
+    // One flag word on the device, read back once.
+    auto device_flags = paddle::empty({1}, paddle::DataType::INT32, indices.place());
+    flashmask::check_indices_cuda(indices.data<int32_t>(), s[0] * s[1] * s[2], int(s[3]), causal,
+                                  seqlen_q, device_flags.data<int32_t>(), indices.stream());
+    flags = device_flags.copy_to(paddle::CPUPlace(), /*blocking=*/true);
+#else
     unsupported_place(indices);
+#endif
   }
   return {flags};
 }

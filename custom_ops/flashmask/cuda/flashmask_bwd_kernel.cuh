@@ -1,0 +1,260 @@
+// FlashMask backward, FA2 class: one CTA per (key block, query head, batch),
+// each warp owning 16 keys of the block. The warp computes the transposed
+// tiles S^T = K Q^T and dP^T = V dO^T, so P^T and dS^T come out of the
+// accumulators already in the A-operand layout for dV += P^T dO and
+// dK += dS^T Q. dS^T goes through shared memory once for dQ += dS K, which is
+// accumulated in fp32 with atomics (as FA2 does).
+//
+// FlashMask: the query-block range starts at the first row the causal
+// diagonal lets see this key block, and every query block is classified from
+// the block min/max: fully masked ones are skipped wherever they are
+// (including bands in the middle from LTE/UTS), partial ones mask elementwise
+// from the column bounds, which are staged once since the key block is fixed.
+#pragma once
+
+#include <math_constants.h>
+
+#include "../flashmask_params.h"
+#include "../mask_bounds.h"
+#include "kernel_traits.h"
+#include "mma_utils.cuh"
+#include "tile_io.cuh"
+
+namespace flashmask {
+namespace cuda {
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kNThreads)
+    flashmask_bwd_kernel(const BwdParams p) {
+  using T = typename Traits::Element;
+  constexpr int kDim = Traits::kHeadDim;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kThreads = Traits::kNThreads;
+  constexpr int kQTiles = kBlockM / 8;  // 8-query accumulator tiles of S^T
+  constexpr int kDTiles = kDim / 8;
+  using Tile = SwizzledTile<kDim>;
+  using DSTile = SwizzledTile<kBlockM>;
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);
+  T* sV = sK + Traits::kSmemKV;
+  T* sQ = sV + Traits::kSmemKV;
+  T* sdO = sQ + Traits::kSmemQ;
+  T* sdS = sdO + Traits::kSmemQ;  // dS^T: [keys][queries]
+  float* sLse = reinterpret_cast<float*>(sdS + Traits::kSmemDS);
+  float* sDelta = sLse + kBlockM;
+  ColumnBounds* sCol = reinterpret_cast<ColumnBounds*>(sDelta + kBlockM);
+
+  const int n_block = blockIdx.x;
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+
+  const int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
+  const int head_k = head / (p.num_heads / p.num_heads_k);
+  const int mask_head = p.mask.num_heads == 1 ? 0 : head / (p.num_heads / p.mask.num_heads);
+  const int c0 = n_block * kBlockN;
+  const int causal_offset = seqlen_k - seqlen_q;
+  const bool causal = p.mask.causal;
+  const int k_blocks = (seqlen_k + kBlockN - 1) / kBlockN;
+  const int q_blocks = (seqlen_q + kBlockM - 1) / kBlockM;
+
+  const bool has_columns = p.mask.startend_row_indices != nullptr;
+  const int mask_batch = p.mask.batch_stride == 0 ? 0 : batch;
+  const int32_t* columns = has_columns ? p.mask.startend_row_indices +
+                                             mask_batch * p.mask.batch_stride +
+                                             mask_head * p.mask.head_stride
+                                       : nullptr;
+  const BlockBounds* block_bounds =
+      has_columns ? reinterpret_cast<const BlockBounds*>(p.block_bounds) +
+                        (int64_t(mask_batch) * p.mask.num_heads + mask_head) * k_blocks + n_block
+                  : nullptr;
+
+  // Rows before the first one that sees key c0 are masked by causality.
+  int m_begin = 0;
+  if (causal) m_begin = max(0, c0 - causal_offset) / kBlockM;
+
+  const T* k = static_cast<const T*>(p.k) + batch * p.k_batch_stride + head_k * p.k_head_stride;
+  const T* v = static_cast<const T*>(p.v) + batch * p.v_batch_stride + head_k * p.v_head_stride;
+  const T* q = static_cast<const T*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
+  const T* dout =
+      static_cast<const T*>(p.dout) + batch * p.do_batch_stride + head * p.do_head_stride;
+  const float* lse = p.softmax_lse + (int64_t(batch) * p.num_heads + head) * seqlen_q;
+  const float* delta = p.softmax_d + (int64_t(batch) * p.num_heads + head) * seqlen_q;
+  float* dq_accum = p.dq_accum + (int64_t(batch) * seqlen_q * p.num_heads + head) * kDim;
+
+  load_tile_async<kBlockN, kDim, kThreads>(sK, k + int64_t(c0) * p.k_row_stride, p.k_row_stride,
+                                           seqlen_k - c0, tid);
+  load_tile_async<kBlockN, kDim, kThreads>(sV, v + int64_t(c0) * p.v_row_stride, p.v_row_stride,
+                                           seqlen_k - c0, tid);
+  cp_async_commit();
+  if (has_columns) {
+    stage_column_bounds<kBlockN>(sCol, columns, p.mask, c0, seqlen_q, seqlen_k, tid);
+  }
+
+  float acc_dk[kDTiles][4], acc_dv[kDTiles][4];
+#pragma unroll
+  for (int j = 0; j < kDTiles; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_dk[j][e] = acc_dv[j][e] = 0.f;
+
+  const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  const int key_a = c0 + warp * 16 + lane / 4;  // this thread's keys: key_a, key_a + 8
+
+  for (int m = m_begin; m < q_blocks; ++m) {
+    const int r0 = m * kBlockM;
+    const int r1 = min(r0 + kBlockM, seqlen_q);
+    const TileKind kind =
+        classify_tile(block_bounds, causal, seqlen_q, seqlen_k, r0, r1, c0, c0 + kBlockN);
+    if (kind == TileKind::kSkip) continue;
+
+    load_tile_async<kBlockM, kDim, kThreads>(sQ, q + int64_t(r0) * p.q_row_stride, p.q_row_stride,
+                                             r1 - r0, tid);
+    load_tile_async<kBlockM, kDim, kThreads>(sdO, dout + int64_t(r0) * p.do_row_stride,
+                                             p.do_row_stride, r1 - r0, tid);
+    cp_async_commit();
+    if (tid < kBlockM) {
+      const int row = r0 + tid;
+      // LSE in the log2 domain; padding rows act as fully masked (P = 0).
+      sLse[tid] = row < seqlen_q ? lse[row] * 1.4426950408889634f : -CUDART_INF_F;
+      sDelta[tid] = row < seqlen_q ? delta[row] : 0.f;
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // S^T = K Q^T and dP^T = V dO^T: the warp's 16 keys x kBlockM queries.
+    float acc_s[kQTiles][4], acc_dp[kQTiles][4];
+#pragma unroll
+    for (int j = 0; j < kQTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_s[j][e] = acc_dp[j][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kDim / 16; ++kk) {
+      uint32_t a_k[4], a_v[4];
+      const int a_off = Tile::offset(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8);
+      ldmatrix_x4(a_k, sK + a_off);
+      ldmatrix_x4(a_v, sV + a_off);
+#pragma unroll
+      for (int nn = 0; nn < kBlockM / 16; ++nn) {
+        const int b_off =
+            Tile::offset(nn * 16 + lane % 8 + (lane / 16) * 8, kk * 16 + ((lane / 8) % 2) * 8);
+        uint32_t b[4];
+        ldmatrix_x4(b, sQ + b_off);
+        mma_16816<T>(acc_s[2 * nn], a_k, b[0], b[1]);
+        mma_16816<T>(acc_s[2 * nn + 1], a_k, b[2], b[3]);
+        ldmatrix_x4(b, sdO + b_off);
+        mma_16816<T>(acc_dp[2 * nn], a_v, b[0], b[1]);
+        mma_16816<T>(acc_dp[2 * nn + 1], a_v, b[2], b[3]);
+      }
+    }
+
+    // P^T = exp(S^T * scale - lse) and dS^T = P^T * (dP^T - delta), per element.
+#pragma unroll
+    for (int j = 0; j < kQTiles; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qi = j * 8 + (lane % 4) * 2 + (e % 2);
+        const int key = key_a + (e / 2) * 8;
+        const float row_lse = sLse[qi];
+        const bool masked =
+            row_lse == -CUDART_INF_F ||
+            (kind == TileKind::kPartial &&
+             element_masked(sCol, has_columns, causal, causal_offset, seqlen_k, r0 + qi, key, c0));
+        const float prob = masked ? 0.f : exp2f(acc_s[j][e] * scale_log2 - row_lse);
+        acc_s[j][e] = prob;
+        acc_dp[j][e] = prob * (acc_dp[j][e] - sDelta[qi]);
+      }
+    }
+
+    // dV += P^T dO and dK += dS^T Q (keys x head dim), A straight from registers.
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) {
+      uint32_t a_p[4], a_ds[4];
+      a_p[0] = pack2<T>(acc_s[2 * kk][0], acc_s[2 * kk][1]);
+      a_p[1] = pack2<T>(acc_s[2 * kk][2], acc_s[2 * kk][3]);
+      a_p[2] = pack2<T>(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
+      a_p[3] = pack2<T>(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
+      a_ds[0] = pack2<T>(acc_dp[2 * kk][0], acc_dp[2 * kk][1]);
+      a_ds[1] = pack2<T>(acc_dp[2 * kk][2], acc_dp[2 * kk][3]);
+      a_ds[2] = pack2<T>(acc_dp[2 * kk + 1][0], acc_dp[2 * kk + 1][1]);
+      a_ds[3] = pack2<T>(acc_dp[2 * kk + 1][2], acc_dp[2 * kk + 1][3]);
+      // dS^T to shared memory for the dQ product below.
+      const int key_local = warp * 16 + lane / 4;
+      const int q_local = kk * 16 + (lane % 4) * 2;
+      *reinterpret_cast<uint32_t*>(sdS + DSTile::offset(key_local, q_local)) = a_ds[0];
+      *reinterpret_cast<uint32_t*>(sdS + DSTile::offset(key_local + 8, q_local)) = a_ds[1];
+      *reinterpret_cast<uint32_t*>(sdS + DSTile::offset(key_local, q_local + 8)) = a_ds[2];
+      *reinterpret_cast<uint32_t*>(sdS + DSTile::offset(key_local + 8, q_local + 8)) = a_ds[3];
+#pragma unroll
+      for (int dd = 0; dd < kDim / 16; ++dd) {
+        const int b_off =
+            Tile::offset(kk * 16 + lane % 8 + ((lane / 8) % 2) * 8, dd * 16 + (lane / 16) * 8);
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, sdO + b_off);
+        mma_16816<T>(acc_dv[2 * dd], a_p, b[0], b[1]);
+        mma_16816<T>(acc_dv[2 * dd + 1], a_p, b[2], b[3]);
+        ldmatrix_x4_trans(b, sQ + b_off);
+        mma_16816<T>(acc_dk[2 * dd], a_ds, b[0], b[1]);
+        mma_16816<T>(acc_dk[2 * dd + 1], a_ds, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // all of dS^T is in shared memory
+
+    // dQ (rows warp*16 .. +16 of this query block) += dS K over the kBlockN keys.
+    uint32_t a_ds[kBlockN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      ldmatrix_x4_trans(a_ds[kk], sdS + DSTile::offset(kk * 16 + lane % 8 + (lane / 16) * 8,
+                                                       warp * 16 + ((lane / 8) % 2) * 8));
+    }
+    const int q_row = r0 + warp * 16 + lane / 4;
+#pragma unroll
+    for (int dd = 0; dd < kDim / 16; ++dd) {
+      float acc_dq[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, sK + Tile::offset(kk * 16 + lane % 8 + ((lane / 8) % 2) * 8,
+                                               dd * 16 + (lane / 16) * 8));
+        mma_16816<T>(acc_dq[0], a_ds[kk], b[0], b[1]);
+        mma_16816<T>(acc_dq[1], a_ds[kk], b[2], b[3]);
+      }
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = q_row + (e / 2) * 8;
+          const int col = (2 * dd + t) * 8 + (lane % 4) * 2 + (e % 2);
+          if (row < seqlen_q) {
+            atomicAdd(dq_accum + int64_t(row) * p.num_heads * kDim + col, acc_dq[t][e]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // sQ, sdO, sdS and the row stats are free again
+  }
+  cp_async_wait<0>();
+
+  // dK and dV of the warp's keys; the query heads of a GQA group add up here.
+  const int64_t kv_row_stride = int64_t(p.num_heads_k) * kDim;
+  float* dk_accum = p.dk_accum + (int64_t(batch) * seqlen_k * p.num_heads_k + head_k) * kDim;
+  float* dv_accum = p.dv_accum + (int64_t(batch) * seqlen_k * p.num_heads_k + head_k) * kDim;
+#pragma unroll
+  for (int j = 0; j < kDTiles; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = key_a + (e / 2) * 8;
+      const int col = j * 8 + (lane % 4) * 2 + (e % 2);
+      if (key < seqlen_k) {
+        atomicAdd(dk_accum + key * kv_row_stride + col, acc_dk[j][e]);
+        atomicAdd(dv_accum + key * kv_row_stride + col, acc_dv[j][e]);
+      }
+    }
+  }
+}
+
+}  // namespace cuda
+}  // namespace flashmask

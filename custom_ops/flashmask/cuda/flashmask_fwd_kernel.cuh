@@ -1,0 +1,250 @@
+// FlashMask forward, FA2 class: one CTA per (query block, head, batch), each
+// warp owning 16 query rows; S = QK^T and O += PV on mma.sync tensor cores,
+// online softmax in registers (P is reused as the A operand of PV without a
+// trip through shared memory).
+//
+// FlashMask: before a key block is loaded, its tile is classified from the
+// precomputed block min/max. Fully masked blocks are skipped (the scan-ahead
+// picks the next live block, so the prefetch of K jumps over them too);
+// partially masked ones stage the per-column bounds in shared memory and mask
+// elementwise; unmasked ones do no mask work.
+#pragma once
+
+#include <math_constants.h>
+
+#include "../flashmask_params.h"
+#include "../mask_bounds.h"
+#include "kernel_traits.h"
+#include "mma_utils.cuh"
+#include "tile_io.cuh"
+
+namespace flashmask {
+namespace cuda {
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kNThreads)
+    flashmask_fwd_kernel(const FwdParams p) {
+  using T = typename Traits::Element;
+  constexpr int kDim = Traits::kHeadDim;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kThreads = Traits::kNThreads;
+  constexpr int kNTiles = kBlockN / 8;  // 8-column accumulator tiles of S
+  constexpr int kDTiles = kDim / 8;     // 8-column accumulator tiles of O
+  using Tile = SwizzledTile<kDim>;
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sK = sQ + Traits::kSmemQ;
+  T* sV = sK + Traits::kSmemKV;
+  ColumnBounds* sCol = reinterpret_cast<ColumnBounds*>(sV + Traits::kSmemKV);
+
+  // Heaviest query blocks (the last ones under causal masks) start first.
+  const int m_block = gridDim.x - 1 - blockIdx.x;
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+
+  const int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
+  const int head_k = head / (p.num_heads / p.num_heads_k);
+  const int mask_head = p.mask.num_heads == 1 ? 0 : head / (p.num_heads / p.mask.num_heads);
+  const int r0 = m_block * kBlockM;
+  const int r1 = min(r0 + kBlockM, seqlen_q);
+  const int causal_offset = seqlen_k - seqlen_q;
+  const bool causal = p.mask.causal;
+  const int k_blocks = (seqlen_k + kBlockN - 1) / kBlockN;
+
+  int n_end = k_blocks;
+  if (causal) {
+    const int last_col = r1 - 1 + causal_offset;  // last key the last row sees
+    n_end = last_col < 0 ? 0 : min(k_blocks, last_col / kBlockN + 1);
+  }
+
+  const bool has_columns = p.mask.startend_row_indices != nullptr;
+  const int mask_batch = p.mask.batch_stride == 0 ? 0 : batch;
+  const int32_t* columns = has_columns ? p.mask.startend_row_indices +
+                                             mask_batch * p.mask.batch_stride +
+                                             mask_head * p.mask.head_stride
+                                       : nullptr;
+  const BlockBounds* block_bounds =
+      has_columns ? reinterpret_cast<const BlockBounds*>(p.block_bounds) +
+                        (int64_t(mask_batch) * p.mask.num_heads + mask_head) * k_blocks
+                  : nullptr;
+  auto classify = [&](int n) {
+    return classify_tile(has_columns ? &block_bounds[n] : nullptr, causal, seqlen_q, seqlen_k, r0,
+                         r1, n * kBlockN, n * kBlockN + kBlockN);
+  };
+  auto next_live_block = [&](int n) {
+    while (n < n_end && classify(n) == TileKind::kSkip) ++n;
+    return n;
+  };
+
+  const T* q = static_cast<const T*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
+  const T* k = static_cast<const T*>(p.k) + batch * p.k_batch_stride + head_k * p.k_head_stride;
+  const T* v = static_cast<const T*>(p.v) + batch * p.v_batch_stride + head_k * p.v_head_stride;
+
+  load_tile_async<kBlockM, kDim, kThreads>(sQ, q + int64_t(r0) * p.q_row_stride, p.q_row_stride,
+                                           r1 - r0, tid);
+  cp_async_commit();
+  int n = next_live_block(0);
+  if (n < n_end) {
+    load_tile_async<kBlockN, kDim, kThreads>(sK, k + int64_t(n) * kBlockN * p.k_row_stride,
+                                             p.k_row_stride, seqlen_k - n * kBlockN, tid);
+  }
+  cp_async_commit();
+
+  float acc_o[kDTiles][4];
+#pragma unroll
+  for (int j = 0; j < kDTiles; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_o[j][e] = 0.f;
+  // Per thread: rows (lane / 4) and (lane / 4 + 8) of the warp's 16.
+  float row_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
+  float row_sum[2] = {0.f, 0.f};  // this thread's partial sums
+  const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  const int row_a = r0 + warp * 16 + lane / 4;
+
+  uint32_t frag_q[kDim / 16][4];
+  bool q_loaded = false;
+
+  while (n < n_end) {
+    const TileKind kind = classify(n);
+    const int c0 = n * kBlockN;
+    load_tile_async<kBlockN, kDim, kThreads>(sV, v + int64_t(c0) * p.v_row_stride,
+                                             p.v_row_stride, seqlen_k - c0, tid);
+    cp_async_commit();
+    if (kind == TileKind::kPartial && has_columns) {
+      stage_column_bounds<kBlockN>(sCol, columns, p.mask, c0, seqlen_q, seqlen_k, tid);
+    }
+    cp_async_wait<1>();  // Q and K[n] have landed
+    __syncthreads();
+    if (!q_loaded) {
+#pragma unroll
+      for (int kk = 0; kk < kDim / 16; ++kk) {
+        ldmatrix_x4(frag_q[kk], sQ + Tile::offset(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
+      }
+      q_loaded = true;
+    }
+
+    // S = Q K^T for the warp's 16 rows x kBlockN keys.
+    float acc_s[kNTiles][4];
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_s[j][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kDim / 16; ++kk) {
+#pragma unroll
+      for (int nn = 0; nn < kBlockN / 16; ++nn) {
+        uint32_t b[4];
+        ldmatrix_x4(b, sK + Tile::offset(nn * 16 + lane % 8 + (lane / 16) * 8,
+                                         kk * 16 + ((lane / 8) % 2) * 8));
+        mma_16816<T>(acc_s[2 * nn], frag_q[kk], b[0], b[1]);
+        mma_16816<T>(acc_s[2 * nn + 1], frag_q[kk], b[2], b[3]);
+      }
+    }
+
+    if (kind == TileKind::kPartial) {
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = row_a + (e / 2) * 8;
+          const int col = c0 + j * 8 + (lane % 4) * 2 + (e % 2);
+          if (element_masked(sCol, has_columns, causal, causal_offset, seqlen_k, row, col, c0)) {
+            acc_s[j][e] = -CUDART_INF_F;
+          }
+        }
+      }
+    }
+
+    // Online softmax in the log2 domain.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float tile_max = -CUDART_INF_F;
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+        tile_max = fmaxf(tile_max, fmaxf(acc_s[j][2 * h], acc_s[j][2 * h + 1]));
+      }
+      tile_max = quad_max(tile_max) * scale_log2;
+      const float new_max = fmaxf(row_max[h], tile_max);
+      // A row with nothing visible so far keeps P = 0 without NaN.
+      const float max_used = new_max == -CUDART_INF_F ? 0.f : new_max;
+      const float alpha = exp2f(row_max[h] - max_used);
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          const float prob = exp2f(acc_s[j][e] * scale_log2 - max_used);
+          acc_s[j][e] = prob;
+          sum += prob;
+        }
+      }
+      row_sum[h] = row_sum[h] * alpha + sum;
+      row_max[h] = new_max;
+#pragma unroll
+      for (int j = 0; j < kDTiles; ++j) {
+        acc_o[j][2 * h] *= alpha;
+        acc_o[j][2 * h + 1] *= alpha;
+      }
+    }
+
+    __syncthreads();  // every warp is done with sK
+    const int n_next = next_live_block(n + 1);
+    if (n_next < n_end) {
+      load_tile_async<kBlockN, kDim, kThreads>(sK, k + int64_t(n_next) * kBlockN * p.k_row_stride,
+                                               p.k_row_stride, seqlen_k - n_next * kBlockN, tid);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();  // V[n] has landed
+    __syncthreads();
+
+    // O += P V, P taken straight from the S accumulators.
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      uint32_t a[4];
+      a[0] = pack2<T>(acc_s[2 * kk][0], acc_s[2 * kk][1]);
+      a[1] = pack2<T>(acc_s[2 * kk][2], acc_s[2 * kk][3]);
+      a[2] = pack2<T>(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
+      a[3] = pack2<T>(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dd = 0; dd < kDim / 16; ++dd) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, sV + Tile::offset(kk * 16 + lane % 8 + ((lane / 8) % 2) * 8,
+                                               dd * 16 + (lane / 16) * 8));
+        mma_16816<T>(acc_o[2 * dd], a, b[0], b[1]);
+        mma_16816<T>(acc_o[2 * dd + 1], a, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // sV and sCol are free for the next block
+    n = n_next;
+  }
+  cp_async_wait<0>();
+
+  // Normalise and write O and the LSE (natural log). Empty rows: O = 0, LSE = -inf.
+  T* out = static_cast<T*>(p.out) + batch * p.o_batch_stride + head * p.o_head_stride;
+  float* lse = p.softmax_lse + (int64_t(batch) * p.num_heads + head) * seqlen_q;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float total = quad_sum(row_sum[h]);
+    const int row = row_a + h * 8;
+    if (row >= seqlen_q) continue;
+    const bool empty = !(total > 0.f);
+    const float inv = empty ? 0.f : 1.f / total;
+    T* out_row = out + int64_t(row) * p.o_row_stride + (lane % 4) * 2;
+#pragma unroll
+    for (int j = 0; j < kDTiles; ++j) {
+      *reinterpret_cast<uint32_t*>(out_row + j * 8) =
+          pack2<T>(acc_o[j][2 * h] * inv, acc_o[j][2 * h + 1] * inv);
+    }
+    if (lane % 4 == 0) {
+      lse[row] = empty ? -CUDART_INF_F : (row_max[h] + log2f(total)) * 0.6931471805599453f;
+    }
+  }
+}
+
+}  // namespace cuda
+}  // namespace flashmask

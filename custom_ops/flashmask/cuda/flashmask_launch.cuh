@@ -1,0 +1,50 @@
+// Launch templates: one per (kernel, head dim, dtype), instantiated in the
+// per-config .cu files so the builds stay small and parallel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "../flashmask_params.h"
+#include "cuda_check.h"
+#include "flashmask_bwd_kernel.cuh"
+#include "flashmask_fwd_kernel.cuh"
+#include "kernel_traits.h"
+
+namespace flashmask {
+namespace cuda {
+
+template <int kHeadDim, typename T>
+void run_fwd_(const FwdParams& p, cudaStream_t stream);
+template <int kHeadDim, typename T>
+void run_bwd_(const BwdParams& p, cudaStream_t stream);
+
+template <typename Kernel>
+void allow_large_smem(Kernel kernel, int bytes) {
+  if (bytes > 48 * 1024) {
+    FLASHMASK_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  }
+}
+
+template <int kHeadDim, typename T>
+void launch_fwd(const FwdParams& p, cudaStream_t stream) {
+  using Traits = FwdTraits<kHeadDim, T>;
+  auto kernel = flashmask_fwd_kernel<Traits>;
+  allow_large_smem(kernel, Traits::kSmemBytes);
+  const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.num_heads, p.batch);
+  kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
+  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int kHeadDim, typename T>
+void launch_bwd(const BwdParams& p, cudaStream_t stream) {
+  using Traits = BwdTraits<kHeadDim, T>;
+  auto kernel = flashmask_bwd_kernel<Traits>;
+  allow_large_smem(kernel, Traits::kSmemBytes);
+  const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.num_heads, p.batch);
+  kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
+  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace cuda
+}  // namespace flashmask

@@ -1,0 +1,48 @@
+// Compile-time shape of the FA2-class kernels for one (head dim, dtype).
+#pragma once
+
+namespace flashmask {
+namespace cuda {
+
+// Key columns per tile; also the granularity of the mask block summary that
+// the preprocessing kernel writes (one BlockBounds per kBlockN columns).
+constexpr int kMaskBlockN = 64;
+
+template <int kHeadDim_, typename Element_>
+struct FwdTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kNWarps = 4;
+  static constexpr int kNThreads = kNWarps * 32;
+  static constexpr int kBlockM = 16 * kNWarps;  // each warp owns 16 query rows
+  static constexpr int kBlockN = kMaskBlockN;
+  static constexpr int kSmemQ = kBlockM * kHeadDim;   // elements
+  static constexpr int kSmemKV = kBlockN * kHeadDim;  // elements, K or V
+  // Q, K, V and the staged column bounds. K and V have one buffer each: V[n]
+  // loads under S = QK^T and K[next] under O += PV (the FA2 schedule).
+  static constexpr int kSmemBytes = (kSmemQ + 2 * kSmemKV) * 2 + kBlockN * 4 * 4;
+  static_assert(kHeadDim % 32 == 0 && (kHeadDim & (kHeadDim - 1)) == 0,
+                "head dim must be a power of two >= 32");
+};
+
+template <int kHeadDim_, typename Element_>
+struct BwdTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kNWarps = 4;
+  static constexpr int kNThreads = kNWarps * 32;
+  static constexpr int kBlockN = kMaskBlockN;  // keys per CTA, 16 per warp
+  static constexpr int kBlockM = 64;           // query rows per iteration
+  static constexpr int kSmemQ = kBlockM * kHeadDim;
+  static constexpr int kSmemKV = kBlockN * kHeadDim;
+  static constexpr int kSmemDS = kBlockN * kBlockM;
+  // K, V, Q, dO, dS^T, plus lse/delta rows and the column bounds.
+  static constexpr int kSmemBytes =
+      (2 * kSmemKV + 2 * kSmemQ + kSmemDS) * 2 + 2 * kBlockM * 4 + kBlockN * 4 * 4;
+  static_assert(kBlockN == 16 * kNWarps, "one 16-key slice per warp");
+  static_assert(kHeadDim % 32 == 0 && (kHeadDim & (kHeadDim - 1)) == 0,
+                "head dim must be a power of two >= 32");
+};
+
+}  // namespace cuda
+}  // namespace flashmask

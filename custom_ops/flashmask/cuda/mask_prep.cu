@@ -1,0 +1,174 @@
+// Small kernels around the attention kernels: the FlashMask block summary,
+// sliding-window indices, index validation, the backward's row statistics
+// (rowsum(dO * O)) and the fp32 -> output conversion of the gradients.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "../flashmask_api.h"
+#include "../mask_bounds.h"
+#include "cuda_check.h"
+#include "kernel_traits.h"
+#include "mma_utils.cuh"
+
+namespace flashmask {
+namespace cuda {
+namespace {
+
+// One thread per (mask batch, mask head, key block): min/max of its bounds.
+__global__ void block_bounds_kernel(MaskParams mask, int mask_batches, int seqlen_q, int seqlen_k,
+                                    int k_blocks, BlockBounds* out) {
+  const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t total = int64_t(mask_batches) * mask.num_heads * k_blocks;
+  if (item >= total) return;
+  const int block = int(item % k_blocks);
+  const int head = int((item / k_blocks) % mask.num_heads);
+  const int batch = int(item / (int64_t(k_blocks) * mask.num_heads));
+  const int32_t* cols =
+      mask.startend_row_indices + batch * mask.batch_stride + head * mask.head_stride;
+  BlockBounds s = empty_block_bounds();
+  const int end = min(seqlen_k, (block + 1) * kMaskBlockN);
+  for (int j = block * kMaskBlockN; j < end; ++j) {
+    extend_block_bounds(
+        s, load_column_bounds(cols + int64_t(j) * mask.col_stride, mask.num_cols, mask.causal,
+                              seqlen_q));
+  }
+  out[item] = s;
+}
+
+__global__ void window_kernel(int32_t* dst, int seqlen_q, int seqlen_k, bool causal, int left,
+                              int right) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= seqlen_k) return;
+  const int cols = causal ? 1 : 2;
+  dst[int64_t(j) * cols] = int32_t(min(int64_t(j) + left + 1, int64_t(seqlen_q)));
+  if (!causal) {
+    const int64_t ute = int64_t(j) - right;
+    dst[int64_t(j) * cols + 1] = int32_t(ute < 0 ? 0 : (ute > seqlen_q ? seqlen_q : ute));
+  }
+}
+
+__global__ void check_indices_kernel(const int32_t* indices, int64_t num_columns, int num_cols,
+                                     bool causal, int seqlen_q, int32_t* flags) {
+  const bool has_lower_end = num_cols == 4 || (causal && num_cols == 2);
+  int32_t local = 0;
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < num_columns;
+       c += int64_t(gridDim.x) * blockDim.x) {
+    const int32_t* col = indices + c * num_cols;
+    for (int k = 0; k < num_cols; ++k) {
+      if (col[k] < 0) local |= kIndexBelowZero;
+      if (col[k] > seqlen_q) local |= kIndexAboveSeqlenQ;
+    }
+    if (has_lower_end && col[0] > col[1]) local |= kLowerStartAfterEnd;
+    if (num_cols == 4 && col[2] > col[3]) local |= kUpperStartAfterEnd;
+  }
+  if (local) atomicOr(flags, local);
+}
+
+// delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d]; one warp per row.
+template <typename T>
+__global__ void softmax_d_kernel(BwdParams p) {
+  const int64_t row_id = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t rows = int64_t(p.batch) * p.num_heads * p.seqlen_q;
+  if (row_id >= rows) return;
+  const int i = int(row_id % p.seqlen_q);
+  const int h = int((row_id / p.seqlen_q) % p.num_heads);
+  const int b = int(row_id / (int64_t(p.seqlen_q) * p.num_heads));
+  const T* o = static_cast<const T*>(p.out) + b * p.o_batch_stride + i * p.o_row_stride +
+               h * p.o_head_stride;
+  const T* g = static_cast<const T*>(p.dout) + b * p.do_batch_stride + i * p.do_row_stride +
+               h * p.do_head_stride;
+  float sum = 0.f;
+  for (int d = lane; d < p.head_dim; d += 32) sum += to_float(o[d]) * to_float(g[d]);
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (lane == 0) p.softmax_d[row_id] = sum;
+}
+
+template <typename T>
+__global__ void convert_grad_kernel(const float* src, T* dst, int64_t n, float scale) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    dst[i] = from_float<T>(src[i] * scale);
+  }
+}
+
+int grid_for(int64_t n, int threads) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  return int(blocks < 65535 * 32 ? (blocks > 0 ? blocks : 1) : 65535 * 32);
+}
+
+template <typename T>
+void bwd_pre_post(const BwdParams& p, cudaStream_t stream, bool pre) {
+  const int64_t q_elems = int64_t(p.batch) * p.seqlen_q * p.num_heads * p.head_dim;
+  const int64_t kv_elems = int64_t(p.batch) * p.seqlen_k * p.num_heads_k * p.head_dim;
+  if (pre) {
+    FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, q_elems * sizeof(float), stream));
+    FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dk_accum, 0, kv_elems * sizeof(float), stream));
+    FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dv_accum, 0, kv_elems * sizeof(float), stream));
+    const int64_t rows = int64_t(p.batch) * p.num_heads * p.seqlen_q;
+    softmax_d_kernel<T><<<grid_for(rows * 32, 256), 256, 0, stream>>>(p);
+    FLASHMASK_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
+  convert_grad_kernel<T><<<grid_for(q_elems, 256), 256, 0, stream>>>(
+      p.dq_accum, static_cast<T*>(p.dq), q_elems, p.softmax_scale);
+  convert_grad_kernel<T><<<grid_for(kv_elems, 256), 256, 0, stream>>>(
+      p.dk_accum, static_cast<T*>(p.dk), kv_elems, p.softmax_scale);
+  convert_grad_kernel<T><<<grid_for(kv_elems, 256), 256, 0, stream>>>(
+      p.dv_accum, static_cast<T*>(p.dv), kv_elems, 1.f);
+  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void compute_block_bounds(const FwdParams& p, cudaStream_t stream) {
+  const MaskParams& mask = p.mask;
+  if (mask.startend_row_indices == nullptr) return;
+  const int mask_batches = mask.batch_stride == 0 ? 1 : p.batch;
+  const int k_blocks = (p.seqlen_k + kMaskBlockN - 1) / kMaskBlockN;
+  const int64_t total = int64_t(mask_batches) * mask.num_heads * k_blocks;
+  block_bounds_kernel<<<grid_for(total, 128), 128, 0, stream>>>(
+      mask, mask_batches, p.seqlen_q, p.seqlen_k, k_blocks,
+      reinterpret_cast<BlockBounds*>(p.block_bounds));
+  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+}
+
+void bwd_prepare(const BwdParams& p, cudaStream_t stream) {
+  if (p.dtype == DType::kBFloat16) return bwd_pre_post<__nv_bfloat16>(p, stream, true);
+  return bwd_pre_post<__half>(p, stream, true);
+}
+
+void bwd_finish(const BwdParams& p, cudaStream_t stream) {
+  if (p.dtype == DType::kBFloat16) return bwd_pre_post<__nv_bfloat16>(p, stream, false);
+  return bwd_pre_post<__half>(p, stream, false);
+}
+
+}  // namespace cuda
+
+int64_t block_bounds_elems(const FwdParams& p) {
+  if (p.mask.startend_row_indices == nullptr) return 0;
+  const int mask_batches = p.mask.batch_stride == 0 ? 1 : p.batch;
+  const int64_t k_blocks = (p.seqlen_k + cuda::kMaskBlockN - 1) / cuda::kMaskBlockN;
+  return int64_t(mask_batches) * p.mask.num_heads * k_blocks * int64_t(sizeof(BlockBounds) / 4);
+}
+
+void fill_window_indices_cuda(int32_t* dst, int seqlen_q, int seqlen_k, bool causal,
+                              int window_left, int window_right, void* stream) {
+  cuda::window_kernel<<<(seqlen_k + 255) / 256, 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      dst, seqlen_q, seqlen_k, causal, window_left, window_right);
+  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+}
+
+void check_indices_cuda(const int32_t* indices, int64_t num_columns, int num_cols, bool causal,
+                        int seqlen_q, int32_t* flags, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  FLASHMASK_CUDA_CHECK(cudaMemsetAsync(flags, 0, sizeof(int32_t), s));
+  const int blocks = cuda::grid_for(num_columns, 256) < 1024 ? cuda::grid_for(num_columns, 256) : 1024;
+  cuda::check_indices_kernel<<<blocks, 256, 0, s>>>(indices, num_columns, num_cols, causal,
+                                                    seqlen_q, flags);
+  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace flashmask

@@ -1,0 +1,51 @@
+// Shared-memory staging used by both kernels: async tile loads with zero fill
+// for rows past the sequence end, and the per-column mask bounds.
+#pragma once
+
+#include "../mask_bounds.h"
+#include "mma_utils.cuh"
+
+namespace flashmask {
+namespace cuda {
+
+// Copies rows [0, kRows) of a [*, kDim] matrix (row stride `stride`
+// elements) into a swizzled tile; rows >= rows_valid become zeros.
+template <int kRows, int kDim, int kThreads, typename T>
+__device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t stride,
+                                                int rows_valid, int tid) {
+  constexpr int kChunks = kDim / 8;
+  for (int i = tid; i < kRows * kChunks; i += kThreads) {
+    const int r = i / kChunks;
+    const int c = (i % kChunks) * 8;
+    const bool valid = r < rows_valid;
+    // Point at a valid row even when copying zero bytes.
+    const T* src = gmem + int64_t(valid ? r : 0) * stride + c;
+    cp_async_16(smem + SwizzledTile<kDim>::offset(r, c), src, valid);
+  }
+}
+
+// The bounds of key columns [c0, c0 + kCols), for partially masked tiles.
+// Columns past seqlen_k get an empty mask (the kernels mask them separately).
+template <int kCols>
+__device__ __forceinline__ void stage_column_bounds(ColumnBounds* smem, const int32_t* columns,
+                                                    const MaskParams& mask, int c0, int seqlen_q,
+                                                    int seqlen_k, int tid) {
+  if (tid < kCols) {
+    const int col = c0 + tid;
+    smem[tid] = col < seqlen_k ? load_column_bounds(columns + int64_t(col) * mask.col_stride,
+                                                    mask.num_cols, mask.causal, seqlen_q)
+                               : ColumnBounds{0, 0, 0, 0};
+  }
+}
+
+// True when query row `row` may not see key column `col` of a partial tile.
+__device__ __forceinline__ bool element_masked(const ColumnBounds* bounds, bool has_columns,
+                                               bool causal, int causal_offset, int seqlen_k,
+                                               int row, int col, int c0) {
+  if (col >= seqlen_k) return true;
+  if (causal && col > row + causal_offset) return true;
+  return has_columns && row_masked(bounds[col - c0], row);
+}
+
+}  // namespace cuda
+}  // namespace flashmask
