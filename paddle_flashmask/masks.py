@@ -18,15 +18,17 @@ The causal part masks ``j > i + Sk - Sq`` (bottom-right alignment; ``i < j`` whe
 
 Every builder here uses numpy (O(S) work), returns a ``paddle.Tensor`` of dtype int32 and
 shape ``[B, Hm, S, C]`` (``Hm = 1`` except :func:`random_eviction_mask`), and takes
-``place=None`` which is forwarded to :func:`paddle.to_tensor`.  Each docstring states the
+``place=None`` which is forwarded to :func:`paddle.to_tensor` (``place="numpy"`` returns
+the numpy array instead, without importing paddle: the PyTorch peer benchmark builds
+the very same indices that way).  Each docstring states the
 ``causal`` flag to pass to ``flashmask_attention`` and shows the ten-token example
 (``1`` = attend, ``0`` = masked; rows are queries, columns keys).
 
 Document-style builders accept the document lengths either as one list (broadcast to
 ``batch_size`` rows) or as a list of lists (one per batch row).
 
-This module is self-contained: it depends only on numpy and paddle (matplotlib lazily in
-:func:`plot_mask`).
+This module is self-contained: it depends only on numpy, and on paddle and matplotlib
+lazily.
 """
 
 from __future__ import annotations
@@ -35,7 +37,16 @@ import numbers
 from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
-import paddle
+
+# Paddle is imported lazily so that tools outside Paddle (e.g. the PyTorch peer
+# benchmark) can build the very same indices with place="numpy".
+NUMPY = "numpy"
+
+
+def _paddle():
+    import paddle
+
+    return paddle
 
 __all__ = [
     "causal_mask",
@@ -76,7 +87,17 @@ def _check_int(value, name: str, minimum: int | None = None) -> int:
 
 def _to_tensor(arr: np.ndarray, place) -> paddle.Tensor:
     arr = np.ascontiguousarray(arr, dtype=np.int32)
-    return paddle.to_tensor(arr, dtype="int32", place=place)
+    if isinstance(place, str) and place == NUMPY:
+        return arr
+    return _paddle().to_tensor(arr, dtype="int32", place=place)
+
+
+def _is_paddle_tensor(x) -> bool:
+    # No import needed: a paddle.Tensor can only exist if paddle is imported.
+    import sys
+
+    paddle = sys.modules.get("paddle")
+    return paddle is not None and isinstance(x, paddle.Tensor)
 
 
 def _stack_rows(rows: List[np.ndarray], heads: int = 1) -> np.ndarray:
@@ -703,13 +724,13 @@ def to_dense(startend_row_indices, causal: bool, seqlen_q: int | None = None):
     tensor on the same place). ``seqlen_q`` defaults to ``Sk``; the causal part is aligned
     bottom-right (row i sees keys ``j <= i + Sk - Sq``). Memory is ``B*Hm*Sq*Sk`` bytes.
     """
-    is_paddle = isinstance(startend_row_indices, paddle.Tensor)
+    is_paddle = _is_paddle_tensor(startend_row_indices)
     idx = startend_row_indices.numpy() if is_paddle else np.asarray(startend_row_indices)
     _check_form(idx.shape, bool(causal))
     sq = idx.shape[2] if seqlen_q is None else _check_int(seqlen_q, "seqlen_q", 0)
     keep = _dense_keep(idx, bool(causal), sq)
     if is_paddle:
-        return paddle.to_tensor(keep, dtype="bool", place=startend_row_indices.place)
+        return _paddle().to_tensor(keep, dtype="bool", place=startend_row_indices.place)
     return keep
 
 
@@ -724,7 +745,7 @@ def plot_mask(startend_row_indices, causal: bool, path, batch: int = 0, head: in
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    if isinstance(startend_row_indices, paddle.Tensor):
+    if _is_paddle_tensor(startend_row_indices):
         idx = startend_row_indices.numpy()
     else:
         idx = np.asarray(startend_row_indices)

@@ -1,0 +1,216 @@
+"""Route PaddleNLP LLaMA attention through ``paddle_flashmask.flashmask_attention``.
+
+PaddleNLP 3.0.0b4 ignores ``attn_mask_startend_row_indices`` on its eager path (plain causal,
+packed documents leak into each other), calls Paddle's GPU-only flashmask on the
+``use_flash_attention`` path, and on that path silently drops dense masks on CPU
+(``F.scaled_dot_product_attention(..., is_causal=True)`` ignores ``attn_mask``). The patch
+replaces the attention function with :func:`flashmask_attn_func`:
+
+- indices given (``[B, S]``, ``[B, Hm, S]``, ``[B, Hm, S, 1]`` or ``[B, Hm, S, C]``, int32 or
+  int64) -> our op, ``causal=True`` for C = 1, 2 and ``causal=False`` for C = 4 (a model config
+  attribute ``flashmask_causal`` overrides); GQA k/v are used as they come (no repeat with
+  ``use_flash_attention=True``);
+- no indices and no dense mask, or a dense mask that is exactly causal -> our op, plain causal;
+- any other dense mask (padding masks, block masks, ALiBi) -> an exact dense fp32-softmax path.
+
+Patch points: the module attribute ``llama.modeling.scaled_dot_product_attention`` (bound by
+``LlamaAttention.__init__``, so it covers models built later), ``llama.fusion_ops
+.fusion_flash_attention`` (looked up at call time by every already-built model with
+``use_flash_attention=True``, and by Qwen2/DeepSeek-V2 that reuse it), and, for a model passed
+in, every ``LlamaAttention.attn_func`` (covers already-built models with
+``use_flash_attention=False``, also inside LoRA or DataParallel wrappers). When disabled, the
+wrapper forwards to PaddleNLP's original function, so layers bound while enabled fall back too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import paddle
+import paddle.nn.functional as F
+
+import paddle_flashmask
+from paddlenlp.transformers.llama import fusion_ops
+from paddlenlp.transformers.llama import modeling as llama_modeling
+
+_STATE = {"enabled": False, "orig_sdpa": None, "orig_fusion": None}
+_ORIG_ATTR = "_pfm_orig_attn_func"
+
+
+def _originals():
+    if _STATE["orig_sdpa"] is None:
+        sdpa = llama_modeling.scaled_dot_product_attention
+        fusion = fusion_ops.fusion_flash_attention
+        _STATE["orig_sdpa"] = getattr(sdpa, "__wrapped_orig__", sdpa)
+        _STATE["orig_fusion"] = getattr(fusion, "__wrapped_orig__", fusion)
+    return _STATE["orig_sdpa"], _STATE["orig_fusion"]
+
+
+def normalize_indices(ind, config=None):
+    """``(indices [B, Hm, S, C] int32, causal)`` from the layouts PaddleNLP and our collators use."""
+    if ind.dtype not in (paddle.int32, paddle.int64):
+        raise TypeError(f"attn_mask_startend_row_indices must be int32 (or int64), got {ind.dtype}")
+    if ind.dtype == paddle.int64:
+        ind = ind.astype("int32")
+    if ind.ndim == 2:
+        ind = ind.unsqueeze(1)
+    if ind.ndim == 3:
+        ind = ind.unsqueeze(-1)
+    if ind.ndim != 4:
+        raise ValueError("attn_mask_startend_row_indices must be [B, S], [B, Hm, S] or [B, Hm, S, C], "
+                         f"got shape {list(ind.shape)}")
+    C = ind.shape[-1]
+    causal = getattr(config, "flashmask_causal", None)
+    if causal is None:
+        causal = C != 4
+    return ind, bool(causal)
+
+
+def _dense_keep_is_causal(mask, q_len, kv_len) -> bool:
+    """True when the dense mask (bool keep, or additive float) is exactly plain causal."""
+    if q_len != kv_len or mask.ndim < 2 or mask.shape[-2:] != [q_len, kv_len]:
+        return False
+    if mask.dtype == paddle.bool:
+        keep = mask
+    else:
+        m = mask.astype("float32")
+        # additive: 0 = keep, very negative = masked; anything else is a bias -> not a mask
+        neg = m <= -1e4
+        if not bool(paddle.logical_or(m == 0, neg).all()):
+            return False
+        keep = m == 0
+    tril = paddle.tril(paddle.ones([q_len, kv_len], dtype="bool"))
+    return bool((keep == tril).all())
+
+
+def _dense_attention(q, k, v, mask, alibi=None):
+    """Exact dense attention for masks our op cannot take. q [B,S,H,D], k/v [B,S,Hk,D]."""
+    B, Sq, H, D = q.shape
+    Hk = k.shape[2]
+    if Hk != H:
+        k = paddle.repeat_interleave(k, H // Hk, axis=2)
+        v = paddle.repeat_interleave(v, H // Hk, axis=2)
+    qt, kt, vt = (x.transpose([0, 2, 1, 3]) for x in (q, k, v))
+    scores = paddle.matmul(qt.astype("float32"), kt.astype("float32"), transpose_y=True) * (D**-0.5)
+    if alibi is not None:
+        scores = scores + alibi.reshape([B, H, 1, -1]).astype("float32")
+    if mask is not None:
+        if mask.ndim == 2:
+            mask = mask.reshape([1, 1] + mask.shape)
+        elif mask.ndim == 3:
+            mask = mask.unsqueeze(1)
+        if mask.dtype == paddle.bool:
+            scores = paddle.where(mask, scores, paddle.full_like(scores, -1e30))
+        else:
+            scores = scores + mask.astype("float32")
+    else:
+        tril = paddle.tril(paddle.ones([Sq, k.shape[1]], dtype="bool"), diagonal=k.shape[1] - Sq)
+        scores = paddle.where(tril, scores, paddle.full_like(scores, -1e30))
+    p = F.softmax(scores, axis=-1).astype(q.dtype)
+    return paddle.matmul(p, vt).transpose([0, 2, 1, 3])
+
+
+def flashmask_attn_func(query_states, config, key_states, value_states, attention_mask, output_attentions,
+                        alibi=None, attn_mask_startend_row_indices=None, sequence_parallel=False,
+                        reshard_layer=None, npu_is_casual=False, skip_recompute=False, **kwargs):
+    """Drop-in for PaddleNLP's ``scaled_dot_product_attention`` / ``fusion_flash_attention``.
+
+    q ``[B, Sq, H, D]``, k/v ``[B, Sk, Hk, D]`` -> ``[B, Sq, H*D]`` (``[B*Sq, H*D]`` with
+    ``sequence_parallel``), or ``(out, None)`` with ``output_attentions``.
+    """
+    if not _STATE["enabled"]:
+        orig = _originals()[0]
+        return orig(query_states, config, key_states, value_states, attention_mask, output_attentions,
+                    alibi=alibi, attn_mask_startend_row_indices=attn_mask_startend_row_indices,
+                    sequence_parallel=sequence_parallel, reshard_layer=reshard_layer,
+                    npu_is_casual=npu_is_casual, skip_recompute=skip_recompute)
+    if reshard_layer is not None or getattr(config, "context_parallel_degree", 1) > 1:
+        raise NotImplementedError("paddlenlp_patches flashmask: sep/context parallel is not supported")
+    bsz, q_len, num_heads, _ = query_states.shape
+    head_dim = value_states.shape[-1]
+    if attn_mask_startend_row_indices is not None:
+        if alibi is not None:
+            raise ValueError("flashmask attention does not support alibi")
+        ind, causal = normalize_indices(attn_mask_startend_row_indices, config)
+        out = paddle_flashmask.flashmask_attention(query_states, key_states, value_states, ind, causal=causal)
+    elif alibi is None and (attention_mask is None
+                            or _dense_keep_is_causal(attention_mask, q_len, key_states.shape[1])):
+        out = paddle_flashmask.flashmask_attention(query_states, key_states, value_states, causal=True)
+    else:
+        out = _dense_attention(query_states, key_states, value_states, attention_mask, alibi)
+    if sequence_parallel:
+        out = out.reshape([bsz * q_len, head_dim * num_heads])
+    else:
+        out = out.reshape([bsz, q_len, head_dim * num_heads])
+    return (out, None) if output_attentions else out
+
+
+def _mark(fn, orig):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    wrapper.__wrapped_orig__ = orig
+    wrapper.__pfm_flashmask__ = True
+    return wrapper
+
+
+def _attention_layers(model):
+    for layer in model.sublayers(include_self=True):
+        if isinstance(layer, llama_modeling.LlamaAttention):
+            yield layer
+
+
+def is_enabled() -> bool:
+    return _STATE["enabled"]
+
+
+def enable_flashmask(model=None):
+    """Route LLaMA attention through the flashmask op. Idempotent; returns ``model``.
+
+    Call it before building models (they bind the patched function), and/or pass a built model
+    (any wrapper: LoRAModel, DataParallel, a reward model) to rebind its attention layers.
+    """
+    orig_sdpa, orig_fusion = _originals()
+    if not getattr(llama_modeling.scaled_dot_product_attention, "__pfm_flashmask__", False):
+        llama_modeling.scaled_dot_product_attention = _mark(flashmask_attn_func, orig_sdpa)
+    if not getattr(fusion_ops.fusion_flash_attention, "__pfm_flashmask__", False):
+        fusion_ops.fusion_flash_attention = _mark(flashmask_attn_func, orig_fusion)
+    _STATE["enabled"] = True
+    if model is not None:
+        for layer in _attention_layers(model):
+            if not getattr(layer.attn_func, "__pfm_flashmask__", False):
+                setattr(layer, _ORIG_ATTR, layer.attn_func)
+                layer.attn_func = llama_modeling.scaled_dot_product_attention
+    return model
+
+
+def disable_flashmask(model=None):
+    """Undo :func:`enable_flashmask`: restore PaddleNLP's functions (and, for a model passed in,
+    its layers' original ``attn_func``). Layers still bound to the wrapper forward to PaddleNLP."""
+    if _STATE["orig_sdpa"] is not None:
+        llama_modeling.scaled_dot_product_attention = _STATE["orig_sdpa"]
+        fusion_ops.fusion_flash_attention = _STATE["orig_fusion"]
+    _STATE["enabled"] = False
+    if model is not None:
+        for layer in _attention_layers(model):
+            orig = getattr(layer, _ORIG_ATTR, None)
+            if orig is not None:
+                layer.attn_func = orig
+                delattr(layer, _ORIG_ATTR)
+            elif getattr(layer.attn_func, "__pfm_flashmask__", False):
+                layer.attn_func = _STATE["orig_sdpa"]
+    return model
+
+
+@contextlib.contextmanager
+def flashmask_enabled(model=None):
+    """``with flashmask_enabled(model): ...`` enables the patch and restores the previous state."""
+    was = _STATE["enabled"]
+    enable_flashmask(model)
+    try:
+        yield model
+    finally:
+        if not was:
+            disable_flashmask(model)
