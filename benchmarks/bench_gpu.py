@@ -1,0 +1,133 @@
+"""GPU benchmark of paddle_flashmask's CUDA kernels (a script, not a test).
+
+Per mask and length: forward and backward time, TFLOP/s on the unmasked area
+(fwd 4*area*H*D, bwd 2.5x fwd) and peak memory. Results go to a JSON-lines
+file that benchmarks/report.py turns into RESULTS.md and a plot, next to the
+PyTorch peers measured by bench_gpu_peers.py in the same device call.
+
+Runs in the trimmed Paddle GPU runtime too: only our ops, host<->device
+copies and paddle.grad are used; inputs are made on the host.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+import paddle  # noqa: E402
+
+import paddle_flashmask as pfm  # noqa: E402
+from mask_area import attention_flops  # noqa: E402
+from paddle_flashmask import masks  # noqa: E402
+
+MASKS = ["full", "causal", "causal_document", "share_question", "sliding_window",
+         "global_sliding_window", "causal_blockwise", "prefix_lm_document", "prefix_lm_causal",
+         "qk_sparse", "random_eviction"]
+
+
+def mask_for(name, seqlen, heads_k, seed=0):
+    """(indices numpy or None, causal)."""
+    if name == "full":
+        return None, False
+    if name == "causal":
+        return None, True
+    return masks.example_mask(name, seqlen, batch_size=1, num_heads=heads_k, seed=seed, place="numpy")
+
+
+def device_tensor(array, dtype, place):
+    host = paddle.to_tensor(array, place=paddle.CPUPlace())
+    return host.astype(dtype)._copy_to(place, True)
+
+
+def timed(fn, repeats):
+    paddle.device.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        paddle.device.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lengths", type=int, nargs="+", default=[8192, 32768])
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--kv-heads", type=int, nargs="+", default=[8, 32])
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--masks", nargs="+", default=MASKS)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new cases after this")
+    ap.add_argument("--out", default="gpu_results.jsonl")
+    args = ap.parse_args()
+
+    place = paddle.CUDAPlace(0)
+    device = paddle.device.cuda.get_device_name(0)
+    start = time.time()
+    pfm.build()
+    rng = np.random.default_rng(0)
+    out = open(args.out, "a")
+    print(f"# paddle_flashmask CUDA on {device}, {args.dtype}, D={args.dim}, B=1")
+    print("| mask | S | H:Hk | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | peak GiB |")
+    print("|---|---|---|---|---|---|---|---|")
+    for seqlen in args.lengths:
+        for heads_k in args.kv_heads:
+            if time.time() - start > args.budget_s:
+                break
+            shape_q = (1, seqlen, args.heads, args.dim)
+            shape_k = (1, seqlen, heads_k, args.dim)
+            q = device_tensor(rng.standard_normal(shape_q, dtype=np.float32), args.dtype, place)
+            k = device_tensor(rng.standard_normal(shape_k, dtype=np.float32), args.dtype, place)
+            v = device_tensor(rng.standard_normal(shape_k, dtype=np.float32), args.dtype, place)
+            dout = device_tensor(rng.standard_normal(shape_q, dtype=np.float32), args.dtype, place)
+            for t in (q, k, v):
+                t.stop_gradient = False
+            for name in args.masks:
+                if time.time() - start > args.budget_s:
+                    print(f"(budget reached, skipping the rest at S={seqlen})")
+                    break
+                idx_np, causal = mask_for(name, seqlen, heads_k)
+                idx = None if idx_np is None else paddle.to_tensor(idx_np, place=place)
+                fwd_flops, bwd_flops = attention_flops(idx_np, causal, seqlen, seqlen, args.heads, args.dim)
+                try:
+                    def fwd():
+                        return pfm.flashmask_attention(q, k, v, idx, causal=causal)
+
+                    fwd()  # warm-up (and op load)
+                    t_fwd = timed(fwd, args.repeats)
+                    outs = [fwd()]
+
+                    def bwd():
+                        return paddle.grad(outs, [q, k, v], [dout], retain_graph=True)
+
+                    bwd()
+                    t_bwd = timed(bwd, args.repeats)
+                    peak = paddle.device.cuda.max_memory_allocated() / 2**30
+                    del outs
+                except Exception as e:  # report and go on with the next case
+                    print(f"| {name} | {seqlen} | {args.heads}:{heads_k} | error: {type(e).__name__}: {e} |")
+                    continue
+                rec = dict(impl="paddle_flashmask", mask=name, seqlen=seqlen, heads=args.heads,
+                           heads_k=heads_k, dim=args.dim, dtype=args.dtype, device=device,
+                           fwd_ms=t_fwd * 1e3, bwd_ms=t_bwd * 1e3,
+                           fwd_tflops=fwd_flops / t_fwd / 1e12, bwd_tflops=bwd_flops / t_bwd / 1e12,
+                           peak_gib=peak, mask_bytes=0 if idx_np is None else int(idx_np.nbytes))
+                out.write(json.dumps(rec) + "\n")
+                out.flush()
+                print(f"| {name} | {seqlen} | {args.heads}:{heads_k} | {rec['fwd_ms']:.2f} | "
+                      f"{rec['fwd_tflops']:.1f} | {rec['bwd_ms']:.2f} | {rec['bwd_tflops']:.1f} | {peak:.2f} |",
+                      flush=True)
+            del q, k, v, dout
+
+
+if __name__ == "__main__":
+    main()

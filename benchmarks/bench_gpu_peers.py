@@ -1,0 +1,203 @@
+"""Peers for bench_gpu.py, measured by a second process in the same device call
+(plain python3 with PyTorch; no Paddle): FlexAttention (torch.compile'd, block
+mask built from the same FlashMask indices, build time reported apart), SDPA
+with a dense boolean mask, and SDPA's flash backend on plain causal.
+
+Same masks (paddle_flashmask/masks.py loaded without paddle), same shapes,
+same TFLOP/s convention (benchmarks/mask_area.py).
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from mask_area import attention_flops, column_bounds  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location(
+    "pfm_masks", os.path.join(os.path.dirname(HERE), "paddle_flashmask", "masks.py"))
+masks = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(masks)
+
+MASKS = ["full", "causal", "causal_document", "share_question", "sliding_window",
+         "global_sliding_window", "causal_blockwise", "prefix_lm_document", "prefix_lm_causal",
+         "qk_sparse", "random_eviction"]
+flex = torch.compile(flex_attention, dynamic=False)
+
+
+def mask_for(name, seqlen, heads_k, seed=0):
+    if name == "full":
+        return None, False
+    if name == "causal":
+        return None, True
+    return masks.example_mask(name, seqlen, batch_size=1, num_heads=heads_k, seed=seed, place="numpy")
+
+
+def mask_mod_from_indices(idx, causal, seqlen, heads, device):
+    """One mask_mod body for every form (bounds as tensors), so torch.compile
+    compiles flex_attention once per shape rather than once per mask."""
+    if idx is None:
+        idx = np.full((1, 1, seqlen, 1), seqlen, dtype=np.int32)
+        causal_form = causal
+    else:
+        causal_form = causal
+    lts, lte, uts, ute = (torch.as_tensor(b[0].astype(np.int32), device=device)
+                          for b in column_bounds(idx, causal_form, seqlen))
+    mask_heads = lts.shape[0]
+    head_map = torch.arange(heads, device=device) // (heads // mask_heads)
+    causal_flag = torch.tensor(1 if causal else 0, device=device)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        hm = head_map[h]
+        lower = (q_idx >= lts[hm, kv_idx]) & (q_idx < lte[hm, kv_idx])
+        upper = (q_idx >= uts[hm, kv_idx]) & (q_idx < ute[hm, kv_idx])
+        hidden = (causal_flag > 0) & (kv_idx > q_idx)
+        return ~(lower | upper | hidden)
+
+    return mask_mod, mask_heads
+
+
+def timed(fn, repeats):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return float(np.median(times))
+
+
+def fwd_bwd_times(run, q, k, v, dout, repeats):
+    run()  # warm-up / compile
+    t_fwd = timed(run, repeats)
+    out = run()
+
+    def bwd():
+        torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+
+    bwd()
+    t_bwd = timed(bwd, repeats)
+    return t_fwd, t_bwd
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lengths", type=int, nargs="+", default=[8192, 32768])
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--kv-heads", type=int, nargs="+", default=[8, 32])
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--masks", nargs="+", default=MASKS)
+    ap.add_argument("--impls", nargs="+", default=["flex_attention", "sdpa_dense_mask", "sdpa_flash_causal"])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--dense-max-gib", type=float, default=24.0)
+    ap.add_argument("--budget-s", type=float, default=1e9)
+    ap.add_argument("--out", default="gpu_results.jsonl")
+    args = ap.parse_args()
+
+    dev = "cuda"
+    device = torch.cuda.get_device_name(0)
+    dtype = torch.bfloat16
+    start = time.time()
+    out = open(args.out, "a")
+    print(f"# peers on {device}, torch {torch.__version__}, bf16, D={args.dim}, B=1")
+    print("| impl | mask | S | H:Hk | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | mask build ms | peak GiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for seqlen in args.lengths:
+        for heads_k in args.kv_heads:
+            if time.time() - start > args.budget_s:
+                break
+            g = torch.Generator(device=dev).manual_seed(0)
+            q = torch.randn(1, args.heads, seqlen, args.dim, device=dev, dtype=dtype, generator=g, requires_grad=True)
+            k = torch.randn(1, heads_k, seqlen, args.dim, device=dev, dtype=dtype, generator=g, requires_grad=True)
+            v = torch.randn(1, heads_k, seqlen, args.dim, device=dev, dtype=dtype, generator=g, requires_grad=True)
+            dout = torch.randn(1, args.heads, seqlen, args.dim, device=dev, dtype=dtype, generator=g)
+            for name in args.masks:
+                if time.time() - start > args.budget_s:
+                    print(f"(budget reached, skipping the rest at S={seqlen})")
+                    break
+                idx, causal = mask_for(name, seqlen, heads_k)
+                fwd_flops, bwd_flops = attention_flops(idx, causal, seqlen, seqlen, args.heads, args.dim)
+                for impl in args.impls:
+                    if impl == "sdpa_flash_causal" and name != "causal":
+                        continue
+                    build_ms = None
+                    torch.cuda.reset_peak_memory_stats()
+                    try:
+                        if impl == "flex_attention":
+                            mask_mod, mask_heads = mask_mod_from_indices(idx, causal, seqlen, args.heads, dev)
+                            torch.cuda.synchronize()
+                            t0 = time.perf_counter()
+                            block_mask = create_block_mask(mask_mod, 1, args.heads if mask_heads > 1 else None,
+                                                           seqlen, seqlen, device=dev, _compile=True)
+                            torch.cuda.synchronize()
+                            t0 = time.perf_counter()  # second build: compile excluded
+                            block_mask = create_block_mask(mask_mod, 1, args.heads if mask_heads > 1 else None,
+                                                           seqlen, seqlen, device=dev, _compile=True)
+                            torch.cuda.synchronize()
+                            build_ms = (time.perf_counter() - t0) * 1e3
+
+                            def run():
+                                return flex(q, k, v, block_mask=block_mask, enable_gqa=heads_k != args.heads)
+                        elif impl == "sdpa_dense_mask":
+                            dense_gib = seqlen * seqlen / 2**30 * (1 if idx is None else idx.shape[1])
+                            if dense_gib > args.dense_max_gib:
+                                raise MemoryError(f"dense mask would take {dense_gib:.0f} GiB")
+                            if idx is None:
+                                keep = np.ones((1, 1, seqlen, seqlen), dtype=bool)
+                                if causal:
+                                    keep = np.tril(keep)
+                            else:
+                                keep = masks.to_dense(idx, causal)
+                            keep_t = torch.from_numpy(keep).to(dev)
+                            rep = args.heads // heads_k
+                            if keep_t.shape[1] > 1:
+                                keep_t = keep_t.repeat_interleave(args.heads // keep_t.shape[1], dim=1)
+
+                            def run():
+                                return F.scaled_dot_product_attention(
+                                    q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), attn_mask=keep_t)
+                        else:
+                            rep = args.heads // heads_k
+
+                            def run():
+                                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                                    return F.scaled_dot_product_attention(
+                                        q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), is_causal=True)
+                        t_fwd, t_bwd = fwd_bwd_times(run, q, k, v, dout, args.repeats)
+                    except Exception as e:
+                        msg = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+                        print(f"| {impl} | {name} | {seqlen} | {args.heads}:{heads_k} | {msg} |", flush=True)
+                        out.write(json.dumps(dict(impl=impl, mask=name, seqlen=seqlen, heads=args.heads,
+                                                  heads_k=heads_k, error=msg, device=device)) + "\n")
+                        torch.cuda.empty_cache()
+                        continue
+                    peak = torch.cuda.max_memory_allocated() / 2**30
+                    rec = dict(impl=impl, mask=name, seqlen=seqlen, heads=args.heads, heads_k=heads_k,
+                               dim=args.dim, dtype="bfloat16", device=device, fwd_ms=t_fwd, bwd_ms=t_bwd,
+                               fwd_tflops=fwd_flops / t_fwd / 1e9, bwd_tflops=bwd_flops / t_bwd / 1e9,
+                               mask_build_ms=build_ms, peak_gib=peak)
+                    out.write(json.dumps(rec) + "\n")
+                    out.flush()
+                    bm = "" if build_ms is None else f"{build_ms:.1f}"
+                    print(f"| {impl} | {name} | {seqlen} | {args.heads}:{heads_k} | {t_fwd:.2f} | "
+                          f"{rec['fwd_tflops']:.1f} | {t_bwd:.2f} | {rec['bwd_tflops']:.1f} | {bm} | {peak:.2f} |",
+                          flush=True)
+                    torch.cuda.empty_cache()
+            del q, k, v, dout
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Device call 2 (after `bash .gpu1/device-install.sh` in call 1): installs the Paddle GPU
+# runtime (../shared/tools/paddle-gpu-runtime), builds the op for sm_90a, runs the GPU
+# tests, compute-sanitizer on small cases and our benchmark. Logs and results go to $OUT.
+#   STAGES="tests sanitize bench"  BENCH_BUDGET_S=150
+set -uo pipefail
+OUT=${OUT:-/tmp/pfm_out}; mkdir -p "$OUT"
+STAGES=${STAGES:-"tests sanitize bench"}
+T0=$(date +%s); stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+
+bash .gpu2/device-install.sh > "$OUT/install.log" 2>&1 || { tail -20 "$OUT/install.log"; exit 1; }
+source /root/pdgpu/env.sh
+export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PADDLE_FLASHMASK_CACHE=/root/pfm_cache PYTHONUNBUFFERED=1
+export PADDLE_FLASHMASK_CUDA_ARCHS=${PADDLE_FLASHMASK_CUDA_ARCHS:-90a}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+stamp "runtime ready"
+
+python3 -c "import paddle_flashmask as p; p.build()" > "$OUT/build.log" 2>&1 \
+  || { grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
+stamp "op built"
+
+if [[ " $STAGES " == *" tests "* ]]; then
+  python3 -m pytest -q -x -p no:cacheprovider tests/test_gpu.py > "$OUT/gpu_tests.log" 2>&1
+  echo "gpu tests exit $?"; grep -E "passed|failed|Error|error:|assert" "$OUT/gpu_tests.log" | tail -25
+  stamp "tests done"
+fi
+
+if [[ " $STAGES " == *" sanitize "* ]]; then
+  for tool in memcheck racecheck synccheck; do
+    timeout 300 compute-sanitizer --tool $tool --kernel-name kns=flashmask --error-exitcode 9 \
+      python3 tests/gpu_sanitize_cases.py > "$OUT/sanitize_$tool.log" 2>&1
+    echo "compute-sanitizer $tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
+  done
+  stamp "sanitizer done"
+fi
+
+if [[ " $STAGES " == *" bench "* ]]; then
+  python3 benchmarks/bench_gpu.py --lengths 8192 32768 --kv-heads 8 32 --repeats 3 \
+    --budget-s "${BENCH_BUDGET_S:-150}" --out "$OUT/gpu_results.jsonl" 2>&1 | grep -v -E "^W|^I[0-9]" | tee "$OUT/bench_ours.log"
+  python3 benchmarks/bench_gpu.py --lengths 16384 --kv-heads 8 32 --masks causal --repeats 5 \
+    --out "$OUT/gpu_results.jsonl" 2>&1 | grep "^|" | tail -2
+  python3 benchmarks/bench_gpu.py --lengths 131072 --kv-heads 8 --masks causal_document share_question sliding_window \
+    --repeats 1 --budget-s 90 --out "$OUT/gpu_results.jsonl" 2>&1 | grep "^|" | tail -3
+  stamp "bench done"
+fi

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Device call 3: the PyTorch peers (FlexAttention, SDPA) in the device's plain python3,
+# on the same masks and shapes as bench_gpu.py. No Paddle needed, so a cold machine is fine.
+set -uo pipefail
+OUT=${OUT:-/tmp/pfm_out}; mkdir -p "$OUT"
+unset PYTHONPATH
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/device_peers.txt"
+python3 benchmarks/bench_gpu_peers.py --lengths 8192 32768 --kv-heads 8 32 --repeats 3 \
+  --budget-s "${PEER_BUDGET_S:-330}" --out "$OUT/peer_results.jsonl" 2>&1 | tee "$OUT/bench_peers.log" | grep "^|"
+python3 benchmarks/bench_gpu_peers.py --lengths 16384 --kv-heads 8 32 --masks causal --repeats 5 \
+  --out "$OUT/peer_results.jsonl" 2>&1 | grep "^|" | tail -4
+python3 benchmarks/bench_gpu_peers.py --lengths 131072 --kv-heads 8 --impls flex_attention \
+  --masks causal_document share_question sliding_window --repeats 1 --budget-s 100 \
+  --out "$OUT/peer_results.jsonl" 2>&1 | grep "^|" | tail -3

@@ -1,0 +1,65 @@
+"""Unmasked area of a FlashMask (numpy only), for TFLOP/s on the unmasked area:
+fwd FLOPs = 4 * area * H * D, bwd = 2.5 x fwd (the LongCA-bench convention).
+
+Imported by the Paddle benchmark and by the PyTorch peer benchmark alike.
+"""
+
+import numpy as np
+
+
+def column_bounds(indices, causal, seqlen_q):
+    """[B, Hm, Sk, C] -> four [B, Hm, Sk] arrays (LTS, LTE, UTS, UTE); unused = empty."""
+    idx = np.asarray(indices, dtype=np.int64)
+    c = idx.shape[-1]
+    zeros = np.zeros(idx.shape[:-1], dtype=np.int64)
+    full = np.full(idx.shape[:-1], seqlen_q, dtype=np.int64)
+    if c == 1:
+        return idx[..., 0], full, zeros, zeros
+    if c == 2 and causal:
+        return idx[..., 0], idx[..., 1], zeros, zeros
+    if c == 2:
+        return idx[..., 0], full, zeros, idx[..., 1]
+    return idx[..., 0], idx[..., 1], idx[..., 2], idx[..., 3]
+
+
+def _union_length(starts, ends):
+    """Length of the union of intervals [starts[k], ends[k]) along axis 0."""
+    starts = np.asarray(starts)
+    ends = np.maximum(np.asarray(ends), starts)
+    order = np.argsort(starts, axis=0)
+    s = np.take_along_axis(starts, order, 0)
+    e = np.take_along_axis(ends, order, 0)
+    total = np.zeros(s.shape[1:], dtype=np.int64)
+    cur_s, cur_e = s[0], e[0]
+    for k in range(1, s.shape[0]):
+        gap = s[k] > cur_e
+        total += np.where(gap, cur_e - cur_s, 0)
+        cur_s = np.where(gap, s[k], cur_s)
+        cur_e = np.where(gap, e[k], np.maximum(cur_e, e[k]))
+    return total + (cur_e - cur_s)
+
+
+def unmasked_area(indices, causal, seqlen_q, seqlen_k, batch=1, mask_heads=1):
+    """Visible (query, key) pairs per (batch, mask head): array [B, Hm]."""
+    cols = np.arange(seqlen_k, dtype=np.int64)
+    if indices is None:
+        lts = np.full((batch, mask_heads, seqlen_k), seqlen_q, dtype=np.int64)
+        lte = uts = ute = np.zeros_like(lts)
+    else:
+        lts, lte, uts, ute = column_bounds(indices, causal, seqlen_q)
+    causal_end = np.clip(cols - (seqlen_k - seqlen_q), 0, seqlen_q) if causal else np.zeros_like(cols)
+    causal_end = np.broadcast_to(causal_end, lts.shape)
+    starts = np.stack([np.clip(lts, 0, seqlen_q), np.clip(uts, 0, seqlen_q), np.zeros_like(lts)])
+    ends = np.stack([np.clip(lte, 0, seqlen_q), np.clip(ute, 0, seqlen_q), causal_end])
+    masked = _union_length(starts, ends)
+    return (seqlen_q - masked).sum(-1)
+
+
+def attention_flops(indices, causal, seqlen_q, seqlen_k, num_heads, head_dim, batch=1):
+    """(fwd, bwd) FLOPs on the unmasked area."""
+    mask_heads = 1 if indices is None else np.asarray(indices).shape[1]
+    area = unmasked_area(indices, causal, seqlen_q, seqlen_k, batch, mask_heads)
+    # Each mask head serves num_heads / mask_heads query heads.
+    total = float(area.sum()) * (num_heads / mask_heads)
+    fwd = 4.0 * total * head_dim
+    return fwd, 2.5 * fwd

@@ -1,0 +1,52 @@
+"""Small forward+backward calls of every mask form on the GPU, for
+compute-sanitizer (memcheck / racecheck / synccheck) on the device:
+
+    compute-sanitizer --tool memcheck --kernel-name kns=flashmask python3 tests/gpu_sanitize_cases.py
+"""
+
+import os
+import sys
+
+import numpy as np
+import paddle
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import paddle_flashmask as pfm  # noqa: E402
+from paddle_flashmask import masks  # noqa: E402
+
+GPU = paddle.CUDAPlace(0)
+
+
+def to_gpu(a, dtype="bfloat16"):
+    return paddle.to_tensor(a, place=paddle.CPUPlace()).astype(dtype)._copy_to(GPU, True)
+
+
+def main():
+    rng = np.random.default_rng(0)
+    seqlen = 200  # ragged: 3 full 64-blocks and a partial one
+    cases = [("causal", None, True), ("full", None, False)]
+    for name in ("causal_document", "causal_blockwise", "document", "global_sliding_window"):
+        idx, causal = masks.example_mask(name, seqlen, batch_size=1, num_heads=2, seed=0, place="numpy")
+        cases.append((name, idx, causal))
+    for dim in (64, 128):
+        for name, idx, causal in cases:
+            q = to_gpu(rng.standard_normal((1, seqlen, 4, dim)).astype(np.float32))
+            k = to_gpu(rng.standard_normal((1, seqlen, 2, dim)).astype(np.float32))
+            v = to_gpu(rng.standard_normal((1, seqlen, 2, dim)).astype(np.float32))
+            dout = to_gpu(rng.standard_normal((1, seqlen, 4, dim)).astype(np.float32))
+            for t in (q, k, v):
+                t.stop_gradient = False
+            ind = None if idx is None else paddle.to_tensor(idx, place=GPU)
+            out = pfm.flashmask_attention(q, k, v, ind, causal=causal)
+            grads = paddle.grad([out], [q, k, v], [dout])
+            host = [g._copy_to(paddle.CPUPlace(), True).astype("float32").numpy() for g in [out] + list(grads)]
+            assert all(np.isfinite(h).all() for h in host), name
+            print(f"ok {name} D={dim}", flush=True)
+    for window in (5, (30, 3)):
+        q = to_gpu(rng.standard_normal((1, seqlen, 2, 64)).astype(np.float32))
+        pfm.flashmask_attention(q, q, q, window_size=window, causal=False)
+        print(f"ok window {window}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
