@@ -255,8 +255,10 @@ def ours_fns(q, k, v, gout, idx, causal):
 
 
 def dense_fns(q, k, v, gout, idx, causal, sq, dtype):
-    """Dense-mask reference in [B, H, S, D] layout (inputs transposed outside the timings)."""
-    qh, kh, vh, gh = (t.transpose([0, 2, 1, 3]).contiguous().detach() for t in (q, k, v, gout))
+    """Dense-mask reference in [B, H, S, D] layout (inputs transposed outside the timings),
+    computed in `dtype`."""
+    qh, kh, vh, gh = (t.astype(dtype).transpose([0, 2, 1, 3]).contiguous().detach()
+                      for t in (q, k, v, gout))
     for t in (qh, kh, vh):
         t.stop_gradient = False
     keep = masks.to_dense(idx.numpy(), causal, sq)  # bool [B, Hm, Sq, Sk]
@@ -378,7 +380,13 @@ def main(args):
     with contextlib.redirect_stdout(sys.stderr):
         pfm.build()
     B, H, D = args.batch, args.heads, args.head_dim
-    esize = 4  # the estimate is in float32 as the dense baseline's softmax path may upcast
+    esize = 4  # the dense baseline always runs in float32 on the CPU (see below)
+    # Paddle 3.3.1's CPU backend registers no bfloat16/float16 kernels for matmul, add or
+    # softmax, so the only dense CPU baseline there is runs in float32.
+    dense_dtype = "float32"
+    dense_note = "" if args.dtype == "float32" else (
+        f" Computed in float32 (inputs cast from {args.dtype}): Paddle {paddle.__version__} has "
+        f"no {args.dtype} CPU kernels for matmul/add/softmax.")
 
     print(f"## paddle_flashmask CPU benchmark\n")
     print(f"- Paddle {paddle.__version__}, paddle_flashmask {pfm.__version__}; "
@@ -395,7 +403,7 @@ def main(args):
           f"random grad_output")
     print(f"- dense baseline: matmul(q, k^T) * scale + additive 0/-inf mask (from to_dense), "
           f"softmax, matmul(p, v), [B, H, S, D] layout; skipped when "
-          f"{args.dense_buffers} x B*H*S*S*4 bytes > {args.dense_max_gib:g} GiB")
+          f"{args.dense_buffers} x B*H*S*S*4 bytes > {args.dense_max_gib:g} GiB.{dense_note}")
     print(f"- tiles: {BLOCK_M}x{BLOCK_N}, classified like classify_tile (skip = fully masked, "
           f"partial = needs elementwise masking); GFLOP/s count only the unmasked area "
           f"(fwd 4*area*H*D*B, bwd 2.5x fwd)\n", flush=True)
@@ -433,7 +441,8 @@ def main(args):
             else:
                 log(f"[{mask} S={S}] dense ... (~{dense_est:.1f} GiB est.)")
                 try:
-                    g_fwd, g_fb, keep_alive = dense_fns(q, k, v, gout, idx, causal, S, args.dtype)
+                    g_fwd, g_fb, keep_alive = dense_fns(q, k, v, gout, idx, causal, S,
+                                                        dense_dtype)
                     d_fwd = bench(g_fwd, args.warmup, args.repeats)
                     d_fb = bench(g_fb, args.warmup, args.repeats)
                     del g_fwd, g_fb, keep_alive
