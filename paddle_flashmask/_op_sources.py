@@ -73,4 +73,12 @@ def cxx_flags():
     flags = ["-O3", "-std=c++17", f"-march={arch}", "-fno-math-errno", "-Wall", "-Wno-unused-function"]
     if cuda_enabled():
         flags.append("-DFLASHMASK_WITH_CUDA")
+        flags += [f"-I{d}" for d in cuda_include_dirs()]
     return flags
+
+
+def cuda_include_dirs():
+    # Paddle's headers include thrust; CUDA >= 13 keeps it under include/cccl.
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    dirs = [os.path.join(home, "include"), os.path.join(home, "include", "cccl")]
+    return [d for d in dirs if os.path.isdir(d)]
