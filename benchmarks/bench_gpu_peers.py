@@ -32,6 +32,14 @@ _spec.loader.exec_module(masks)
 MASKS = ["full", "causal", "causal_document", "share_question", "sliding_window",
          "global_sliding_window", "causal_blockwise", "prefix_lm_document", "prefix_lm_causal",
          "qk_sparse", "random_eviction"]
+# Timing repeats the backward on one graph (retain_graph=True), which compiled
+# backward functions with donated buffers refuse; donation only saves memory.
+try:
+    import torch._functorch.config as _functorch_config
+
+    _functorch_config.donated_buffer = False
+except (ImportError, AttributeError):
+    pass
 flex = torch.compile(flex_attention, dynamic=False)
 
 
