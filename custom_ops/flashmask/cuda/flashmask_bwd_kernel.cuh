@@ -39,12 +39,12 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);
   T* sV = sK + Traits::kSmemKV;
-  T* sQ = sV + Traits::kSmemKV;
-  T* sdO = sQ + Traits::kSmemQ;
-  T* sdS = sdO + Traits::kSmemQ;  // dS^T: [keys][queries]
-  float* sLse = reinterpret_cast<float*>(sdS + Traits::kSmemDS);
-  float* sDelta = sLse + kBlockM;
-  ColumnBounds* sCol = reinterpret_cast<ColumnBounds*>(sDelta + kBlockM);
+  T* sQbuf = sV + Traits::kSmemKV;        // 2 buffers: the next block loads
+  T* sdObuf = sQbuf + 2 * Traits::kSmemQ;  // while this one is computed
+  T* sdS = sdObuf + 2 * Traits::kSmemQ;   // dS^T: [keys][queries]
+  float* sLseBuf = reinterpret_cast<float*>(sdS + Traits::kSmemDS);  // 2 x kBlockM
+  float* sDeltaBuf = sLseBuf + 2 * kBlockM;                             // 2 x kBlockM
+  ColumnBounds* sCol = reinterpret_cast<ColumnBounds*>(sDeltaBuf + 2 * kBlockM);
 
   const int n_block = blockIdx.x;
   const int head = blockIdx.y;
@@ -104,27 +104,53 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
   const int key_a = c0 + warp * 16 + lane / 4;  // this thread's keys: key_a, key_a + 8
 
-  for (int m = m_begin; m < q_blocks; ++m) {
+  auto classify = [&](int m) {
+    return classify_tile(block_bounds, causal, seqlen_q, seqlen_k, m * kBlockM,
+                         min(m * kBlockM + kBlockM, seqlen_q), c0, c0 + kBlockN);
+  };
+  auto next_live_block = [&](int m) {
+    while (m < q_blocks && classify(m) == TileKind::kSkip) ++m;
+    return m;
+  };
+  // Q, dO (async) and the row statistics of query block m into buffer `buf`.
+  auto load_query_block = [&](int m, int buf) {
     const int r0 = m * kBlockM;
-    const int r1 = min(r0 + kBlockM, seqlen_q);
-    const TileKind kind =
-        classify_tile(block_bounds, causal, seqlen_q, seqlen_k, r0, r1, c0, c0 + kBlockN);
-    if (kind == TileKind::kSkip) continue;
-
-    load_tile_async<kBlockM, kDim, kThreads>(sQ, q + int64_t(r0) * p.q_row_stride, p.q_row_stride,
-                                             r1 - r0, tid);
-    load_tile_async<kBlockM, kDim, kThreads>(sdO, dout + int64_t(r0) * p.do_row_stride,
-                                             p.do_row_stride, r1 - r0, tid);
+    const int rows = min(kBlockM, seqlen_q - r0);
+    load_tile_async<kBlockM, kDim, kThreads>(sQbuf + buf * Traits::kSmemQ,
+                                             q + int64_t(r0) * p.q_row_stride, p.q_row_stride,
+                                             rows, tid);
+    load_tile_async<kBlockM, kDim, kThreads>(sdObuf + buf * Traits::kSmemQ,
+                                             dout + int64_t(r0) * p.do_row_stride,
+                                             p.do_row_stride, rows, tid);
     cp_async_commit();
     if (tid < kBlockM) {
       const int row = r0 + tid;
       // LSE in the log2 domain; padding rows act as fully masked (P = 0).
-      sLse[tid] = row < seqlen_q ? lse[row] * 1.4426950408889634f : -CUDART_INF_F;
-      sDelta[tid] = row < seqlen_q ? delta[row] : 0.f;
+      sLseBuf[buf * kBlockM + tid] = row < seqlen_q ? lse[row] * 1.4426950408889634f : -CUDART_INF_F;
+      sDeltaBuf[buf * kBlockM + tid] = row < seqlen_q ? delta[row] : 0.f;
     }
-    cp_async_wait<0>();
-    __syncthreads();
+  };
 
+  int m = next_live_block(m_begin);
+  int buf = 0;
+  if (m < q_blocks) load_query_block(m, buf);
+  while (m < q_blocks) {
+    const int r0 = m * kBlockM;
+    const TileKind kind = classify(m);
+    cp_async_wait<0>();  // this block's Q/dO (and, the first time, K/V)
+    __syncthreads();
+    // Prefetch the next live query block into the other buffer, which every
+    // warp left at the end of the previous iteration.
+    const int m_next = next_live_block(m + 1);
+    if (m_next < q_blocks) load_query_block(m_next, buf ^ 1);
+    const T* sQ = sQbuf + buf * Traits::kSmemQ;
+    const T* sdO = sdObuf + buf * Traits::kSmemQ;
+    const float* sLse = sLseBuf + buf * kBlockM;
+    const float* sDelta = sDeltaBuf + buf * kBlockM;
+
+    // lane re-read opaquely each block: fragment addresses are recomputed where
+    // used instead of being hoisted out of the loop into live registers.
+    const int ln = int(opaque(uint32_t(lane)));
     // S^T = K Q^T and dP^T = V dO^T: the warp's 16 keys x kBlockM queries.
     float acc_s[kQTiles][4], acc_dp[kQTiles][4];
 #pragma unroll
@@ -134,13 +160,13 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 #pragma unroll
     for (int kk = 0; kk < kDim / 16; ++kk) {
       uint32_t a_k[4], a_v[4];
-      const int a_off = Tile::offset(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8);
+      const int a_off = Tile::offset(warp * 16 + ln % 16, kk * 16 + (ln / 16) * 8);
       ldmatrix_x4(a_k, sK + a_off);
       ldmatrix_x4(a_v, sV + a_off);
 #pragma unroll
       for (int nn = 0; nn < kBlockM / 16; ++nn) {
         const int b_off =
-            Tile::offset(nn * 16 + lane % 8 + (lane / 16) * 8, kk * 16 + ((lane / 8) % 2) * 8);
+            Tile::offset(nn * 16 + ln % 8 + (ln / 16) * 8, kk * 16 + ((ln / 8) % 2) * 8);
         uint32_t b[4];
         ldmatrix_x4(b, sQ + b_off);
         mma_16816<T>(acc_s[2 * nn], a_k, b[0], b[1]);
@@ -191,7 +217,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 #pragma unroll
       for (int dd = 0; dd < kDim / 16; ++dd) {
         const int b_off =
-            Tile::offset(kk * 16 + lane % 8 + ((lane / 8) % 2) * 8, dd * 16 + (lane / 16) * 8);
+            Tile::offset(kk * 16 + ln % 8 + ((ln / 8) % 2) * 8, dd * 16 + (ln / 16) * 8);
         uint32_t b[4];
         ldmatrix_x4_trans(b, sdO + b_off);
         mma_16816<T>(acc_dv[2 * dd], a_p, b[0], b[1]);
@@ -207,8 +233,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     uint32_t a_ds[kBlockN / 16][4];
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      ldmatrix_x4_trans(a_ds[kk], sdS + DSTile::offset(kk * 16 + lane % 8 + (lane / 16) * 8,
-                                                       warp * 16 + ((lane / 8) % 2) * 8));
+      ldmatrix_x4_trans(a_ds[kk], sdS + DSTile::offset(kk * 16 + ln % 8 + (ln / 16) * 8,
+                                                       warp * 16 + ((ln / 8) % 2) * 8));
     }
     const int q_row = r0 + warp * 16 + lane / 4;
 #pragma unroll
@@ -217,8 +243,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, sK + Tile::offset(kk * 16 + lane % 8 + ((lane / 8) % 2) * 8,
-                                               dd * 16 + (lane / 16) * 8));
+        ldmatrix_x4_trans(b, sK + Tile::offset(kk * 16 + ln % 8 + ((ln / 8) % 2) * 8,
+                                               dd * 16 + (ln / 16) * 8));
         mma_16816<T>(acc_dq[0], a_ds[kk], b[0], b[1]);
         mma_16816<T>(acc_dq[1], a_ds[kk], b[2], b[3]);
       }
@@ -234,7 +260,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
         }
       }
     }
-    __syncthreads();  // sQ, sdO, sdS and the row stats are free again
+    __syncthreads();  // sdS and this buffer are free again
+    m = m_next;
+    buf ^= 1;
   }
   cp_async_wait<0>();
 

@@ -1,5 +1,5 @@
 // FlashMask forward, FA2 class: one CTA per (query block, head, batch), each
-// warp owning 16 query rows; S = QK^T and O += PV on mma.sync tensor cores,
+// warp owning kMTiles x 16 query rows; S = QK^T and O += PV on mma.sync tensor cores,
 // online softmax in registers (P is reused as the A operand of PV without a
 // trip through shared memory).
 //
@@ -31,6 +31,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   constexpr int kThreads = Traits::kNThreads;
   constexpr int kNTiles = kBlockN / 8;  // 8-column accumulator tiles of S
   constexpr int kDTiles = kDim / 8;     // 8-column accumulator tiles of O
+  constexpr int kMTiles = Traits::kMTiles;
+  constexpr int kWarpRows = 16 * kMTiles;
   using Tile = SwizzledTile<kDim>;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -95,18 +97,27 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   }
   cp_async_commit();
 
-  float acc_o[kDTiles][4];
+  float acc_o[kMTiles][kDTiles][4];
+  // Per thread and m-tile: rows (lane / 4) and (lane / 4 + 8) of its 16.
+  float row_max[kMTiles][2], row_sum[kMTiles][2];  // row_sum: this thread's partial sums
 #pragma unroll
-  for (int j = 0; j < kDTiles; ++j)
+  for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc_o[j][e] = 0.f;
-  // Per thread: rows (lane / 4) and (lane / 4 + 8) of the warp's 16.
-  float row_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
-  float row_sum[2] = {0.f, 0.f};  // this thread's partial sums
+    for (int j = 0; j < kDTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_o[mt][j][e] = 0.f;
+    row_max[mt][0] = row_max[mt][1] = -CUDART_INF_F;
+    row_sum[mt][0] = row_sum[mt][1] = 0.f;
+  }
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
-  const int row_a = r0 + warp * 16 + lane / 4;
+  const int warp_row0 = warp * kWarpRows;            // within the block
+  const int row_a = r0 + warp_row0 + lane / 4;       // + mt * 16 + h * 8
 
-  uint32_t frag_q[kDim / 16][4];
+  // Q as A fragments: in registers for small head dims, else re-read per block.
+  uint32_t frag_q[Traits::kQInRegs ? kMTiles : 1][Traits::kQInRegs ? kDim / 16 : 1][4];
+  auto load_q_frag = [&](uint32_t (&a)[4], uint32_t q_base, int mt, int kk, int ln) {
+    ldmatrix_x4(a, q_base + 2 * Tile::offset(warp_row0 + mt * 16 + ln % 16, kk * 16 + (ln / 16) * 8));
+  };
   bool q_loaded = false;
 
   while (n < n_end) {
@@ -120,75 +131,104 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     }
     cp_async_wait<1>();  // Q and K[n] have landed
     __syncthreads();
-    if (!q_loaded) {
+    if constexpr (Traits::kQInRegs) {
+      if (!q_loaded) {
 #pragma unroll
-      for (int kk = 0; kk < kDim / 16; ++kk) {
-        ldmatrix_x4(frag_q[kk], sQ + Tile::offset(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
+        for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+          for (int kk = 0; kk < kDim / 16; ++kk) load_q_frag(frag_q[mt][kk], smem_addr(sQ), mt, kk, lane);
+        q_loaded = true;
       }
-      q_loaded = true;
     }
 
-    // S = Q K^T for the warp's 16 rows x kBlockN keys.
-    float acc_s[kNTiles][4];
+    // lane and bases re-read opaquely each block, so fragment addresses are
+    // recomputed where used rather than hoisted into dozens of live registers.
+    const int ln = int(opaque(uint32_t(lane)));
+    const uint32_t q_base = opaque(smem_addr(sQ));
+    const uint32_t k_base = opaque(smem_addr(sK));
+    // S = Q K^T for the warp's rows x kBlockN keys; each K fragment feeds kMTiles MMAs.
+    float acc_s[kMTiles][kNTiles][4];
 #pragma unroll
-    for (int j = 0; j < kNTiles; ++j)
+    for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc_s[j][e] = 0.f;
+      for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
+        for (int e = 0; e < 4; ++e) acc_s[mt][j][e] = 0.f;
+    // Not unrolled: fragment addresses are recomputed per step instead of
+    // living in registers next to the accumulators.
+#pragma unroll 1
     for (int kk = 0; kk < kDim / 16; ++kk) {
+      uint32_t a_q[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        if constexpr (Traits::kQInRegs) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) a_q[mt][r] = frag_q[mt][kk][r];
+        } else {
+          load_q_frag(a_q[mt], q_base, mt, kk, ln);
+        }
+      }
 #pragma unroll
       for (int nn = 0; nn < kBlockN / 16; ++nn) {
         uint32_t b[4];
-        ldmatrix_x4(b, sK + Tile::offset(nn * 16 + lane % 8 + (lane / 16) * 8,
-                                         kk * 16 + ((lane / 8) % 2) * 8));
-        mma_16816<T>(acc_s[2 * nn], frag_q[kk], b[0], b[1]);
-        mma_16816<T>(acc_s[2 * nn + 1], frag_q[kk], b[2], b[3]);
+        ldmatrix_x4(b, k_base + 2 * Tile::offset(nn * 16 + ln % 8 + (ln / 16) * 8,
+                                                 kk * 16 + ((ln / 8) % 2) * 8));
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816<T>(acc_s[mt][2 * nn], a_q[mt], b[0], b[1]);
+          mma_16816<T>(acc_s[mt][2 * nn + 1], a_q[mt], b[2], b[3]);
+        }
       }
     }
 
     if (kind == TileKind::kPartial) {
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
+      for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = row_a + (e / 2) * 8;
-          const int col = c0 + j * 8 + (lane % 4) * 2 + (e % 2);
-          if (element_masked(sCol, has_columns, causal, causal_offset, seqlen_k, row, col, c0)) {
-            acc_s[j][e] = -CUDART_INF_F;
+        for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = row_a + mt * 16 + (e / 2) * 8;
+            const int col = c0 + j * 8 + (lane % 4) * 2 + (e % 2);
+            if (element_masked(sCol, has_columns, causal, causal_offset, seqlen_k, row, col, c0)) {
+              acc_s[mt][j][e] = -CUDART_INF_F;
+            }
           }
         }
-      }
     }
 
     // Online softmax in the log2 domain.
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float tile_max = -CUDART_INF_F;
+    for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-        tile_max = fmaxf(tile_max, fmaxf(acc_s[j][2 * h], acc_s[j][2 * h + 1]));
-      }
-      tile_max = quad_max(tile_max) * scale_log2;
-      const float new_max = fmaxf(row_max[h], tile_max);
-      // A row with nothing visible so far keeps P = 0 without NaN.
-      const float max_used = new_max == -CUDART_INF_F ? 0.f : new_max;
-      const float alpha = exp2f(row_max[h] - max_used);
-      float sum = 0.f;
+      for (int h = 0; h < 2; ++h) {
+        float tile_max = -CUDART_INF_F;
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-        for (int e = 2 * h; e < 2 * h + 2; ++e) {
-          const float prob = exp2f(acc_s[j][e] * scale_log2 - max_used);
-          acc_s[j][e] = prob;
-          sum += prob;
+        for (int j = 0; j < kNTiles; ++j) {
+          tile_max = fmaxf(tile_max, fmaxf(acc_s[mt][j][2 * h], acc_s[mt][j][2 * h + 1]));
         }
-      }
-      row_sum[h] = row_sum[h] * alpha + sum;
-      row_max[h] = new_max;
+        tile_max = quad_max(tile_max) * scale_log2;
+        const float new_max = fmaxf(row_max[mt][h], tile_max);
+        // A row with nothing visible so far keeps P = 0 without NaN.
+        const float max_used = new_max == -CUDART_INF_F ? 0.f : new_max;
+        const float alpha = exp2f(row_max[mt][h] - max_used);
+        float sum = 0.f;
 #pragma unroll
-      for (int j = 0; j < kDTiles; ++j) {
-        acc_o[j][2 * h] *= alpha;
-        acc_o[j][2 * h + 1] *= alpha;
+        for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+          for (int e = 2 * h; e < 2 * h + 2; ++e) {
+            const float prob = exp2f(acc_s[mt][j][e] * scale_log2 - max_used);
+            acc_s[mt][j][e] = prob;
+            sum += prob;
+          }
+        }
+        row_sum[mt][h] = row_sum[mt][h] * alpha + sum;
+        row_max[mt][h] = new_max;
+#pragma unroll
+        for (int j = 0; j < kDTiles; ++j) {
+          acc_o[mt][j][2 * h] *= alpha;
+          acc_o[mt][j][2 * h + 1] *= alpha;
+        }
       }
     }
 
@@ -202,21 +242,29 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     cp_async_wait<1>();  // V[n] has landed
     __syncthreads();
 
+    const uint32_t v_base = opaque(smem_addr(sV));
+    const int lv = int(opaque(uint32_t(lane)));
     // O += P V, P taken straight from the S accumulators.
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      uint32_t a[4];
-      a[0] = pack2<T>(acc_s[2 * kk][0], acc_s[2 * kk][1]);
-      a[1] = pack2<T>(acc_s[2 * kk][2], acc_s[2 * kk][3]);
-      a[2] = pack2<T>(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
-      a[3] = pack2<T>(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
+      uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        a[mt][0] = pack2<T>(acc_s[mt][2 * kk][0], acc_s[mt][2 * kk][1]);
+        a[mt][1] = pack2<T>(acc_s[mt][2 * kk][2], acc_s[mt][2 * kk][3]);
+        a[mt][2] = pack2<T>(acc_s[mt][2 * kk + 1][0], acc_s[mt][2 * kk + 1][1]);
+        a[mt][3] = pack2<T>(acc_s[mt][2 * kk + 1][2], acc_s[mt][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dd = 0; dd < kDim / 16; ++dd) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, sV + Tile::offset(kk * 16 + lane % 8 + ((lane / 8) % 2) * 8,
-                                               dd * 16 + (lane / 16) * 8));
-        mma_16816<T>(acc_o[2 * dd], a, b[0], b[1]);
-        mma_16816<T>(acc_o[2 * dd + 1], a, b[2], b[3]);
+        ldmatrix_x4_trans(b, v_base + 2 * Tile::offset(kk * 16 + lv % 8 + ((lv / 8) % 2) * 8,
+                                                       dd * 16 + (lv / 16) * 8));
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816<T>(acc_o[mt][2 * dd], a[mt], b[0], b[1]);
+          mma_16816<T>(acc_o[mt][2 * dd + 1], a[mt], b[2], b[3]);
+        }
       }
     }
     __syncthreads();  // sV and sCol are free for the next block
@@ -228,20 +276,23 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   T* out = static_cast<T*>(p.out) + batch * p.o_batch_stride + head * p.o_head_stride;
   float* lse = p.softmax_lse + (int64_t(batch) * p.num_heads + head) * seqlen_q;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float total = quad_sum(row_sum[h]);
-    const int row = row_a + h * 8;
-    if (row >= seqlen_q) continue;
-    const bool empty = !(total > 0.f);
-    const float inv = empty ? 0.f : 1.f / total;
-    T* out_row = out + int64_t(row) * p.o_row_stride + (lane % 4) * 2;
+  for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-    for (int j = 0; j < kDTiles; ++j) {
-      *reinterpret_cast<uint32_t*>(out_row + j * 8) =
-          pack2<T>(acc_o[j][2 * h] * inv, acc_o[j][2 * h + 1] * inv);
-    }
-    if (lane % 4 == 0) {
-      lse[row] = empty ? -CUDART_INF_F : (row_max[h] + log2f(total)) * 0.6931471805599453f;
+    for (int h = 0; h < 2; ++h) {
+      const float total = quad_sum(row_sum[mt][h]);
+      const int row = row_a + mt * 16 + h * 8;
+      if (row >= seqlen_q) continue;
+      const bool empty = !(total > 0.f);
+      const float inv = empty ? 0.f : 1.f / total;
+      T* out_row = out + int64_t(row) * p.o_row_stride + (lane % 4) * 2;
+#pragma unroll
+      for (int j = 0; j < kDTiles; ++j) {
+        *reinterpret_cast<uint32_t*>(out_row + j * 8) =
+            pack2<T>(acc_o[mt][j][2 * h] * inv, acc_o[mt][j][2 * h + 1] * inv);
+      }
+      if (lane % 4 == 0) {
+        lse[row] = empty ? -CUDART_INF_F : (row_max[mt][h] + log2f(total)) * 0.6931471805599453f;
+      }
     }
   }
 }

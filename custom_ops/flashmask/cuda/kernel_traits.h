@@ -14,8 +14,14 @@ struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kNWarps = 4;
   static constexpr int kNThreads = kNWarps * 32;
-  static constexpr int kBlockM = 16 * kNWarps;  // each warp owns 16 query rows
+  // Each warp owns kMTiles x 16 query rows: every K/V fragment read from
+  // shared memory feeds kMTiles MMAs, halving shared-memory traffic per FLOP
+  // (the FA2 layout for these head dims).
+  static constexpr int kMTiles = 2;
+  static constexpr int kBlockM = 16 * kMTiles * kNWarps;
   static constexpr int kBlockN = kMaskBlockN;
+  // Q fragments stay in registers only where they fit next to the accumulators.
+  static constexpr bool kQInRegs = false;
   static constexpr int kSmemQ = kBlockM * kHeadDim;   // elements
   static constexpr int kSmemKV = kBlockN * kHeadDim;  // elements, K or V
   // Q, K, V and the staged column bounds. K and V have one buffer each: V[n]
@@ -36,9 +42,10 @@ struct BwdTraits {
   static constexpr int kSmemQ = kBlockM * kHeadDim;
   static constexpr int kSmemKV = kBlockN * kHeadDim;
   static constexpr int kSmemDS = kBlockN * kBlockM;
-  // K, V, Q, dO, dS^T, plus lse/delta rows and the column bounds.
+  // K, V, double-buffered Q and dO, dS^T, double-buffered lse/delta rows and
+  // the column bounds.
   static constexpr int kSmemBytes =
-      (2 * kSmemKV + 2 * kSmemQ + kSmemDS) * 2 + 2 * kBlockM * 4 + kBlockN * 4 * 4;
+      (2 * kSmemKV + 4 * kSmemQ + kSmemDS) * 2 + 4 * kBlockM * 4 + kBlockN * 4 * 4;
   static_assert(kBlockN == 16 * kNWarps, "one 16-key slice per warp");
   static_assert(kHeadDim % 32 == 0 && (kHeadDim & (kHeadDim - 1)) == 0,
                 "head dim must be a power of two >= 32");
