@@ -1,32 +1,33 @@
-"""Build and install the paddle-flashmask custom op with Paddle's cpp_extension.
+"""Build the paddle-flashmask custom op ahead of time with Paddle's cpp_extension.
 
-    python setup_ops.py install
+    python setup_ops.py install     # or: python setup_ops.py build
 
-installs the op library as the module `paddle_flashmask_ops_<fingerprint>`,
-which `paddle_flashmask` imports when it matches its sources (otherwise the
-package JIT-builds the op into a cache directory on first use).
+compiles the op (CPU, plus CUDA when the installed Paddle has CUDA) into the
+package's build cache (PADDLE_FLASHMASK_CACHE, default ~/.cache/paddle_flashmask)
+under a name that carries the sources' fingerprint, exactly where the package
+looks for it; without this step the first call builds it. (Paddle's
+`cpp_extension.setup(...) install` egg layout differs between Paddle 2.6 and 3.x
+and breaks on absolute source paths, so the JIT loader's cache is the one
+install location used for both.)
 """
 
 import os
 import sys
 
-from paddle.utils.cpp_extension import CppExtension, CUDAExtension, setup
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from paddle_flashmask import _loader, _op_sources  # noqa: E402  (lazy package: builds nothing)
 
-setup(
-    # The name carries the sources' fingerprint, so an installed op is never stale.
-    name=_loader.module_name(),
-    ext_modules=(
-        CUDAExtension(
-            sources=_op_sources.source_paths(),
-            extra_compile_args={"cxx": _op_sources.cxx_flags(), "nvcc": _op_sources.nvcc_flags()},
-        )
-        if _op_sources.cuda_enabled()
-        else CppExtension(
-            sources=_op_sources.source_paths(),
-            extra_compile_args={"cxx": _op_sources.cxx_flags()},
-        )
-    ),
-)
+
+def main(argv):
+    if len(argv) != 1 or argv[0] not in ("install", "build"):
+        print(__doc__)
+        return 2
+    from paddle_flashmask import _loader, _op_sources  # lazy package: imports no op
+
+    ops = _loader.load_ops()
+    kinds = "CPU + CUDA" if _op_sources.cuda_enabled() else "CPU"
+    print(f"paddle_flashmask op ({kinds}) ready: {_loader.cache_dir()} ({ops.__name__})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
