@@ -11,7 +11,9 @@ replaces the attention function with :func:`flashmask_attn_func`:
   attribute ``flashmask_causal`` overrides); GQA k/v are used as they come (no repeat with
   ``use_flash_attention=True``);
 - no indices and no dense mask, or a dense mask that is exactly causal -> our op, plain causal;
-- any other dense mask (padding masks, block masks, ALiBi) -> an exact dense fp32-softmax path.
+- any other dense mask (padding masks, block masks, ALiBi) -> an exact dense fp32-softmax path;
+- on GPU, a dtype/head_dim the CUDA kernels do not take (they take fp16/bf16, head_dim 64/128)
+  -> the same dense path with the indices expanded on device (warned once; O(S^2) memory).
 
 Patch points: the module attribute ``llama.modeling.scaled_dot_product_attention`` (bound by
 ``LlamaAttention.__init__``, so it covers models built later), ``llama.fusion_ops
@@ -26,11 +28,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 
 import paddle
 import paddle.nn.functional as F
 
 import paddle_flashmask
+import paddle_flashmask.validation
 from paddlenlp.transformers.llama import fusion_ops
 from paddlenlp.transformers.llama import modeling as llama_modeling
 
@@ -84,10 +88,29 @@ def _dense_keep_is_causal(mask, q_len, kv_len) -> bool:
     return bool((keep == tril).all())
 
 
+def indices_to_keep(ind, causal: bool, q_len: int):
+    """Dense bool keep mask ``[B, Hm, Sq, Sk]`` of FlashMask indices ``[B, Hm, Sk, C]`` (paddle ops,
+    on the indices' device; the same semantics as ``paddle_flashmask.masks.to_dense``)."""
+    sk, C = ind.shape[2], ind.shape[3]
+    i = paddle.arange(q_len, dtype="int32").reshape([1, 1, q_len, 1])
+    vec = [ind[:, :, :, c].unsqueeze(2) for c in range(C)]  # [B, Hm, 1, Sk]
+    if causal:
+        masked = i >= vec[0] if C == 1 else paddle.logical_and(i >= vec[0], i < vec[1])
+        j = paddle.arange(sk, dtype="int32").reshape([1, 1, 1, sk])
+        masked = paddle.logical_or(masked, j > i + (sk - q_len))
+    elif C == 2:
+        masked = paddle.logical_or(i >= vec[0], i < vec[1])
+    else:
+        masked = paddle.logical_or(paddle.logical_and(i >= vec[0], i < vec[1]),
+                                   paddle.logical_and(i >= vec[2], i < vec[3]))
+    return paddle.logical_not(masked)
+
+
 def _dense_attention(q, k, v, mask, alibi=None):
-    """Exact dense attention for masks our op cannot take. q [B,S,H,D], k/v [B,S,Hk,D]."""
+    """Exact dense attention for what our op cannot take. q [B,Sq,H,D], k/v [B,Sk,Hk,D]; mask:
+    None (causal), bool keep [.., Sq, Sk] (rows without keys give 0, as the op) or additive float."""
     B, Sq, H, D = q.shape
-    Hk = k.shape[2]
+    Sk, Hk = k.shape[1], k.shape[2]
     if Hk != H:
         k = paddle.repeat_interleave(k, H // Hk, axis=2)
         v = paddle.repeat_interleave(v, H // Hk, axis=2)
@@ -95,20 +118,37 @@ def _dense_attention(q, k, v, mask, alibi=None):
     scores = paddle.matmul(qt.astype("float32"), kt.astype("float32"), transpose_y=True) * (D**-0.5)
     if alibi is not None:
         scores = scores + alibi.reshape([B, H, 1, -1]).astype("float32")
-    if mask is not None:
-        if mask.ndim == 2:
-            mask = mask.reshape([1, 1] + mask.shape)
-        elif mask.ndim == 3:
-            mask = mask.unsqueeze(1)
-        if mask.dtype == paddle.bool:
-            scores = paddle.where(mask, scores, paddle.full_like(scores, -1e30))
-        else:
-            scores = scores + mask.astype("float32")
+    if mask is None:
+        mask = paddle.tril(paddle.ones([Sq, Sk], dtype="bool"), diagonal=Sk - Sq)
+    while mask.ndim < 4:
+        mask = mask.unsqueeze(0 if mask.ndim == 2 else 1)
+    if mask.shape[1] not in (1, H):
+        mask = paddle.repeat_interleave(mask, H // mask.shape[1], axis=1)
+    if mask.dtype == paddle.bool:
+        scores = paddle.where(mask, scores, paddle.full_like(scores, -1e30))
+        p = F.softmax(scores, axis=-1)
+        p = p * mask.any(axis=-1, keepdim=True).astype(p.dtype)
     else:
-        tril = paddle.tril(paddle.ones([Sq, k.shape[1]], dtype="bool"), diagonal=k.shape[1] - Sq)
-        scores = paddle.where(tril, scores, paddle.full_like(scores, -1e30))
-    p = F.softmax(scores, axis=-1).astype(q.dtype)
-    return paddle.matmul(p, vt).transpose([0, 2, 1, 3])
+        p = F.softmax(scores + mask.astype("float32"), axis=-1)
+    return paddle.matmul(p.astype(q.dtype), vt).transpose([0, 2, 1, 3])
+
+
+def _op_supports(q) -> bool:
+    """The CPU kernel takes any dtype/head_dim; the CUDA kernels fp16/bf16 with head_dim 64/128."""
+    place = q.place
+    if not (hasattr(place, "is_gpu_place") and place.is_gpu_place()):
+        return True
+    dims = getattr(paddle_flashmask.validation, "GPU_HEAD_DIMS", (64, 128))
+    return q.dtype in (paddle.float16, paddle.bfloat16) and q.shape[-1] in dims
+
+
+_warned = set()
+
+
+def _warn_once(msg):
+    if msg not in _warned:
+        _warned.add(msg)
+        warnings.warn(msg, stacklevel=3)
 
 
 def flashmask_attn_func(query_states, config, key_states, value_states, attention_mask, output_attentions,
@@ -133,9 +173,14 @@ def flashmask_attn_func(query_states, config, key_states, value_states, attentio
         if alibi is not None:
             raise ValueError("flashmask attention does not support alibi")
         ind, causal = normalize_indices(attn_mask_startend_row_indices, config)
-        out = paddle_flashmask.flashmask_attention(query_states, key_states, value_states, ind, causal=causal)
-    elif alibi is None and (attention_mask is None
-                            or _dense_keep_is_causal(attention_mask, q_len, key_states.shape[1])):
+        if _op_supports(query_states):
+            out = paddle_flashmask.flashmask_attention(query_states, key_states, value_states, ind, causal=causal)
+        else:
+            _warn_once(f"flashmask: no GPU kernel for {query_states.dtype} head_dim {query_states.shape[-1]}; "
+                       "using the exact dense path (O(S^2) memory)")
+            out = _dense_attention(query_states, key_states, value_states, indices_to_keep(ind, causal, q_len))
+    elif alibi is None and _op_supports(query_states) and (
+            attention_mask is None or _dense_keep_is_causal(attention_mask, q_len, key_states.shape[1])):
         out = paddle_flashmask.flashmask_attention(query_states, key_states, value_states, causal=True)
     else:
         out = _dense_attention(query_states, key_states, value_states, attention_mask, alibi)

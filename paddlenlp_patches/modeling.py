@@ -4,13 +4,16 @@ directory is refused."""
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Optional
 
 import paddle
-from paddlenlp.transformers import AutoConfig, LlamaConfig, LlamaForCausalLM
+from paddlenlp.transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from .reward_model import LlamaForRewardModel
+
+logger = logging.getLogger("paddlenlp_patches")
 
 # flags that must stay off on CPU (GPU-only fused kernels) unless the config sets them
 CPU_SAFE_FLAGS = {"use_fused_rms_norm": False, "use_fused_rope": False}
@@ -24,17 +27,20 @@ def _model_class(task: str):
 
 def build_config(model_name_or_path: Optional[str], model_config: Optional[dict], vocab_size: int,
                  use_flash_attention: bool = True):
-    overrides = dict(CPU_SAFE_FLAGS)
-    overrides.update(model_config or {})
-    overrides["use_flash_attention"] = bool(use_flash_attention)
+    """The model config: the checkpoint's (``model_config`` is then ignored: it describes the tiny
+    random-init model) or ``LlamaConfig(**model_config)``; ``use_flash_attention`` set either way."""
     if model_name_or_path:
         if not os.path.isdir(model_name_or_path):
             raise FileNotFoundError(f"model_name_or_path={model_name_or_path!r} is not a local directory "
-                                    "(this runner never downloads; use null for the tiny embedded model)")
+                                    "(no downloads: use null for the tiny embedded model)")
+        if model_config:
+            logger.warning("model_config is ignored when model_name_or_path is set (%s)", model_name_or_path)
         config = AutoConfig.from_pretrained(model_name_or_path)
-        for k, v in overrides.items():
-            setattr(config, k, v)
+        config.use_flash_attention = bool(use_flash_attention)
         return config
+    overrides = dict(CPU_SAFE_FLAGS)
+    overrides.update(model_config or {})
+    overrides["use_flash_attention"] = bool(use_flash_attention)
     overrides.setdefault("vocab_size", vocab_size)
     if overrides["vocab_size"] is None:
         overrides["vocab_size"] = vocab_size
@@ -51,6 +57,13 @@ def build_model(task: str, config, model_name_or_path: Optional[str] = None, dty
     if seed is not None:
         paddle.seed(seed)
     if model_name_or_path:
+        if getattr(config, "model_type", "llama") != "llama":
+            if task == "rm":
+                raise ValueError(f"the reward model needs a LLaMA checkpoint, got model_type={config.model_type!r}")
+            logger.warning("model_type=%r: the flashmask patch rebinds LLaMA attention only; other models are "
+                           "covered only if they call llama.fusion_ops with use_flash_attention=True (Qwen2)",
+                           config.model_type)
+            cls = AutoModelForCausalLM
         return cls.from_pretrained(model_name_or_path, config=config, dtype=dtype)
     config.dtype = dtype
     return cls(config)

@@ -81,10 +81,13 @@ class CharTokenizer:
 
 def load_tokenizer(name_or_path: str | None):
     """``None``/``"char"`` -> :class:`CharTokenizer`; a directory holding ``char_tokenizer.json``
-    -> that CharTokenizer; anything else -> ``paddlenlp.transformers.AutoTokenizer.from_pretrained``
-    (a local PaddleNLP checkpoint directory)."""
+    -> that CharTokenizer; another local directory -> ``paddlenlp.transformers.AutoTokenizer
+    .from_pretrained`` (a PaddleNLP checkpoint). Anything else is refused (never downloads)."""
     if name_or_path in (None, "char"):
         return CharTokenizer()
+    if not os.path.isdir(name_or_path):
+        raise FileNotFoundError(f"tokenizer {name_or_path!r} is not a local directory (no downloads: use "
+                                "'char' or a local PaddleNLP checkpoint directory)")
     if os.path.isfile(os.path.join(name_or_path, TOKENIZER_FILE)):
         return CharTokenizer.from_pretrained(name_or_path)
     from paddlenlp.transformers import AutoTokenizer
