@@ -78,22 +78,32 @@ FLASHMASK_HOST_DEVICE void extend_block_bounds(BlockBounds& s,
   s.ute_max = b.ute > s.ute_max ? b.ute : s.ute_max;
 }
 
+// Summary of two adjacent column blocks (for kernels whose key tile spans
+// several summary blocks).
+FLASHMASK_HOST_DEVICE BlockBounds merge_block_bounds(BlockBounds a, const BlockBounds& b) {
+  a.lts_min = b.lts_min < a.lts_min ? b.lts_min : a.lts_min;
+  a.lts_max = b.lts_max > a.lts_max ? b.lts_max : a.lts_max;
+  a.lte_min = b.lte_min < a.lte_min ? b.lte_min : a.lte_min;
+  a.lte_max = b.lte_max > a.lte_max ? b.lte_max : a.lte_max;
+  a.uts_min = b.uts_min < a.uts_min ? b.uts_min : a.uts_min;
+  a.uts_max = b.uts_max > a.uts_max ? b.uts_max : a.uts_max;
+  a.ute_min = b.ute_min < a.ute_min ? b.ute_min : a.ute_min;
+  a.ute_max = b.ute_max > a.ute_max ? b.ute_max : a.ute_max;
+  return a;
+}
+
 enum class TileKind : int {
   kSkip = 0,     // every element masked: no loads, no math
   kPartial = 1,  // some elements masked: apply the bounds elementwise
   kFull = 2,     // nothing masked: no mask work at all
 };
 
-// Classifies the tile of query rows [r0, r1) x key columns [c0, c1).
-// `bounds` may be null when there is no column mask. Conservative by design:
-// when unsure it answers kPartial, whose elementwise path is always exact.
-FLASHMASK_HOST_DEVICE TileKind classify_tile(const BlockBounds* bounds,
-                                             bool causal,
-                                             int seqlen_q,
-                                             int seqlen_k,
-                                             int r0,
-                                             int r1,
-                                             int c0,
+// Classifies the tile of query rows [r0, r1) x key columns [c0, c1), whose
+// columns are summarised by `s` when `has_bounds` (no column mask otherwise).
+// Conservative by design: when unsure it answers kPartial, whose elementwise
+// path is always exact.
+FLASHMASK_HOST_DEVICE TileKind classify_tile(bool has_bounds, const BlockBounds& s, bool causal,
+                                             int seqlen_q, int seqlen_k, int r0, int r1, int c0,
                                              int c1) {
   bool partial = c1 > seqlen_k;  // ragged last key block: mask the overhang
   if (causal) {
@@ -102,20 +112,24 @@ FLASHMASK_HOST_DEVICE TileKind classify_tile(const BlockBounds* bounds,
     if (c0 > r1 - 1 + offset) return TileKind::kSkip;
     if (c1 - 1 > r0 + offset) partial = true;
   }
-  if (bounds != nullptr) {
-    const BlockBounds& s = *bounds;
+  if (has_bounds) {
     // Every column's lower (or upper) interval covers all rows of the tile.
     if (r0 >= s.lts_max && r1 <= s.lte_min) return TileKind::kSkip;
     if (r0 >= s.uts_max && r1 <= s.ute_min) return TileKind::kSkip;
     // Every column's interval misses the tile entirely: it starts at or after
     // r1 or ends at or before r0 (an empty interval always qualifies).
-    const bool lower_clear = r1 <= s.lts_min || r0 >= s.lte_max ||
-                             s.lts_min >= s.lte_max;
-    const bool upper_clear = r1 <= s.uts_min || r0 >= s.ute_max ||
-                             s.uts_min >= s.ute_max;
+    const bool lower_clear = r1 <= s.lts_min || r0 >= s.lte_max || s.lts_min >= s.lte_max;
+    const bool upper_clear = r1 <= s.uts_min || r0 >= s.ute_max || s.uts_min >= s.ute_max;
     if (!lower_clear || !upper_clear) partial = true;
   }
   return partial ? TileKind::kPartial : TileKind::kFull;
+}
+
+// Same, with the summary given by pointer (null: no column mask).
+FLASHMASK_HOST_DEVICE TileKind classify_tile(const BlockBounds* bounds, bool causal, int seqlen_q,
+                                             int seqlen_k, int r0, int r1, int c0, int c1) {
+  return classify_tile(bounds != nullptr, bounds != nullptr ? *bounds : empty_block_bounds(),
+                       causal, seqlen_q, seqlen_k, r0, r1, c0, c1);
 }
 
 }  // namespace flashmask

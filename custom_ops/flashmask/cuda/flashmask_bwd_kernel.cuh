@@ -59,7 +59,6 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const int c0 = n_block * kBlockN;
   const int causal_offset = seqlen_k - seqlen_q;
   const bool causal = p.mask.causal;
-  const int k_blocks = (seqlen_k + kBlockN - 1) / kBlockN;
   const int q_blocks = (seqlen_q + kBlockM - 1) / kBlockM;
 
   const bool has_columns = p.mask.startend_row_indices != nullptr;
@@ -68,10 +67,17 @@ __global__ void __launch_bounds__(Traits::kNThreads)
                                              mask_batch * p.mask.batch_stride +
                                              mask_head * p.mask.head_stride
                                        : nullptr;
-  const BlockBounds* block_bounds =
-      has_columns ? reinterpret_cast<const BlockBounds*>(p.block_bounds) +
-                        (int64_t(mask_batch) * p.mask.num_heads + mask_head) * k_blocks + n_block
-                  : nullptr;
+  // The key tile spans kBlockN / kMaskBlockN summary blocks: merge their bounds.
+  BlockBounds tile_bounds = empty_block_bounds();
+  if (has_columns) {
+    const int summary_blocks = (seqlen_k + kMaskBlockN - 1) / kMaskBlockN;
+    const BlockBounds* table = reinterpret_cast<const BlockBounds*>(p.block_bounds) +
+                               (int64_t(mask_batch) * p.mask.num_heads + mask_head) * summary_blocks;
+    for (int s = c0 / kMaskBlockN; s < min(summary_blocks, (c0 + kBlockN) / kMaskBlockN); ++s) {
+      tile_bounds = merge_block_bounds(tile_bounds, table[s]);
+    }
+  }
+
 
   // Rows before the first one that sees key c0 are masked by causality.
   int m_begin = 0;
@@ -105,7 +111,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const int key_a = c0 + warp * 16 + lane / 4;  // this thread's keys: key_a, key_a + 8
 
   auto classify = [&](int m) {
-    return classify_tile(block_bounds, causal, seqlen_q, seqlen_k, m * kBlockM,
+    return classify_tile(has_columns, tile_bounds, causal, seqlen_q, seqlen_k, m * kBlockM,
                          min(m * kBlockM + kBlockM, seqlen_q), c0, c0 + kBlockN);
   };
   auto next_live_block = [&](int m) {
@@ -229,16 +235,21 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     }
     __syncthreads();  // all of dS^T is in shared memory
 
-    // dQ (rows warp*16 .. +16 of this query block) += dS K over the kBlockN keys.
+    // dQ += dS K over the kBlockN keys: this warp's 16 query rows (row tile
+    // warp % kDQRowTiles) x its slice of the head dim (warp / kDQRowTiles).
+    constexpr int kSliceSteps = kDim / 16 / Traits::kDQDimSplit;
+    const int row_tile = warp % Traits::kDQRowTiles;
+    const int dd0 = (warp / Traits::kDQRowTiles) * kSliceSteps;
     uint32_t a_ds[kBlockN / 16][4];
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
       ldmatrix_x4_trans(a_ds[kk], sdS + DSTile::offset(kk * 16 + ln % 8 + (ln / 16) * 8,
-                                                       warp * 16 + ((ln / 8) % 2) * 8));
+                                                       row_tile * 16 + ((ln / 8) % 2) * 8));
     }
-    const int q_row = r0 + warp * 16 + lane / 4;
+    const int q_row = r0 + row_tile * 16 + lane / 4;
 #pragma unroll
-    for (int dd = 0; dd < kDim / 16; ++dd) {
+    for (int step = 0; step < kSliceSteps; ++step) {
+      const int dd = dd0 + step;
       float acc_dq[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {

@@ -35,10 +35,15 @@ template <int kHeadDim_, typename Element_>
 struct BwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kNWarps = 4;
+  // 8 warps x 16 keys: a 128-key CTA halves the dQ atomics and the Q/dO
+  // shared-memory loads per FLOP against a 64-key one.
+  static constexpr int kNWarps = 8;
   static constexpr int kNThreads = kNWarps * 32;
-  static constexpr int kBlockN = kMaskBlockN;  // keys per CTA, 16 per warp
-  static constexpr int kBlockM = 64;           // query rows per iteration
+  static constexpr int kBlockN = 16 * kNWarps;  // keys per CTA (two mask summary blocks)
+  static constexpr int kBlockM = 64;            // query rows per iteration
+  // dQ += dS K: the 4 row tiles of 16 x kNWarps / 4 slices of the head dim.
+  static constexpr int kDQRowTiles = kBlockM / 16;
+  static constexpr int kDQDimSplit = kNWarps / kDQRowTiles;
   static constexpr int kSmemQ = kBlockM * kHeadDim;
   static constexpr int kSmemKV = kBlockN * kHeadDim;
   static constexpr int kSmemDS = kBlockN * kBlockM;
@@ -46,7 +51,8 @@ struct BwdTraits {
   // the column bounds.
   static constexpr int kSmemBytes =
       (2 * kSmemKV + 4 * kSmemQ + kSmemDS) * 2 + 4 * kBlockM * 4 + kBlockN * 4 * 4;
-  static_assert(kBlockN == 16 * kNWarps, "one 16-key slice per warp");
+  static_assert(kBlockN % kMaskBlockN == 0, "key tile spans whole mask summary blocks");
+  static_assert(kNWarps % kDQRowTiles == 0 && (kHeadDim / 16) % kDQDimSplit == 0, "dQ split");
   static_assert(kHeadDim % 32 == 0 && (kHeadDim & (kHeadDim - 1)) == 0,
                 "head dim must be a power of two >= 32");
 };
