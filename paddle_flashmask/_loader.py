@@ -115,6 +115,15 @@ def _import_installed(name):
     return importlib.import_module(name)
 
 
+def _not_to_static(fn):
+    # Dynamic-to-static must call this as plain Python, not transform it.
+    import paddle
+
+    marker = getattr(paddle.jit, "not_to_static", None)
+    return marker(fn) if marker else fn
+
+
+@_not_to_static
 def load_ops():
     """The op module (functions pfm_flashmask_attention, pfm_flashmask_check_indices)."""
     global _ops

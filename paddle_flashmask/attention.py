@@ -6,7 +6,7 @@ import os
 import paddle
 
 from . import validation
-from ._loader import load_ops
+from ._loader import _not_to_static, load_ops
 
 
 # Index values are checked before every call (one small kernel and one flag
@@ -24,6 +24,13 @@ def set_index_validation(enabled):
     return old
 
 
+@_not_to_static
+def _check_index_values(ops, indices, seqlen_q, causal):
+    # Reads one flag back to the host: plain Python even under dynamic-to-static.
+    flags = ops.pfm_flashmask_check_indices(_contiguous(indices), seqlen_q, causal)
+    validation.check_indices_values(int(flags.numpy()[0]), seqlen_q)
+
+
 def _contiguous(t):
     # Paddle >= 2.6 may hand us strided views; the kernels read dense layouts.
     if hasattr(t, "is_contiguous") and not t.is_contiguous():
@@ -31,6 +38,7 @@ def _contiguous(t):
     return t
 
 
+@_not_to_static  # argument checks are plain Python; the op itself works in both modes
 def flashmask_attention(
     query,
     key,
@@ -109,8 +117,7 @@ def flashmask_attention(
 
     ops = load_ops()
     if startend_row_indices is not None and _validate_indices and paddle.in_dynamic_mode():
-        flags = ops.pfm_flashmask_check_indices(_contiguous(startend_row_indices), seqlen_q, causal)
-        validation.check_indices_values(int(flags.numpy()[0]), seqlen_q)
+        _check_index_values(ops, startend_row_indices, seqlen_q, causal)
 
     scale = float(softmax_scale) if softmax_scale is not None else head_dim**-0.5
     left, right = window if window is not None else (-1, -1)

@@ -23,6 +23,16 @@ _INDEX_ERRORS = (
 )
 
 
+def _is_tensor(t):
+    """A dygraph Tensor, or a static-graph variable while building a program."""
+    if isinstance(t, paddle.Tensor):
+        return True
+    static_types = tuple(
+        c for c in (getattr(paddle.static, "Variable", None), getattr(getattr(paddle, "pir", None), "Value", None)) if c
+    )
+    return bool(static_types) and isinstance(t, static_types)
+
+
 def _shape_str(t):
     return "[" + ", ".join(str(s) for s in t.shape) + "]"
 
@@ -30,7 +40,7 @@ def _shape_str(t):
 def check_qkv(query, key, value):
     """Returns (batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim)."""
     for name, t in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(t, paddle.Tensor):
+        if not _is_tensor(t):
             raise TypeError(f"{name} must be a paddle.Tensor, got {type(t).__name__}")
         if t.dtype not in FLOAT_DTYPES:
             raise TypeError(f"{name} must be {_DTYPE_NAMES}, got {t.dtype}")
@@ -88,7 +98,7 @@ def normalize_window(window_size, seqlen_q, seqlen_k):
 
 
 def check_indices_shape(indices, causal, batch, seqlen_k, num_heads_k):
-    if not isinstance(indices, paddle.Tensor):
+    if not _is_tensor(indices):
         raise TypeError(f"startend_row_indices must be a paddle.Tensor, got {type(indices).__name__}")
     if indices.dtype != paddle.int32:
         raise TypeError(f"startend_row_indices must be int32, got {indices.dtype}")
@@ -156,9 +166,8 @@ GPU_HEAD_DIMS = (64, 128)
 
 def check_device_support(query, head_dim):
     """The CUDA kernels take fp16/bf16 with head_dim 64 or 128 (the CPU kernel takes any)."""
-    place = query.place
-    if not (hasattr(place, "is_gpu_place") and place.is_gpu_place()):
-        return
+    if not paddle.in_dynamic_mode() or not query.place.is_gpu_place():
+        return  # static graphs are checked by the op when they run
     if query.dtype not in (paddle.float16, paddle.bfloat16):
         raise TypeError(f"query/key/value on GPU must be float16 or bfloat16, got {query.dtype}")
     if head_dim not in GPU_HEAD_DIMS:
