@@ -109,7 +109,7 @@ def flashmask_attention(
         raise ValueError("window_size cannot be combined with startend_row_indices; pass only one")
     if startend_row_indices is not None:
         validation.check_indices_shape(startend_row_indices, causal, batch, seqlen_k, num_heads_k)
-        if str(startend_row_indices.place) != str(query.place):
+        if paddle.in_dynamic_mode() and str(startend_row_indices.place) != str(query.place):
             raise ValueError(
                 f"startend_row_indices must be on the device of query ({query.place}), "
                 f"got {startend_row_indices.place}"

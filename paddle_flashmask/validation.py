@@ -68,7 +68,8 @@ def check_qkv(query, key, value):
         raise ValueError(
             f"query and key must be non-empty, got query {_shape_str(query)}, key {_shape_str(key)}"
         )
-    places = {str(t.place) for t in (query, key, value)}
+    # Static-graph variables carry no place: the program's device decides.
+    places = {str(t.place) for t in (query, key, value)} if paddle.in_dynamic_mode() else {""}
     if len(places) != 1:
         raise ValueError(f"query, key and value must be on one device, got {sorted(places)}")
     return b, sq, sk, h, hk, d
