@@ -90,3 +90,28 @@ def rel_err(x, ref, magnitude=None):
     if magnitude is not None:
         denom = max(denom, 0.1 * np.linalg.norm(magnitude))
     return np.linalg.norm(x - ref) / (denom if denom > 0 else 1.0)
+
+
+def random_indices(rng, batch, mask_heads, seqlen_q, seqlen_k, causal, cols):
+    """Random valid indices [B, Hm, Sk, C] int32: starts anywhere in [0, Sq], ends at or
+    after them. Values cluster at 64-block edges and at 0 / Sq so that skipped, partial
+    and unmasked tiles all occur."""
+    shape = (batch, mask_heads, seqlen_k)
+    anchors = np.clip(np.array([0, seqlen_q, seqlen_q // 2, 64, 63, 65, 128], dtype=np.int64), 0, seqlen_q)
+
+    def draw():
+        pick = rng.random(shape) < 0.3
+        return np.where(pick, rng.choice(anchors, size=shape), rng.integers(0, seqlen_q + 1, size=shape))
+
+    a, b = draw(), draw()
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    if cols == 1:
+        out = [a]
+    elif cols == 2 and causal:
+        out = [lo, hi]
+    elif cols == 2:
+        out = [a, b]  # LTS, UTE: no order between them
+    else:
+        c, d = draw(), draw()
+        out = [lo, hi, np.minimum(c, d), np.maximum(c, d)]
+    return np.stack(out, axis=-1).astype(np.int32)

@@ -12,36 +12,11 @@ from hypothesis import strategies as st
 
 import paddle_flashmask as pfm
 from paddle_flashmask import masks
-from reference import attention_fwd_bwd, keep_mask, rel_err
+from reference import attention_fwd_bwd, keep_mask, random_indices, rel_err
 
 TOL = {"float32": 1e-5, "float16": 1e-2, "bfloat16": 1e-2}
 # (causal, C) forms of startend_row_indices; C=0 means no indices.
 FORMS = [(True, 0), (True, 1), (True, 2), (False, 0), (False, 2), (False, 4)]
-
-
-def random_indices(rng, batch, mask_heads, seqlen_q, seqlen_k, causal, cols):
-    """Random valid indices: starts anywhere in [0, Sq], ends at or after them.
-    Values cluster at block edges and at 0 / Sq so tiles of every kind occur."""
-    shape = (batch, mask_heads, seqlen_k)
-    anchors = np.array([0, seqlen_q, seqlen_q // 2, 64, 63, 65, 128], dtype=np.int64)
-    anchors = np.clip(anchors, 0, seqlen_q)
-
-    def draw():
-        pick = rng.random(shape) < 0.3
-        return np.where(pick, rng.choice(anchors, size=shape), rng.integers(0, seqlen_q + 1, size=shape))
-
-    a, b = draw(), draw()
-    lo, hi = np.minimum(a, b), np.maximum(a, b)
-    if cols == 1:
-        out = [a]
-    elif cols == 2 and causal:
-        out = [lo, hi]
-    elif cols == 2:
-        out = [a, b]  # LTS, UTE: no order between them
-    else:
-        c, d = draw(), draw()
-        out = [lo, hi, np.minimum(c, d), np.maximum(c, d)]
-    return np.stack(out, axis=-1).astype(np.int32)
 
 
 def to_paddle(x, dtype):

@@ -14,7 +14,7 @@ import pytest
 
 import paddle_flashmask as pfm
 from paddle_flashmask import masks
-from reference import attention_fwd_bwd, keep_mask, rel_err
+from reference import attention_fwd_bwd, keep_mask, random_indices, rel_err
 
 pytestmark = pytest.mark.skipif(
     not paddle.is_compiled_with_cuda() or paddle.device.cuda.device_count() == 0,
@@ -42,28 +42,6 @@ def to_host_f64(t):
     if host.dtype != paddle.float32:
         host = host.astype("float32")
     return host.numpy().astype(np.float64)
-
-
-def random_indices(rng, batch, mask_heads, seqlen_q, seqlen_k, causal, cols):
-    shape = (batch, mask_heads, seqlen_k)
-    anchors = np.clip(np.array([0, seqlen_q, seqlen_q // 2, 64, 63, 65, 128]), 0, seqlen_q)
-
-    def draw():
-        pick = rng.random(shape) < 0.3
-        return np.where(pick, rng.choice(anchors, size=shape), rng.integers(0, seqlen_q + 1, size=shape))
-
-    a, b = draw(), draw()
-    lo, hi = np.minimum(a, b), np.maximum(a, b)
-    if cols == 1:
-        out = [a]
-    elif cols == 2 and causal:
-        out = [lo, hi]
-    elif cols == 2:
-        out = [a, b]
-    else:
-        c, d = draw(), draw()
-        out = [lo, hi, np.minimum(c, d), np.maximum(c, d)]
-    return np.stack(out, axis=-1).astype(np.int32)
 
 
 def cpu_reference(q, k, v, dout, indices, causal, window):
