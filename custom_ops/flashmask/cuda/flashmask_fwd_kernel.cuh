@@ -70,17 +70,13 @@ __global__ void __launch_bounds__(Traits::kNThreads)
                                              mask_batch * p.mask.batch_stride +
                                              mask_head * p.mask.head_stride
                                        : nullptr;
-  // The summary table has one entry per kMaskBlockN columns; a key tile lies
-  // inside one entry, whose bounds (a superset of the tile's columns) classify
-  // it conservatively.
-  const int summary_blocks = (seqlen_k + kMaskBlockN - 1) / kMaskBlockN;
   const BlockBounds* block_bounds =
       has_columns ? reinterpret_cast<const BlockBounds*>(p.block_bounds) +
-                        (int64_t(mask_batch) * p.mask.num_heads + mask_head) * summary_blocks
+                        (int64_t(mask_batch) * p.mask.num_heads + mask_head) * k_blocks
                   : nullptr;
   auto classify = [&](int n) {
-    return classify_tile(has_columns ? &block_bounds[n * kBlockN / kMaskBlockN] : nullptr, causal,
-                         seqlen_q, seqlen_k, r0, r1, n * kBlockN, n * kBlockN + kBlockN);
+    return classify_tile(has_columns ? &block_bounds[n] : nullptr, causal, seqlen_q, seqlen_k, r0,
+                         r1, n * kBlockN, n * kBlockN + kBlockN);
   };
   auto next_live_block = [&](int n) {
     while (n < n_end && classify(n) == TileKind::kSkip) ++n;
@@ -158,10 +154,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
       for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc_s[mt][j][e] = 0.f;
-    // Unrolled only kQKUnroll deep: the next step's fragment loads overlap this
-    // step's MMAs, while addresses are still recomputed per step instead of
+    // Not unrolled: fragment addresses are recomputed per step instead of
     // living in registers next to the accumulators.
-#pragma unroll Traits::kQKUnroll
+#pragma unroll 1
     for (int kk = 0; kk < kDim / 16; ++kk) {
       uint32_t a_q[kMTiles][4];
 #pragma unroll

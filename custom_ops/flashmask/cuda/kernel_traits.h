@@ -19,11 +19,7 @@ struct FwdTraits {
   // (the FA2 layout for these head dims).
   static constexpr int kMTiles = 2;
   static constexpr int kBlockM = 16 * kMTiles * kNWarps;
-  // Keys per tile. At head dim 128 the O accumulators take 128 registers per
-  // thread; 32-key tiles halve the S accumulators (64 -> 32), which leaves room
-  // to prefetch the next k-step's fragments (kQKUnroll) without spilling.
-  static constexpr int kBlockN = kHeadDim >= 128 ? 32 : kMaskBlockN;
-  static constexpr int kQKUnroll = 2;
+  static constexpr int kBlockN = kMaskBlockN;
   // Q fragments stay in registers only where they fit next to the accumulators.
   static constexpr bool kQInRegs = false;
   static constexpr int kSmemQ = kBlockM * kHeadDim;   // elements
@@ -33,7 +29,6 @@ struct FwdTraits {
   static constexpr int kSmemBytes = (kSmemQ + 2 * kSmemKV) * 2 + kBlockN * 4 * 4;
   static_assert(kHeadDim % 32 == 0 && (kHeadDim & (kHeadDim - 1)) == 0,
                 "head dim must be a power of two >= 32");
-  static_assert(kMaskBlockN % kBlockN == 0, "a key tile lies inside one mask summary block");
 };
 
 template <int kHeadDim_, typename Element_>
