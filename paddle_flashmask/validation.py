@@ -162,11 +162,11 @@ def check_flag(name, value):
     return bool(value)
 
 
-GPU_HEAD_DIMS = (64, 128)
+GPU_HEAD_DIMS = (32, 64, 128)
 
 
 def check_device_support(query, head_dim):
-    """The CUDA kernels take fp16/bf16 with head_dim 64 or 128 (the CPU kernel takes any)."""
+    """The CUDA kernels take fp16/bf16 with head_dim 32, 64 or 128 (the CPU kernel takes any)."""
     if not paddle.in_dynamic_mode() or not query.place.is_gpu_place():
         return  # static graphs are checked by the op when they run
     if query.dtype not in (paddle.float16, paddle.bfloat16):

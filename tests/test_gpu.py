@@ -103,7 +103,7 @@ def seed_of(*parts):
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("dim", [64, 128])
+@pytest.mark.parametrize("dim", [32, 64, 128])
 @pytest.mark.parametrize("causal,cols", FORMS)
 @pytest.mark.parametrize("seqlen", [1, 77, 1000])
 def test_forms_lengths(dtype, dim, causal, cols, seqlen):

@@ -129,7 +129,7 @@ paddle::optional<paddle::Tensor> effective_indices(
 #if defined(FLASHMASK_WITH_CUDA)
 void check_cuda_config(const flashmask::FwdParams& p) {
   PD_CHECK(flashmask::cuda_supports(p.dtype, p.head_dim),
-           "flashmask_attention on GPU takes float16/bfloat16 inputs with head_dim 64 or 128");
+           "flashmask_attention on GPU takes float16/bfloat16 inputs with head_dim 32, 64 or 128");
 }
 
 paddle::Tensor gpu_workspace(int64_t elems, paddle::DataType dtype, const paddle::Tensor& like) {

@@ -27,13 +27,15 @@ void dispatch(const Params& p, const Launcher& launcher) {
   }
   const bool bf16 = p.dtype == DType::kBFloat16;
   switch (p.head_dim) {
+    case 32:
+      return bf16 ? launcher.template run<32, __nv_bfloat16>() : launcher.template run<32, __half>();
     case 64:
       return bf16 ? launcher.template run<64, __nv_bfloat16>() : launcher.template run<64, __half>();
     case 128:
       return bf16 ? launcher.template run<128, __nv_bfloat16>()
                   : launcher.template run<128, __half>();
     default:
-      throw std::invalid_argument("flashmask_attention on GPU supports head_dim 64 or 128, got " +
+      throw std::invalid_argument("flashmask_attention on GPU supports head_dim 32, 64 or 128, got " +
                                   std::to_string(p.head_dim));
   }
 }
@@ -59,7 +61,7 @@ struct BwdLauncher {
 }  // namespace
 
 bool cuda_supports(DType dtype, int head_dim) {
-  return dtype != DType::kFloat32 && (head_dim == 64 || head_dim == 128);
+  return dtype != DType::kFloat32 && (head_dim == 32 || head_dim == 64 || head_dim == 128);
 }
 
 void run_fwd_cuda(const FwdParams& params, void* stream) {
