@@ -22,7 +22,7 @@ namespace flashmask {
 namespace cuda {
 
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSM)
+__global__ void __launch_bounds__(Traits::kNThreads)
     flashmask_fwd_kernel(const FwdParams p) {
   using T = typename Traits::Element;
   constexpr int kDim = Traits::kHeadDim;

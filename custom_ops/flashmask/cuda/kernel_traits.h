@@ -17,9 +17,7 @@ struct FwdTraits {
   // Each warp owns kMTiles x 16 query rows: every K/V fragment read from
   // shared memory feeds kMTiles MMAs, halving shared-memory traffic per FLOP
   // (the FA2 layout for these head dims).
-  static constexpr int kMTiles = kHeadDim >= 128 ? 1 : 2;
-  // CTAs per SM the register budget is set for (__launch_bounds__).
-  static constexpr int kMinBlocksPerSM = kMTiles == 1 ? 3 : 2;
+  static constexpr int kMTiles = 2;
   static constexpr int kBlockM = 16 * kMTiles * kNWarps;
   static constexpr int kBlockN = kMaskBlockN;
   // Q fragments stay in registers only where they fit next to the accumulators.
