@@ -92,6 +92,28 @@ FLASHMASK_HOST_DEVICE BlockBounds merge_block_bounds(BlockBounds a, const BlockB
   return a;
 }
 
+// Where the query head `head` of batch row `batch` finds its mask: the mask
+// head it uses (Hm is 1 or Hk), the mask batch row (0 when one mask is
+// broadcast over the batch), its [Sk, C] columns and its row of block
+// summaries ((mask batch * Hm + mask head) in a [mask batches, Hm, blocks] table).
+FLASHMASK_HOST_DEVICE int mask_head_of(const FwdParams& p, int head) {
+  return p.mask.num_heads == 1 ? 0 : head / (p.num_heads / p.mask.num_heads);
+}
+FLASHMASK_HOST_DEVICE int mask_batch_of(const MaskParams& mask, int batch) {
+  return mask.batch_stride == 0 ? 0 : batch;
+}
+FLASHMASK_HOST_DEVICE int mask_batches(const FwdParams& p) {
+  return p.mask.batch_stride == 0 ? 1 : p.batch;
+}
+FLASHMASK_HOST_DEVICE const int32_t* mask_columns(const FwdParams& p, int batch, int head) {
+  if (p.mask.startend_row_indices == nullptr) return nullptr;
+  return p.mask.startend_row_indices + mask_batch_of(p.mask, batch) * p.mask.batch_stride +
+         mask_head_of(p, head) * p.mask.head_stride;
+}
+FLASHMASK_HOST_DEVICE int64_t mask_summary_row(const FwdParams& p, int batch, int head) {
+  return int64_t(mask_batch_of(p.mask, batch)) * p.mask.num_heads + mask_head_of(p, head);
+}
+
 enum class TileKind : int {
   kSkip = 0,     // every element masked: no loads, no math
   kPartial = 1,  // some elements masked: apply the bounds elementwise

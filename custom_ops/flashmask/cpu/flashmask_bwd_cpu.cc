@@ -108,9 +108,9 @@ void bwd_impl(const BwdParams& p) {
       const int c0 = k_block * kBlockN;
       const int cols = std::min(kBlockN, p.seqlen_k - c0);
       // Every query head of the group uses the same mask head (Hm is 1 or Hk).
-      const int mask_head = mask_head_of(p, head_k * group);
-      const BlockBounds* block_bounds = bounds.get(batch, mask_head, k_block);
-      const int32_t* columns = bounds.columns(p.mask, batch, mask_head);
+      const int first_head = head_k * group;
+      const BlockBounds* block_bounds = bounds.get(mask_summary_row(p, batch, first_head), k_block);
+      const int32_t* columns = mask_columns(p, batch, first_head);
 
       BwdScratch& w = scratch[worker];
       w.ensure(padded_dim);
@@ -179,8 +179,8 @@ void bwd_impl(const BwdParams& p) {
       const int head = int((item / q_blocks) % p.num_heads);
       const int batch = int(item / (int64_t(q_blocks) * p.num_heads));
       const int head_k = head / group;
-      const int mask_head = mask_head_of(p, head);
-      const int32_t* columns = bounds.columns(p.mask, batch, mask_head);
+      const int64_t summary_row = mask_summary_row(p, batch, head);
+      const int32_t* columns = mask_columns(p, batch, head);
       const int r0 = q_block * kBlockM;
       const int rows = std::min(kBlockM, p.seqlen_q - r0);
 
@@ -199,7 +199,7 @@ void bwd_impl(const BwdParams& p) {
 
       for (int k_block = 0; k_block < k_blocks; ++k_block) {
         const int c0 = k_block * kBlockN;
-        const TileKind kind = classify_tile(bounds.get(batch, mask_head, k_block),
+        const TileKind kind = classify_tile(bounds.get(summary_row, k_block),
                                             p.mask.causal, p.seqlen_q, p.seqlen_k, r0, r0 + rows,
                                             c0, c0 + kBlockN);
         if (kind == TileKind::kSkip) continue;

@@ -76,7 +76,7 @@ void fwd_impl(const FwdParams& p) {
     const int head = int((item / q_blocks) % p.num_heads);
     const int batch = int(item / (int64_t(q_blocks) * p.num_heads));
     const int head_k = head / group;
-    const int mask_head = mask_head_of(p, head);
+    const int64_t summary_row = mask_summary_row(p, batch, head);
     const int r0 = q_block * kBlockM;
     const int rows = std::min(kBlockM, p.seqlen_q - r0);
 
@@ -88,11 +88,11 @@ void fwd_impl(const FwdParams& p) {
     fill(w.row_max.data(), kBlockM, kNegInf);
     fill(w.row_sum.data(), kBlockM, 0.f);
     fill(w.acc.data(), int64_t(kBlockM) * padded_dim, 0.f);
-    const int32_t* columns = bounds.columns(p.mask, batch, mask_head);
+    const int32_t* columns = mask_columns(p, batch, head);
 
     for (int k_block = 0; k_block < k_blocks; ++k_block) {
       const int c0 = k_block * kBlockN;
-      const TileKind kind = classify_tile(bounds.get(batch, mask_head, k_block), p.mask.causal,
+      const TileKind kind = classify_tile(bounds.get(summary_row, k_block), p.mask.causal,
                                           p.seqlen_q, p.seqlen_k, r0, r0 + rows, c0, c0 + kBlockN);
       if (kind == TileKind::kSkip) continue;
       const int cols = std::min(kBlockN, p.seqlen_k - c0);

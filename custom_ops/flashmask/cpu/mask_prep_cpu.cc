@@ -12,15 +12,15 @@ namespace cpu {
 BlockBoundsTable::BlockBoundsTable(const FwdParams& p, int block_n) {
   const MaskParams& mask = p.mask;
   if (mask.startend_row_indices == nullptr || mask.num_cols == 0) return;
-  mask_heads_ = mask.num_heads;
   num_blocks_ = ceil_div(p.seqlen_k, block_n);
-  const int64_t rows = int64_t(p.batch) * mask_heads_;
+  const int64_t rows = int64_t(mask_batches(p)) * mask.num_heads;  // = mask_summary_row range
   table_.resize(rows * num_blocks_);
   parallel_for(rows * num_blocks_, p.num_threads, [&](int64_t item, int) {
     const int block = int(item % num_blocks_);
-    const int64_t bh = item / num_blocks_;
-    const int batch = int(bh / mask_heads_), head = int(bh % mask_heads_);
-    const int32_t* cols = columns(mask, batch, head);
+    const int64_t row = item / num_blocks_;
+    const int32_t* cols = mask.startend_row_indices +
+                          (row / mask.num_heads) * mask.batch_stride +
+                          (row % mask.num_heads) * mask.head_stride;
     BlockBounds s = empty_block_bounds();
     const int end = std::min(p.seqlen_k, (block + 1) * block_n);
     for (int j = block * block_n; j < end; ++j) {

@@ -16,10 +16,10 @@ namespace cuda {
 namespace {
 
 // One thread per (mask batch, mask head, key block): min/max of its bounds.
-__global__ void block_bounds_kernel(MaskParams mask, int mask_batches, int seqlen_q, int seqlen_k,
+__global__ void block_bounds_kernel(MaskParams mask, int num_mask_batches, int seqlen_q, int seqlen_k,
                                     int k_blocks, BlockBounds* out) {
   const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t total = int64_t(mask_batches) * mask.num_heads * k_blocks;
+  const int64_t total = int64_t(num_mask_batches) * mask.num_heads * k_blocks;
   if (item >= total) return;
   const int block = int(item % k_blocks);
   const int head = int((item / k_blocks) % mask.num_heads);
@@ -126,11 +126,10 @@ void bwd_pre_post(const BwdParams& p, cudaStream_t stream, bool pre) {
 void compute_block_bounds(const FwdParams& p, cudaStream_t stream) {
   const MaskParams& mask = p.mask;
   if (mask.startend_row_indices == nullptr) return;
-  const int mask_batches = mask.batch_stride == 0 ? 1 : p.batch;
   const int k_blocks = (p.seqlen_k + kMaskBlockN - 1) / kMaskBlockN;
-  const int64_t total = int64_t(mask_batches) * mask.num_heads * k_blocks;
+  const int64_t total = int64_t(mask_batches(p)) * mask.num_heads * k_blocks;
   block_bounds_kernel<<<grid_for(total, 128), 128, 0, stream>>>(
-      mask, mask_batches, p.seqlen_q, p.seqlen_k, k_blocks,
+      mask, mask_batches(p), p.seqlen_q, p.seqlen_k, k_blocks,
       reinterpret_cast<BlockBounds*>(p.block_bounds));
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }
@@ -149,9 +148,8 @@ void bwd_finish(const BwdParams& p, cudaStream_t stream) {
 
 int64_t block_bounds_elems(const FwdParams& p) {
   if (p.mask.startend_row_indices == nullptr) return 0;
-  const int mask_batches = p.mask.batch_stride == 0 ? 1 : p.batch;
   const int64_t k_blocks = (p.seqlen_k + cuda::kMaskBlockN - 1) / cuda::kMaskBlockN;
-  return int64_t(mask_batches) * p.mask.num_heads * k_blocks * int64_t(sizeof(BlockBounds) / 4);
+  return int64_t(mask_batches(p)) * p.mask.num_heads * k_blocks * int64_t(sizeof(BlockBounds) / 4);
 }
 
 void fill_window_indices_cuda(int32_t* dst, int seqlen_q, int seqlen_k, bool causal,
