@@ -388,7 +388,7 @@ def main(args):
         f" Computed in float32 (inputs cast from {args.dtype}): Paddle {paddle.__version__} has "
         f"no {args.dtype} CPU kernels for matmul/add/softmax.")
 
-    print(f"## paddle_flashmask CPU benchmark\n")
+    print("## paddle_flashmask CPU benchmark\n")
     print(f"- Paddle {paddle.__version__}, paddle_flashmask {pfm.__version__}; "
           f"B={B}, H={H}, D={D}, dtype={args.dtype}")
     print(f"- threads: {args.threads} (OMP/MKL/OPENBLAS_NUM_THREADS and "

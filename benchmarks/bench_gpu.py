@@ -112,7 +112,7 @@ def main():
                     bwd()
                     t_bwd = timed(bwd, args.repeats)
                     peak = paddle.device.cuda.max_memory_allocated() / 2**30
-                    del outs
+                    outs = None  # release the graph before the next mask
                 except Exception as e:  # report and go on with the next case
                     print(f"| {name} | {seqlen} | {args.heads}:{heads_k} | error: {type(e).__name__}: {e} |")
                     continue
@@ -126,7 +126,7 @@ def main():
                 print(f"| {name} | {seqlen} | {args.heads}:{heads_k} | {rec['fwd_ms']:.2f} | "
                       f"{rec['fwd_tflops']:.1f} | {rec['bwd_ms']:.2f} | {rec['bwd_tflops']:.1f} | {peak:.2f} |",
                       flush=True)
-            del q, k, v, dout
+            q = k = v = dout = None  # free this config before the next allocates
 
 
 if __name__ == "__main__":

@@ -204,7 +204,7 @@ def main():
                           f"{rec['fwd_tflops']:.1f} | {t_bwd:.2f} | {rec['bwd_tflops']:.1f} | {bm} | {peak:.2f} |",
                           flush=True)
                     torch.cuda.empty_cache()
-            del q, k, v, dout
+            q = k = v = dout = None  # free this config before the next allocates
 
 
 if __name__ == "__main__":

@@ -34,9 +34,12 @@ lazily.
 from __future__ import annotations
 
 import numbers
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
+
+if TYPE_CHECKING:  # annotations only; see _paddle()
+    import paddle
 
 # Paddle is imported lazily so that tools outside Paddle (e.g. the PyTorch peer
 # benchmark) can build the very same indices with place="numpy".
