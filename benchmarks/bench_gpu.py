@@ -24,22 +24,8 @@ sys.path.insert(0, HERE)
 import paddle  # noqa: E402
 
 import paddle_flashmask as pfm  # noqa: E402
-from mask_area import attention_flops  # noqa: E402
+from mask_area import BENCH_MASKS, attention_flops, bench_mask  # noqa: E402
 from paddle_flashmask import masks  # noqa: E402
-
-MASKS = ["full", "causal", "causal_document", "share_question", "sliding_window",
-         "global_sliding_window", "causal_blockwise", "prefix_lm_document", "prefix_lm_causal",
-         "qk_sparse", "random_eviction"]
-
-
-def mask_for(name, seqlen, heads_k, seed=0):
-    """(indices numpy or None, causal)."""
-    if name == "full":
-        return None, False
-    if name == "causal":
-        return None, True
-    return masks.example_mask(name, seqlen, batch_size=1, num_heads=heads_k, seed=seed, place="numpy")
-
 
 def device_tensor(array, dtype, place):
     host = paddle.to_tensor(array, place=paddle.CPUPlace())
@@ -63,7 +49,7 @@ def main():
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--kv-heads", type=int, nargs="+", default=[8, 32])
     ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--masks", nargs="+", default=MASKS)
+    ap.add_argument("--masks", nargs="+", default=BENCH_MASKS)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new cases after this")
@@ -95,7 +81,7 @@ def main():
                 if time.time() - start > args.budget_s:
                     print(f"(budget reached, skipping the rest at S={seqlen})")
                     break
-                idx_np, causal = mask_for(name, seqlen, heads_k)
+                idx_np, causal = bench_mask(masks, name, seqlen, heads_k)
                 idx = None if idx_np is None else paddle.to_tensor(idx_np, place=place)
                 fwd_flops, bwd_flops = attention_flops(idx_np, causal, seqlen, seqlen, args.heads, args.dim)
                 try:

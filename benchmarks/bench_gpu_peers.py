@@ -22,16 +22,13 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from mask_area import attention_flops, column_bounds  # noqa: E402
+from mask_area import BENCH_MASKS, attention_flops, bench_mask, column_bounds  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location(
     "pfm_masks", os.path.join(os.path.dirname(HERE), "paddle_flashmask", "masks.py"))
 masks = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(masks)
 
-MASKS = ["full", "causal", "causal_document", "share_question", "sliding_window",
-         "global_sliding_window", "causal_blockwise", "prefix_lm_document", "prefix_lm_causal",
-         "qk_sparse", "random_eviction"]
 # Timing repeats the backward on one graph (retain_graph=True), which compiled
 # backward functions with donated buffers refuse; donation only saves memory.
 try:
@@ -43,24 +40,13 @@ except (ImportError, AttributeError):
 flex = torch.compile(flex_attention, dynamic=False)
 
 
-def mask_for(name, seqlen, heads_k, seed=0):
-    if name == "full":
-        return None, False
-    if name == "causal":
-        return None, True
-    return masks.example_mask(name, seqlen, batch_size=1, num_heads=heads_k, seed=seed, place="numpy")
-
-
 def mask_mod_from_indices(idx, causal, seqlen, heads, device):
     """One mask_mod body for every form (bounds as tensors), so torch.compile
     compiles flex_attention once per shape rather than once per mask."""
-    if idx is None:
+    if idx is None:  # plain full/causal: a mask that hides nothing
         idx = np.full((1, 1, seqlen, 1), seqlen, dtype=np.int32)
-        causal_form = causal
-    else:
-        causal_form = causal
     lts, lte, uts, ute = (torch.as_tensor(b[0].astype(np.int32), device=device)
-                          for b in column_bounds(idx, causal_form, seqlen))
+                          for b in column_bounds(idx, causal, seqlen))
     mask_heads = lts.shape[0]
     head_map = torch.arange(heads, device=device) // (heads // mask_heads)
     causal_flag = torch.tensor(1 if causal else 0, device=device)
@@ -107,7 +93,7 @@ def main():
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--kv-heads", type=int, nargs="+", default=[8, 32])
     ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--masks", nargs="+", default=MASKS)
+    ap.add_argument("--masks", nargs="+", default=BENCH_MASKS)
     ap.add_argument("--impls", nargs="+", default=["flex_attention", "sdpa_dense_mask", "sdpa_flash_causal"])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dense-max-gib", type=float, default=24.0)
@@ -136,7 +122,7 @@ def main():
                 if time.time() - start > args.budget_s:
                     print(f"(budget reached, skipping the rest at S={seqlen})")
                     break
-                idx, causal = mask_for(name, seqlen, heads_k)
+                idx, causal = bench_mask(masks, name, seqlen, heads_k)
                 fwd_flops, bwd_flops = attention_flops(idx, causal, seqlen, seqlen, args.heads, args.dim)
                 for impl in args.impls:
                     if impl == "sdpa_flash_causal" and name != "causal":

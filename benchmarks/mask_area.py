@@ -6,6 +6,21 @@ Imported by the Paddle benchmark and by the PyTorch peer benchmark alike.
 
 import numpy as np
 
+# The FlashMask paper / LongCA-bench mask set, in table order.
+BENCH_MASKS = ["full", "causal", "causal_document", "share_question", "sliding_window",
+               "global_sliding_window", "causal_blockwise", "prefix_lm_document", "prefix_lm_causal",
+               "qk_sparse", "random_eviction"]
+
+
+def bench_mask(masks, name, seqlen, heads_k, seed=0):
+    """(indices numpy or None, causal) for a BENCH_MASKS entry; `masks` is
+    paddle_flashmask.masks (each benchmark process brings its own import of it)."""
+    if name == "full":
+        return None, False
+    if name == "causal":
+        return None, True
+    return masks.example_mask(name, seqlen, batch_size=1, num_heads=heads_k, seed=seed, place="numpy")
+
 
 def column_bounds(indices, causal, seqlen_q):
     """[B, Hm, Sk, C] -> four [B, Hm, Sk] arrays (LTS, LTE, UTS, UTE); unused = empty."""

@@ -66,20 +66,8 @@ FLASHMASK_HOST_DEVICE BlockBounds empty_block_bounds() {
   return BlockBounds{big, -big, big, -big, big, -big, big, -big};
 }
 
-FLASHMASK_HOST_DEVICE void extend_block_bounds(BlockBounds& s,
-                                               const ColumnBounds& b) {
-  s.lts_min = b.lts < s.lts_min ? b.lts : s.lts_min;
-  s.lts_max = b.lts > s.lts_max ? b.lts : s.lts_max;
-  s.lte_min = b.lte < s.lte_min ? b.lte : s.lte_min;
-  s.lte_max = b.lte > s.lte_max ? b.lte : s.lte_max;
-  s.uts_min = b.uts < s.uts_min ? b.uts : s.uts_min;
-  s.uts_max = b.uts > s.uts_max ? b.uts : s.uts_max;
-  s.ute_min = b.ute < s.ute_min ? b.ute : s.ute_min;
-  s.ute_max = b.ute > s.ute_max ? b.ute : s.ute_max;
-}
-
-// Summary of two adjacent column blocks (for kernels whose key tile spans
-// several summary blocks).
+// Summary of the union of two column sets (also used for kernels whose key
+// tile spans several summary blocks).
 FLASHMASK_HOST_DEVICE BlockBounds merge_block_bounds(BlockBounds a, const BlockBounds& b) {
   a.lts_min = b.lts_min < a.lts_min ? b.lts_min : a.lts_min;
   a.lts_max = b.lts_max > a.lts_max ? b.lts_max : a.lts_max;
@@ -90,6 +78,11 @@ FLASHMASK_HOST_DEVICE BlockBounds merge_block_bounds(BlockBounds a, const BlockB
   a.ute_min = b.ute_min < a.ute_min ? b.ute_min : a.ute_min;
   a.ute_max = b.ute_max > a.ute_max ? b.ute_max : a.ute_max;
   return a;
+}
+
+// Adds one column to a summary: a column is the summary whose min == max.
+FLASHMASK_HOST_DEVICE void extend_block_bounds(BlockBounds& s, const ColumnBounds& b) {
+  s = merge_block_bounds(s, BlockBounds{b.lts, b.lts, b.lte, b.lte, b.uts, b.uts, b.ute, b.ute});
 }
 
 // Where the query head `head` of batch row `batch` finds its mask: the mask

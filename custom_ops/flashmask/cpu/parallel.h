@@ -37,13 +37,18 @@ inline int default_num_threads() {
   return n > 0 ? int(n) : 1;
 }
 
+// Threads parallel_for uses for num_items items (sizes per-worker scratch).
+inline int num_workers(int64_t num_items, int num_threads) {
+  return int(std::max<int64_t>(
+      1, std::min<int64_t>(num_items, num_threads > 0 ? num_threads : default_num_threads())));
+}
+
 // Calls body(item, worker) for item in [0, num_items); worker in
 // [0, num_workers) identifies per-thread scratch. Exceptions are rethrown.
 template <typename Body>
 void parallel_for(int64_t num_items, int num_threads, Body&& body) {
   if (num_items <= 0) return;
-  const int workers = int(std::max<int64_t>(
-      1, std::min<int64_t>(num_items, num_threads > 0 ? num_threads : default_num_threads())));
+  const int workers = num_workers(num_items, num_threads);
   std::atomic<int64_t> next{0};
   std::exception_ptr error;
   std::mutex error_mutex;
@@ -66,10 +71,6 @@ void parallel_for(int64_t num_items, int num_threads, Body&& body) {
   if (error) std::rethrow_exception(error);
 }
 
-inline int num_workers(int64_t num_items, int num_threads) {
-  return int(std::max<int64_t>(
-      1, std::min<int64_t>(num_items, num_threads > 0 ? num_threads : default_num_threads())));
-}
 
 }  // namespace cpu
 }  // namespace flashmask
