@@ -1,6 +1,7 @@
 """Build the paddle-flashmask custom op ahead of time with Paddle's cpp_extension.
 
     python setup_ops.py install     # or: python setup_ops.py build
+    python setup_ops.py cuda-objects DIR   # only the CUDA kernels, as objects (no Paddle needed)
 
 compiles the op (CPU, plus CUDA when the installed Paddle has CUDA) into the
 package's build cache (PADDLE_FLASHMASK_CACHE, default ~/.cache/paddle_flashmask)
@@ -18,6 +19,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def main(argv):
+    if len(argv) == 2 and argv[0] == "cuda-objects":
+        # The kernels are framework-neutral: build them where nvcc is (in parallel)
+        # and link them elsewhere with PADDLE_FLASHMASK_CUDA_OBJECTS=DIR.
+        from paddle_flashmask import _op_sources
+
+        objects = _op_sources.compile_cuda_objects(argv[1])
+        print(f"{len(objects)} CUDA objects in {argv[1]} (fingerprint {_op_sources.cuda_fingerprint()})")
+        return 0
     if len(argv) != 1 or argv[0] not in ("install", "build"):
         print(__doc__)
         return 2

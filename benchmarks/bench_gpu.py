@@ -54,6 +54,8 @@ def main():
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new cases after this")
     ap.add_argument("--out", default="gpu_results.jsonl")
+    ap.add_argument("--gpu-kernels", nargs="+", default=["sm90", "fa2"],
+                    help="kernel families to time (paddle_flashmask.set_gpu_kernel names)")
     args = ap.parse_args()
 
     place = paddle.CUDAPlace(0)
@@ -63,8 +65,8 @@ def main():
     rng = np.random.default_rng(0)
     out = open(args.out, "a")
     print(f"# paddle_flashmask CUDA on {device}, {args.dtype}, D={args.dim}, B=1")
-    print("| mask | S | H:Hk | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | peak GiB |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| kernel | mask | S | H:Hk | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | peak GiB |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for seqlen in args.lengths:
         for heads_k in args.kv_heads:
             if time.time() - start > args.budget_s:
@@ -77,7 +79,8 @@ def main():
             dout = device_tensor(rng.standard_normal(shape_q, dtype=np.float32), args.dtype, place)
             for t in (q, k, v):
                 t.stop_gradient = False
-            for name in args.masks:
+            cases = [(name, kernel) for name in args.masks for kernel in args.gpu_kernels]
+            for name, kernel in cases:
                 if time.time() - start > args.budget_s:
                     print(f"(budget reached, skipping the rest at S={seqlen})")
                     break
@@ -85,6 +88,7 @@ def main():
                 idx = None if idx_np is None else paddle.to_tensor(idx_np, place=place)
                 fwd_flops, bwd_flops = attention_flops(idx_np, causal, seqlen, seqlen, args.heads, args.dim)
                 try:
+                    pfm.set_gpu_kernel(kernel)
                     def fwd():
                         return pfm.flashmask_attention(q, k, v, idx, causal=causal)
 
@@ -100,19 +104,20 @@ def main():
                     peak = paddle.device.cuda.max_memory_allocated() / 2**30
                     outs = None  # release the graph before the next mask
                 except Exception as e:  # report and go on with the next case
-                    print(f"| {name} | {seqlen} | {args.heads}:{heads_k} | error: {type(e).__name__}: {e} |")
+                    print(f"| {kernel} | {name} | {seqlen} | {args.heads}:{heads_k} | error: {type(e).__name__}: {e} |")
                     continue
-                rec = dict(impl="paddle_flashmask", mask=name, seqlen=seqlen, heads=args.heads,
+                rec = dict(impl=f"paddle_flashmask_{kernel}", mask=name, seqlen=seqlen, heads=args.heads,
                            heads_k=heads_k, dim=args.dim, dtype=args.dtype, device=device,
                            fwd_ms=t_fwd * 1e3, bwd_ms=t_bwd * 1e3,
                            fwd_tflops=fwd_flops / t_fwd / 1e12, bwd_tflops=bwd_flops / t_bwd / 1e12,
                            peak_gib=peak, mask_bytes=0 if idx_np is None else int(idx_np.nbytes))
                 out.write(json.dumps(rec) + "\n")
                 out.flush()
-                print(f"| {name} | {seqlen} | {args.heads}:{heads_k} | {rec['fwd_ms']:.2f} | "
+                print(f"| {kernel} | {name} | {seqlen} | {args.heads}:{heads_k} | {rec['fwd_ms']:.2f} | "
                       f"{rec['fwd_tflops']:.1f} | {rec['bwd_ms']:.2f} | {rec['bwd_tflops']:.1f} | {peak:.2f} |",
                       flush=True)
             q = k = v = dout = None  # free this config before the next allocates
+    pfm.set_gpu_kernel("auto")
 
 
 if __name__ == "__main__":

@@ -65,6 +65,27 @@ def _file_lock(path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def _cuda_objects(build_dir):
+    # The CUDA kernels are compiled by nvcc in parallel (cpp_extension would
+    # compile them one by one), or taken prebuilt from
+    # PADDLE_FLASHMASK_CUDA_OBJECTS when that directory's FINGERPRINT matches
+    # these sources and flags (`python setup_ops.py cuda-objects DIR`).
+    prebuilt = os.environ.get("PADDLE_FLASHMASK_CUDA_OBJECTS")
+    want = _op_sources.cuda_fingerprint()
+    names = [os.path.basename(s) + ".o" for s in _op_sources.cuda_sources()]
+    if prebuilt:
+        stamp = os.path.join(prebuilt, "FINGERPRINT")
+        have = open(stamp).read().strip() if os.path.exists(stamp) else None
+        if have == want and all(os.path.exists(os.path.join(prebuilt, n)) for n in names):
+            return [os.path.join(prebuilt, n) for n in names]
+        warnings.warn(
+            f"paddle_flashmask: PADDLE_FLASHMASK_CUDA_OBJECTS={prebuilt} does not match these "
+            "sources and flags; compiling the CUDA kernels here",
+            stacklevel=2,
+        )
+    return _op_sources.compile_cuda_objects(os.path.join(build_dir, "cuda_objects"))
+
+
 def _jit_build(name):
     from paddle.utils import cpp_extension
 
@@ -79,11 +100,14 @@ def _jit_build(name):
                 file=sys.stderr,
                 flush=True,
             )
+        ldflags = []
+        if _op_sources.cuda_enabled():
+            ldflags = _op_sources.cuda_link_flags(_cuda_objects(build_dir))
         module = cpp_extension.load(
             name=name,
-            sources=_op_sources.source_paths(),
+            sources=[os.path.join(_op_sources.OPS_DIR, s) for s in _op_sources.CPU_SOURCES],
             extra_cxx_cflags=_op_sources.cxx_flags(),
-            extra_cuda_cflags=_op_sources.nvcc_flags() if _op_sources.cuda_enabled() else None,
+            extra_ldflags=ldflags,
             build_directory=build_dir,
             verbose=False,
         )

@@ -25,10 +25,58 @@ CPU_SOURCES = [
 CUDA_DIR = os.path.join(OPS_DIR, "flashmask", "cuda")
 
 
+SM90_DIR = os.path.join(CUDA_DIR, "sm90")
+
+
 def cuda_sources():
+    # FA2-class kernels and helpers, the sm90 dispatch (always: it reports
+    # whether the Hopper kernels are built) and, for a 90a build, the Hopper
+    # kernel instantiations.
+    srcs = sorted(os.path.join(CUDA_DIR, f) for f in os.listdir(CUDA_DIR) if f.endswith(".cu"))
+    srcs.append(os.path.join(SM90_DIR, "flashmask_sm90_api.cu"))
+    if sm90_enabled():
+        srcs += sm90_kernel_sources()
+    return srcs
+
+
+def sm90_kernel_sources():
     return sorted(
-        os.path.join(CUDA_DIR, f) for f in os.listdir(CUDA_DIR) if f.endswith(".cu")
+        os.path.join(SM90_DIR, f)
+        for f in os.listdir(SM90_DIR)
+        if f.endswith(".cu") and f != "flashmask_sm90_api.cu"
     )
+
+
+def cutlass_include_dir():
+    """CUTLASS/CuTe headers: $PADDLE_FLASHMASK_CUTLASS_INCLUDE, else the nvidia-cutlass wheel's."""
+    env = os.environ.get("PADDLE_FLASHMASK_CUTLASS_INCLUDE")
+    if env:
+        return env if os.path.isdir(os.path.join(env, "cute")) else None
+    import importlib.util
+
+    spec = importlib.util.find_spec("cutlass_library")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        inc = os.path.join(root, "source", "include")
+        if os.path.isdir(os.path.join(inc, "cute")):
+            return inc
+    return None
+
+
+def sm90_enabled():
+    """Hopper kernels: the arch list has 90a and the CuTe headers are installed."""
+    if "90a" not in cuda_archs():
+        return False
+    if cutlass_include_dir() is None:
+        import warnings
+
+        warnings.warn(
+            "paddle_flashmask: building without the sm90 (Hopper) kernels: CUTLASS/CuTe headers "
+            "not found (`pip install --no-deps nvidia-cutlass==4.2.0.0` or set "
+            "PADDLE_FLASHMASK_CUTLASS_INCLUDE)",
+            stacklevel=2,
+        )
+        return False
+    return True
 
 
 def cuda_enabled():
@@ -41,6 +89,8 @@ def cuda_enabled():
 
 
 def source_paths():
+    # Everything the op is built from (the CUDA sources are compiled to objects
+    # separately, in parallel; see compile_cuda_objects).
     srcs = [os.path.join(OPS_DIR, s) for s in CPU_SOURCES]
     if cuda_enabled():
         srcs += cuda_sources()
@@ -56,6 +106,8 @@ def nvcc_flags():
     flags = ["-O3", "-std=c++17", "-DFLASHMASK_WITH_CUDA", "--expt-relaxed-constexpr"]
     for arch in cuda_archs():
         flags.append(f"-gencode=arch=compute_{arch},code=sm_{arch}")
+    if sm90_enabled():
+        flags += ["-DFLASHMASK_WITH_SM90", f"-I{cutlass_include_dir()}"]
     return flags
 
 
@@ -72,9 +124,64 @@ def cxx_flags():
     arch = os.environ.get("PADDLE_FLASHMASK_CPU_ARCH", "native")
     flags = ["-O3", "-std=c++17", f"-march={arch}", "-fno-math-errno", "-Wall", "-Wno-unused-function"]
     if cuda_enabled():
-        flags.append("-DFLASHMASK_WITH_CUDA")
+        flags += ["-DFLASHMASK_WITH_CUDA", "-DPADDLE_WITH_CUDA"]
         flags += [f"-I{d}" for d in cuda_include_dirs()]
     return flags
+
+
+def nvcc_path():
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    path = os.path.join(home, "bin", "nvcc")
+    if os.path.exists(path):
+        return path
+    import shutil
+
+    return shutil.which("nvcc") or "nvcc"
+
+
+def cuda_fingerprint():
+    """Hash of what goes into the CUDA objects: sources, headers, nvcc flags (not include paths)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for path in cuda_sources() + header_paths():
+        h.update(os.path.relpath(path, OPS_DIR).encode())
+        with open(path, "rb") as f:
+            h.update(f.read())
+    h.update(" ".join(f for f in nvcc_flags() if not f.startswith("-I")).encode())
+    return h.hexdigest()[:16]
+
+
+def compile_cuda_objects(out_dir, jobs=None):
+    """Compiles every CUDA source to an object in `out_dir`, in parallel; returns the paths.
+
+    The kernels are framework-neutral, so the objects need no Paddle: they can be
+    built on any machine with the same nvcc and linked into the op elsewhere
+    (PADDLE_FLASHMASK_CUDA_OBJECTS, see _loader.py).
+    """
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    os.makedirs(out_dir, exist_ok=True)
+    flags = nvcc_flags() + ["-Xcompiler", "-fPIC"] + [f"-I{d}" for d in cuda_include_dirs()]
+
+    def one(src):
+        obj = os.path.join(out_dir, os.path.basename(src) + ".o")
+        res = subprocess.run([nvcc_path(), "-c", src, "-o", obj, *flags], capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RuntimeError(f"nvcc failed on {src}:\n{res.stdout}{res.stderr}")
+        return obj
+
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as pool:
+        objects = list(pool.map(one, cuda_sources()))
+    with open(os.path.join(out_dir, "FINGERPRINT"), "w") as f:
+        f.write(cuda_fingerprint())
+    return objects
+
+
+def cuda_link_flags(objects):
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    return list(objects) + [f"-L{os.path.join(home, 'lib64')}", "-lcudart"]
 
 
 def cuda_include_dirs():

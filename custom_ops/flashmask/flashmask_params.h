@@ -12,6 +12,13 @@ namespace flashmask {
 
 enum class DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 
+// Which GPU kernel family runs a call. kAuto: the Hopper (sm90: TMA + wgmma)
+// kernels on compute capability 9.0 when the build has them and they take the
+// call's head dim and dtype, the FA2-class (mma.sync) kernels otherwise.
+// Forcing one is for tests and benchmarks; forcing kSm90 where it cannot run
+// is an error, never a silent fallback.
+enum class GpuKernel : int { kAuto = 0, kFA2 = 1, kSm90 = 2 };
+
 // Column-wise mask: for key column j up to four query-row bounds
 // (LTS, LTE, UTS, UTE); see mask_bounds.h for how `num_cols` maps onto them.
 struct MaskParams {
@@ -50,6 +57,7 @@ struct FwdParams {
   MaskParams mask;
 
   int num_threads = 0;  // CPU only; 0 = all cores available to the process
+  GpuKernel gpu_kernel = GpuKernel::kAuto;  // GPU only
 
   // GPU only: workspace for the mask summary, [mask batches, Hm, ceil(Sk/64)]
   // BlockBounds (8 int32 each), written by the preprocessing kernel.
@@ -67,13 +75,27 @@ struct BwdParams : FwdParams {
   int64_t dk_batch_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
   int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
 
-  // GPU only: fp32 workspaces. dq/dk/dv are accumulated with atomics in the
-  // layouts of q/k/v (contiguous), then scaled and converted; softmax_d holds
-  // rowsum(dO * O) as [batch, num_heads, seqlen_q].
+  // GPU only: fp32 workspaces, then scaled and converted by bwd_finish.
+  // dq_accum: [batch, seqlen_q, num_heads, head_dim] (contiguous).
+  // dk_accum/dv_accum: [batch, seqlen_k, accum_heads_k, head_dim] (contiguous).
+  // softmax_d: rowsum(dO * O) as [batch, num_heads, seqlen_q].
   float* dq_accum = nullptr;
   float* dk_accum = nullptr;
   float* dv_accum = nullptr;
   float* softmax_d = nullptr;
+
+  // GPU only (the CPU backward is always deterministic): make dq/dk/dv
+  // bit-reproducible. The main backward kernel then does no dQ work at all (a
+  // separate query-major kernel writes every dq_accum element once, no
+  // atomics) and adds dK/dV into per-query-head slots (accum_heads_k below),
+  // so every accumulator element is touched by exactly one CTA; bwd_finish
+  // sums each kv head's group slots in a fixed order.
+  bool deterministic = false;
+  // Head slots of dk_accum/dv_accum, set by the caller: num_heads_k normally
+  // (the query heads of a GQA group add into their kv head's slot with
+  // atomics), num_heads when deterministic (query head h owns slot h). Kernels
+  // write slot `accum_heads_k == num_heads ? head : head_k`.
+  int accum_heads_k = 0;
 };
 
 // Bit flags reported by the index validation pass.

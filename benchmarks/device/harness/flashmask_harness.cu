@@ -1,0 +1,311 @@
+// Paddle-free device check of the CUDA kernels: random inputs, the CPU kernel
+// (fp32, on the same bf16-rounded inputs) as the reference for out, LSE and
+// dq/dk/dv, for both kernel families; then timings of a few large cases.
+// Built on a CPU machine (benchmarks/device/harness/build.sh) and run on the
+// device without the Paddle GPU runtime: a quick first look at a new kernel.
+// The Paddle-level GPU tests (tests/test_gpu.py) remain the full check.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../../../custom_ops/flashmask/flashmask_api.h"
+
+using flashmask::BwdParams;
+using flashmask::DType;
+using flashmask::FwdParams;
+using flashmask::GpuKernel;
+
+#define CHECK(x)                                                                         \
+  do {                                                                                   \
+    cudaError_t e = (x);                                                                 \
+    if (e != cudaSuccess) {                                                              \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
+      std::exit(2);                                                                      \
+    }                                                                                    \
+  } while (0)
+
+struct Case {
+  std::string name;
+  int b, sq, sk, h, hk, d;
+  bool causal;
+  int cols;  // 0: none
+  // Fills [b, hm=1, sk, cols].
+  std::vector<int32_t> (*make)(const Case&);
+};
+
+std::vector<int32_t> doc_mask(const Case& c) {  // causal document: LTS = end of the doc
+  std::vector<int32_t> m(size_t(c.b) * c.sk);
+  for (int b = 0; b < c.b; ++b) {
+    const int doc = 97 + 31 * b;
+    for (int j = 0; j < c.sk; ++j) m[size_t(b) * c.sk + j] = std::min(c.sq, (j / doc + 1) * doc);
+  }
+  return m;
+}
+std::vector<int32_t> window_mask(const Case& c) {  // causal C=2: sliding window of 128
+  std::vector<int32_t> m(size_t(c.b) * c.sk * 2);
+  for (int b = 0; b < c.b; ++b)
+    for (int j = 0; j < c.sk; ++j) {
+      m[(size_t(b) * c.sk + j) * 2] = std::min(c.sq, j + 128);
+      m[(size_t(b) * c.sk + j) * 2 + 1] = c.sq;
+    }
+  return m;
+}
+std::vector<int32_t> random4_mask(const Case& c) {  // C=4 random bands, rows 10..20 fully masked
+  std::mt19937 rng(7);
+  std::vector<int32_t> m(size_t(c.b) * c.sk * 4);
+  for (size_t j = 0; j < size_t(c.b) * c.sk; ++j) {
+    int a = rng() % (c.sq + 1), e = rng() % (c.sq + 1);
+    if (a > e) std::swap(a, e);
+    m[j * 4 + 0] = a, m[j * 4 + 1] = e;
+    m[j * 4 + 2] = std::min(10, c.sq), m[j * 4 + 3] = std::min(21, c.sq);
+  }
+  return m;
+}
+
+float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+struct Buffers {
+  std::vector<float> host;  // bf16-rounded values, fp32
+  __nv_bfloat16* dev = nullptr;
+};
+
+Buffers random_buffer(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> dist;
+  Buffers b;
+  b.host.resize(n);
+  std::vector<__nv_bfloat16> tmp(n);
+  for (size_t i = 0; i < n; ++i) {
+    tmp[i] = __float2bfloat16(dist(rng));
+    b.host[i] = __bfloat162float(tmp[i]);
+  }
+  CHECK(cudaMalloc(&b.dev, n * 2));
+  CHECK(cudaMemcpy(b.dev, tmp.data(), n * 2, cudaMemcpyHostToDevice));
+  return b;
+}
+
+std::vector<float> download(const __nv_bfloat16* dev, size_t n) {
+  std::vector<__nv_bfloat16> tmp(n);
+  CHECK(cudaMemcpy(tmp.data(), dev, n * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = __bfloat162float(tmp[i]);
+  return out;
+}
+
+double rel_err(const std::vector<float>& a, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isinf(ref[i]) && a[i] == ref[i]) continue;
+    const double d = double(a[i]) - ref[i];
+    num += d * d;
+    den += double(ref[i]) * ref[i];
+    if (std::isnan(a[i])) return 1e9;
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+void fill_params(FwdParams& p, const Case& c) {
+  p.batch = c.b, p.seqlen_q = c.sq, p.seqlen_k = c.sk, p.num_heads = c.h, p.num_heads_k = c.hk;
+  p.head_dim = c.d;
+  p.q_row_stride = p.o_row_stride = int64_t(c.h) * c.d, p.q_head_stride = p.o_head_stride = c.d;
+  p.q_batch_stride = p.o_batch_stride = int64_t(c.sq) * c.h * c.d;
+  p.k_row_stride = p.v_row_stride = int64_t(c.hk) * c.d, p.k_head_stride = p.v_head_stride = c.d;
+  p.k_batch_stride = p.v_batch_stride = int64_t(c.sk) * c.hk * c.d;
+  p.softmax_scale = 1.f / std::sqrt(float(c.d));
+  p.mask.causal = c.causal;
+}
+
+void set_bwd_strides(BwdParams& p) {
+  p.do_row_stride = p.dq_row_stride = p.q_row_stride;
+  p.do_head_stride = p.dq_head_stride = p.q_head_stride;
+  p.do_batch_stride = p.dq_batch_stride = p.q_batch_stride;
+  p.dk_row_stride = p.dv_row_stride = p.k_row_stride;
+  p.dk_head_stride = p.dv_head_stride = p.k_head_stride;
+  p.dk_batch_stride = p.dv_batch_stride = p.k_batch_stride;
+}
+
+// One case: GPU (given family, determinism) vs CPU fp32 reference.
+bool check_case(const Case& c, GpuKernel kernel, bool deterministic, std::mt19937& rng) {
+  const size_t nq = size_t(c.b) * c.sq * c.h * c.d, nk = size_t(c.b) * c.sk * c.hk * c.d;
+  Buffers q = random_buffer(nq, rng), k = random_buffer(nk, rng), v = random_buffer(nk, rng);
+  Buffers dout = random_buffer(nq, rng);
+  std::vector<int32_t> mask = c.make ? c.make(c) : std::vector<int32_t>();
+  int32_t* dmask = nullptr;
+  FwdParams p;
+  fill_params(p, c);
+  if (!mask.empty()) {
+    CHECK(cudaMalloc(&dmask, mask.size() * 4));
+    CHECK(cudaMemcpy(dmask, mask.data(), mask.size() * 4, cudaMemcpyHostToDevice));
+    p.mask.num_cols = c.cols, p.mask.num_heads = 1, p.mask.col_stride = c.cols;
+    p.mask.head_stride = int64_t(c.sk) * c.cols, p.mask.batch_stride = int64_t(c.sk) * c.cols;
+  }
+  // CPU reference.
+  FwdParams cp = p;
+  cp.dtype = DType::kFloat32;
+  std::vector<float> ref_o(nq), ref_lse(size_t(c.b) * c.h * c.sq);
+  cp.q = q.host.data(), cp.k = k.host.data(), cp.v = v.host.data(), cp.out = ref_o.data();
+  cp.softmax_lse = ref_lse.data();
+  cp.mask.startend_row_indices = mask.empty() ? nullptr : mask.data();
+  flashmask::run_fwd_cpu(cp);
+  std::vector<float> ref_o_rounded(ref_o);
+  for (auto& x : ref_o_rounded) x = bf16_round(x);
+  BwdParams cb;
+  static_cast<FwdParams&>(cb) = cp;
+  set_bwd_strides(cb);
+  std::vector<float> ref_dq(nq), ref_dk(nk), ref_dv(nk);
+  cb.out = ref_o_rounded.data(), cb.dout = dout.host.data();
+  cb.dq = ref_dq.data(), cb.dk = ref_dk.data(), cb.dv = ref_dv.data();
+  flashmask::run_bwd_cpu(cb);
+
+  // GPU.
+  p.dtype = DType::kBFloat16;
+  p.gpu_kernel = kernel;
+  p.q = q.dev, p.k = k.dev, p.v = v.dev;
+  p.mask.startend_row_indices = dmask;
+  __nv_bfloat16 *o_dev, *dq_dev, *dk_dev, *dv_dev;
+  float *lse_dev, *dq_acc, *dk_acc, *dv_acc, *delta;
+  int32_t* bounds = nullptr;
+  CHECK(cudaMalloc(&o_dev, nq * 2));
+  CHECK(cudaMemset(o_dev, 0xff, nq * 2));  // poison: NaN unless written
+  CHECK(cudaMalloc(&lse_dev, ref_lse.size() * 4));
+  const int64_t nb = flashmask::block_bounds_elems(p);
+  if (nb) CHECK(cudaMalloc(&bounds, nb * 4));
+  p.out = o_dev, p.softmax_lse = lse_dev, p.block_bounds = bounds;
+  flashmask::run_fwd_cuda(p, nullptr);
+  CHECK(cudaDeviceSynchronize());
+  std::vector<float> o = download(o_dev, nq), lse(ref_lse.size());
+  CHECK(cudaMemcpy(lse.data(), lse_dev, lse.size() * 4, cudaMemcpyDeviceToHost));
+
+  BwdParams b;
+  static_cast<FwdParams&>(b) = p;
+  set_bwd_strides(b);
+  b.deterministic = deterministic;
+  b.accum_heads_k = deterministic ? c.h : c.hk;
+  const size_t nk_acc = size_t(c.b) * c.sk * b.accum_heads_k * c.d;
+  CHECK(cudaMalloc(&dq_dev, nq * 2));
+  CHECK(cudaMalloc(&dk_dev, nk * 2));
+  CHECK(cudaMalloc(&dv_dev, nk * 2));
+  CHECK(cudaMalloc(&dq_acc, nq * 4));
+  CHECK(cudaMalloc(&dk_acc, nk_acc * 4));
+  CHECK(cudaMalloc(&dv_acc, nk_acc * 4));
+  CHECK(cudaMalloc(&delta, ref_lse.size() * 4));
+  b.out = o_dev, b.dout = dout.dev, b.dq = dq_dev, b.dk = dk_dev, b.dv = dv_dev;
+  b.dq_accum = dq_acc, b.dk_accum = dk_acc, b.dv_accum = dv_acc, b.softmax_d = delta;
+  flashmask::run_bwd_cuda(b, nullptr);
+  CHECK(cudaDeviceSynchronize());
+  std::vector<float> dq = download(dq_dev, nq), dk = download(dk_dev, nk), dv = download(dv_dev, nk);
+  bool same = true;
+  if (deterministic) {  // a second run must be bit-identical
+    flashmask::run_bwd_cuda(b, nullptr);
+    CHECK(cudaDeviceSynchronize());
+    same = download(dq_dev, nq) == dq && download(dk_dev, nk) == dk && download(dv_dev, nk) == dv;
+  }
+  const double eo = rel_err(o, ref_o), el = rel_err(lse, ref_lse), edq = rel_err(dq, ref_dq),
+               edk = rel_err(dk, ref_dk), edv = rel_err(dv, ref_dv);
+  const bool ok = eo < 1e-2 && el < 1e-3 && edq < 2e-2 && edk < 2e-2 && edv < 2e-2 && same;
+  std::printf("%-4s %-5s %-16s B%d Sq%-5d Sk%-5d H%d:%d D%-3d out %.1e lse %.1e dq %.1e dk %.1e dv %.1e%s %s\n",
+              kernel == GpuKernel::kSm90 ? "sm90" : "fa2", deterministic ? "det" : "", c.name.c_str(),
+              c.b, c.sq, c.sk, c.h, c.hk, c.d, eo, el, edq, edk, edv,
+              deterministic ? (same ? " bit-identical" : " NOT-IDENTICAL") : "", ok ? "ok" : "FAIL");
+  for (void* ptr : {(void*)q.dev, (void*)k.dev, (void*)v.dev, (void*)dout.dev, (void*)o_dev, (void*)lse_dev,
+                    (void*)dq_dev, (void*)dk_dev, (void*)dv_dev, (void*)dq_acc, (void*)dk_acc, (void*)dv_acc,
+                    (void*)delta, (void*)bounds, (void*)dmask})
+    if (ptr) CHECK(cudaFree(ptr));
+  return ok;
+}
+
+// Median of `reps` timings (ms) of fwd and bwd for causal attention, B=1.
+void time_causal(int s, int h, int hk, int d, GpuKernel kernel, std::mt19937& rng) {
+  Case c{"causal", 1, s, s, h, hk, d, true, 0, nullptr};
+  const size_t nq = size_t(s) * h * d, nk = size_t(s) * hk * d;
+  Buffers q = random_buffer(nq, rng), k = random_buffer(nk, rng), v = random_buffer(nk, rng),
+          dout = random_buffer(nq, rng);
+  FwdParams p;
+  fill_params(p, c);
+  p.dtype = DType::kBFloat16, p.gpu_kernel = kernel;
+  p.q = q.dev, p.k = k.dev, p.v = v.dev;
+  __nv_bfloat16 *o, *dq, *dk, *dv;
+  float *lse, *dqa, *dka, *dva, *delta;
+  CHECK(cudaMalloc(&o, nq * 2));
+  CHECK(cudaMalloc(&lse, size_t(h) * s * 4));
+  CHECK(cudaMalloc(&dq, nq * 2));
+  CHECK(cudaMalloc(&dk, nk * 2));
+  CHECK(cudaMalloc(&dv, nk * 2));
+  CHECK(cudaMalloc(&dqa, nq * 4));
+  CHECK(cudaMalloc(&dka, nk * 4));
+  CHECK(cudaMalloc(&dva, nk * 4));
+  CHECK(cudaMalloc(&delta, size_t(h) * s * 4));
+  p.out = o, p.softmax_lse = lse;
+  BwdParams b;
+  static_cast<FwdParams&>(b) = p;
+  set_bwd_strides(b);
+  b.accum_heads_k = hk;
+  b.dout = dout.dev, b.dq = dq, b.dk = dk, b.dv = dv, b.dq_accum = dqa, b.dk_accum = dka,
+  b.dv_accum = dva, b.softmax_d = delta;
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  auto median_ms = [&](auto fn) {
+    std::vector<float> t;
+    for (int i = 0; i < 7; ++i) {
+      CHECK(cudaEventRecord(e0));
+      fn();
+      CHECK(cudaEventRecord(e1));
+      CHECK(cudaEventSynchronize(e1));
+      float ms;
+      CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      if (i > 0) t.push_back(ms);  // first run warms up
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  const float fwd = median_ms([&] { flashmask::run_fwd_cuda(p, nullptr); });
+  const float bwd = median_ms([&] { flashmask::run_bwd_cuda(b, nullptr); });
+  const double flops = 4.0 * (double(s) * (s + 1) / 2) * h * d;  // causal area incl. diagonal
+  std::printf("| %s | causal | %d | %d:%d | %d | %.3f | %.1f | %.3f | %.1f |\n",
+              kernel == GpuKernel::kSm90 ? "sm90" : "fa2", s, h, hk, d, fwd, flops / fwd / 1e9, bwd,
+              2.5 * flops / bwd / 1e9);
+  for (void* ptr : {(void*)q.dev, (void*)k.dev, (void*)v.dev, (void*)dout.dev, (void*)o, (void*)lse,
+                    (void*)dq, (void*)dk, (void*)dv, (void*)dqa, (void*)dka, (void*)dva, (void*)delta})
+    CHECK(cudaFree(ptr));
+}
+
+int main(int argc, char** argv) {
+  const bool timing = argc > 1 && std::string(argv[1]) == "--time";
+  std::mt19937 rng(1234);
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("# %s, cc %d.%d\n", prop.name, prop.major, prop.minor);
+  const Case cases[] = {
+      {"causal", 1, 1000, 1000, 4, 2, 128, true, 0, nullptr},
+      {"none", 2, 77, 77, 2, 2, 64, false, 0, nullptr},
+      {"causal_sq<sk", 1, 300, 517, 4, 1, 128, true, 0, nullptr},
+      {"causal_doc", 2, 1000, 1000, 4, 4, 128, true, 1, doc_mask},
+      {"causal_doc", 1, 777, 777, 2, 1, 64, true, 1, doc_mask},
+      {"window128", 1, 1000, 1000, 4, 2, 128, true, 2, window_mask},
+      {"random4+empty", 1, 333, 333, 4, 4, 128, false, 4, random4_mask},
+      {"random4+empty", 1, 1024, 1024, 2, 1, 64, false, 4, random4_mask},
+  };
+  int failures = 0;
+  for (const Case& c : cases) {
+    for (GpuKernel kernel : {GpuKernel::kFA2, GpuKernel::kSm90}) {
+      for (bool det : {false, true}) failures += !check_case(c, kernel, det, rng);
+    }
+  }
+  std::printf("%d failures\n", failures);
+  if (timing) {
+    std::printf("| kernel | mask | S | H:Hk | D | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s |\n|---|---|---|---|---|---|---|---|---|\n");
+    for (int s : {8192, 16384}) {
+      for (GpuKernel kernel : {GpuKernel::kFA2, GpuKernel::kSm90}) time_causal(s, 32, 8, 128, kernel, rng);
+    }
+    time_causal(16384, 32, 8, 64, GpuKernel::kSm90, rng);
+  }
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,259 @@
+// FlashMask forward for Hopper (sm90a), FA3 style.
+//
+// One CTA per (query block of 128 rows, head, batch), three warpgroups:
+//   warpgroup 0 (producer, 24 registers): one warp issues TMA bulk tensor
+//     copies of Q once and of K/V for every live key block into a 2-stage
+//     mbarrier pipeline;
+//   warpgroups 1-2 (consumers, 240 registers): 64 query rows each;
+//     S = Q K^T with wgmma from shared memory, online softmax in registers,
+//     O += P V with wgmma taking P straight from registers.
+// Before the role split one warp builds the live key-block list of this query
+// block from the mask's block min/max (sm90_block_list.cuh): fully masked
+// blocks never appear in it, partially masked ones are flagged and masked
+// elementwise from the column bounds, the rest run with no mask work.
+#pragma once
+
+#include <math_constants.h>
+
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "../../flashmask_params.h"
+#include "../../mask_bounds.h"
+#include "sm90_block_list.cuh"
+#include "sm90_kernel_traits.h"
+#include "sm90_utils.cuh"
+
+namespace flashmask {
+namespace sm90 {
+
+template <typename Traits>
+struct FwdKernelParams {
+  typename Traits::TmaQ tma_q;
+  typename Traits::TmaKV tma_k;
+  typename Traits::TmaKV tma_v;
+  FwdParams p;
+};
+
+// Masks the partially masked tile of query rows from r0 and key columns from
+// c0: S is viewed (rows, cols) with the tile coordinates in `coords`.
+template <typename Scores, typename Coords>
+__device__ __forceinline__ void mask_partial_tile(Scores& scores, Coords const& coords,
+                                                  const FwdParams& p, const int32_t* columns,
+                                                  int r0, int c0) {
+  const int causal_offset = p.seqlen_k - p.seqlen_q;
+  CUTLASS_PRAGMA_UNROLL
+  for (int c = 0; c < size<1>(scores); ++c) {
+    const int col = c0 + get<1>(coords(0, c));
+    ColumnBounds b{0, 0, 0, 0};
+    if (columns != nullptr && col < p.seqlen_k) {
+      b = load_column_bounds(columns + int64_t(col) * p.mask.col_stride, p.mask.num_cols,
+                             p.mask.causal, p.seqlen_q);
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < size<0>(scores); ++r) {
+      const int row = r0 + get<0>(coords(r, 0));
+      const bool masked = col >= p.seqlen_k || (p.mask.causal && col > row + causal_offset) ||
+                          row_masked(b, row);
+      if (masked) scores(r, c) = -CUDART_INF_F;
+    }
+  }
+}
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kNThreads, 1)
+    flashmask_fwd_sm90_kernel(CUTE_GRID_CONSTANT FwdKernelParams<Traits> const kp) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Element = typename Traits::Element;
+  using TileShape = typename Traits::TileShape;
+  using Pipeline = typename Traits::Pipeline;
+  using PipelineState = typename Traits::PipelineState;
+  using SharedStorage = typename Traits::SharedStorage;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+
+  extern __shared__ __align__(1024) char smem_raw[];
+  SharedStorage& ss = *reinterpret_cast<SharedStorage*>(smem_raw);
+  uint16_t* live_list = reinterpret_cast<uint16_t*>(smem_raw + sizeof(SharedStorage));
+
+  const FwdParams& p = kp.p;
+  // Heaviest query blocks (the last ones under causal masks) start first.
+  const int m_block = gridDim.x - 1 - blockIdx.x;
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int head_k = head / (p.num_heads / p.num_heads_k);
+  const int warp = cutlass::canonical_warp_idx_sync();
+  const int warp_group = cutlass::canonical_warp_group_idx();
+  const int lane_predicate = cute::elect_one_sync();
+
+  if (warp == 0 && lane_predicate) {
+    cute::prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
+    ss.barrier_q.init(1);
+    cutlass::arch::fence_barrier_init();
+  }
+  typename Pipeline::Params pipe_params;
+  pipe_params.transaction_bytes = Traits::kTmaBytesKV;
+  pipe_params.role = warp_group == 0 ? Pipeline::ThreadCategory::Producer
+                                     : Pipeline::ThreadCategory::Consumer;
+  pipe_params.is_leader = threadIdx.x % 128 == 0;
+  pipe_params.num_consumers = Traits::kNumMmaThreads;
+  Pipeline pipeline_k(ss.pipeline_k, pipe_params, Shape<_1, _1, _1>{});
+  Pipeline pipeline_v(ss.pipeline_v, pipe_params, Shape<_1, _1, _1>{});
+  if (warp == 1) {
+    const int count = build_live_block_list<kBlockM, kBlockN>(p, batch, head, m_block, live_list);
+    if (threadIdx.x % 32 == 0) ss.num_live_blocks = count;
+  }
+  __syncthreads();  // barriers initialised, live list complete
+  const int num_live = ss.num_live_blocks;
+
+  Tensor sQ = make_tensor(make_smem_ptr(ss.smem_q.data()), typename Traits::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(ss.smem_k.data()), typename Traits::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(ss.smem_v.data()), typename Traits::SmemLayoutV{});
+  Tensor sVt = make_tensor(make_smem_ptr(ss.smem_v.data()), typename Traits::SmemLayoutVt{});
+
+  if (warp_group == 0) {
+    // ---------------- producer ----------------
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kLoadRegisters>();
+    if (warp != 0 || num_live == 0) return;
+    const auto shape_q = make_shape(p.seqlen_q, p.head_dim, p.num_heads, p.batch);
+    const auto shape_k = make_shape(p.seqlen_k, p.head_dim, p.num_heads_k, p.batch);
+    Tensor mQ = kp.tma_q.get_tma_tensor(shape_q);
+    Tensor mK = kp.tma_k.get_tma_tensor(shape_k);
+    Tensor mV = kp.tma_v.get_tma_tensor(shape_k);
+    Tensor gQ = local_tile(mQ(_, _, head, batch), select<0, 2>(TileShape{}), make_coord(m_block, _0{}));
+    Tensor gK = local_tile(mK(_, _, head_k, batch), select<1, 2>(TileShape{}), make_coord(_, _0{}));
+    Tensor gV = local_tile(mV(_, _, head_k, batch), select<1, 2>(TileShape{}), make_coord(_, _0{}));
+    auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                      group_modes<0, 2>(gQ));
+    auto [tKgK, tKsK] = tma_partition(kp.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                      group_modes<0, 2>(gK));
+    auto [tVgV, tVsV] = tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                      group_modes<0, 2>(gV));
+    if (lane_predicate) {
+      ss.barrier_q.arrive_and_expect_tx(Traits::kTmaBytesQ);
+      copy(kp.tma_q.with(reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(
+                             ss.barrier_q),
+                         0),
+           tQgQ, tQsQ);
+    }
+    PipelineState write = cutlass::make_producer_start_state<Pipeline>();
+    for (int i = 0; i < num_live; ++i) {
+      const int n = live_block_index(live_list[i]);
+      pipeline_k.producer_acquire(write);
+      if (lane_predicate) {
+        copy(kp.tma_k.with(*pipeline_k.producer_get_barrier(write), 0), tKgK(_, n),
+             tKsK(_, write.index()));
+      }
+      pipeline_v.producer_acquire(write);
+      if (lane_predicate) {
+        copy(kp.tma_v.with(*pipeline_v.producer_get_barrier(write), 0), tVgV(_, n),
+             tVsV(_, write.index()));
+      }
+      ++write;
+    }
+    return;
+  }
+
+  // ---------------- consumers ----------------
+  cutlass::arch::warpgroup_reg_alloc<Traits::kMmaRegisters>();
+  const int mma_tid = threadIdx.x - 128;
+  typename Traits::TiledMmaQK mma_qk;
+  typename Traits::TiledMmaPV mma_pv;
+  auto thr_qk = mma_qk.get_thread_slice(mma_tid);
+  auto thr_pv = mma_pv.get_thread_slice(mma_tid);
+  Tensor tSrQ = thr_qk.partition_fragment_A(sQ);
+  Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stage)
+  Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stage)
+  Tensor tOrO = partition_fragment_C(mma_pv, select<0, 2>(TileShape{}));
+  clear(tOrO);
+  Tensor tOrO_rc = make_tensor(tOrO.data(), acc_as_rows_cols(tOrO.layout()));
+
+  // (row, column) of every S accumulator element within the tile.
+  Tensor tScS = thr_qk.partition_C(make_identity_tensor(select<0, 1>(TileShape{})));
+  Tensor tScS_rc = make_tensor(tScS.data(), acc_as_rows_cols(tScS.layout()));
+  constexpr int kRows = decltype(size<0>(tOrO_rc))::value;  // 2 rows per thread
+
+  const int r0 = m_block * kBlockM;
+  const int32_t* columns = mask_columns(p, batch, head);
+  const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  float row_max[kRows], row_sum[kRows];  // row_max in the scaled log2 domain
+  CUTLASS_PRAGMA_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    row_max[r] = -CUDART_INF_F;
+    row_sum[r] = 0.f;
+  }
+
+  if (num_live > 0) ss.barrier_q.wait(0);
+  PipelineState read;
+  for (int i = 0; i < num_live; ++i) {
+    const uint16_t entry = live_list[i];
+    Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
+    pipeline_k.consumer_wait(read);
+    warpgroup_gemm</*zero_init=*/true, /*wait=*/0>(mma_qk, tSrQ, tSrK(_, _, _, read.index()), tSrS);
+    pipeline_k.consumer_release(read);
+
+    Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
+    if (live_block_partial(entry)) {
+      mask_partial_tile(scores, tScS_rc, p, columns, r0, live_block_index(entry) * kBlockN);
+    }
+    // Online softmax in the log2 domain; a row with nothing visible yet keeps
+    // P = 0 without NaN.
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      float tile_max = -CUDART_INF_F;
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < size<1>(scores); ++c) tile_max = fmaxf(tile_max, scores(r, c));
+      const float new_max = fmaxf(row_max[r], quad_allreduce_max(tile_max) * scale_log2);
+      const float max_used = new_max == -CUDART_INF_F ? 0.f : new_max;
+      const float alpha = exp2f(row_max[r] - max_used);
+      float sum = 0.f;
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < size<1>(scores); ++c) {
+        const float prob = exp2f(scores(r, c) * scale_log2 - max_used);
+        scores(r, c) = prob;
+        sum += prob;
+      }
+      row_sum[r] = row_sum[r] * alpha + sum;
+      row_max[r] = new_max;
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < size<1>(tOrO_rc); ++c) tOrO_rc(r, c) *= alpha;
+    }
+
+    auto tSrP = convert_tensor<Element>(tSrS);
+    Tensor tOrP = make_tensor(tSrP.data(), acc_as_a_operand(tSrP.layout()));
+    pipeline_v.consumer_wait(read);
+    warpgroup_gemm</*zero_init=*/false, /*wait=*/0>(mma_pv, tOrP, tOrV(_, _, _, read.index()), tOrO);
+    pipeline_v.consumer_release(read);
+    ++read;
+  }
+
+  // Normalise and write O and the LSE (natural log). Empty rows: O = 0, LSE = -inf.
+  Tensor tOcO = thr_pv.partition_C(make_identity_tensor(select<0, 2>(TileShape{})));
+  Tensor tOcO_rc = make_tensor(tOcO.data(), acc_as_rows_cols(tOcO.layout()));
+  Element* out = static_cast<Element*>(p.out) + batch * p.o_batch_stride + head * p.o_head_stride;
+  float* lse = p.softmax_lse + (int64_t(batch) * p.num_heads + head) * p.seqlen_q;
+  CUTLASS_PRAGMA_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    const float total = quad_allreduce_sum(row_sum[r]);
+    const int row = r0 + get<0>(tOcO_rc(r, 0));
+    if (row >= p.seqlen_q) continue;
+    const bool empty = !(total > 0.f);
+    const float inv = empty ? 0.f : 1.f / total;
+    Element* out_row = out + int64_t(row) * p.o_row_stride;
+    CUTLASS_PRAGMA_UNROLL
+    for (int c = 0; c < size<1>(tOrO_rc); c += 2) {
+      // Columns c and c + 1 of this thread are adjacent: one 4-byte store.
+      const uint32_t lo = Element(tOrO_rc(r, c) * inv).raw();
+      const uint32_t hi = Element(tOrO_rc(r, c + 1) * inv).raw();
+      *reinterpret_cast<uint32_t*>(out_row + get<1>(tOcO_rc(r, c))) = lo | (hi << 16);
+    }
+    if (get<1>(tOcO_rc(r, 0)) == 0) {
+      lse[row] = empty ? -CUDART_INF_F : (row_max[r] + log2f(total)) * 0.6931471805599453f;
+    }
+  }
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+}  // namespace sm90
+}  // namespace flashmask

@@ -1,0 +1,72 @@
+// Which calls the Hopper kernels take, and the (head dim, dtype) dispatch.
+// Built in every CUDA build; the kernels themselves only where
+// FLASHMASK_WITH_SM90 is defined (the arch list has 90a, see _op_sources.py).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <stdexcept>
+
+#include "flashmask_sm90_api.h"
+
+namespace flashmask {
+namespace sm90 {
+
+#if defined(FLASHMASK_WITH_SM90)
+template <int kHeadDim, typename T>
+void run_fwd_(const FwdParams& p, cudaStream_t stream);
+#endif
+
+namespace {
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+// TMA needs 16-byte aligned bases and global strides in multiples of 16 bytes.
+bool tma_friendly(const void* ptr, int64_t row, int64_t head, int64_t batch) {
+  return aligned16(ptr) && row % 8 == 0 && head % 8 == 0 && batch % 8 == 0;
+}
+
+// Largest key length whose live-block list still fits next to the tiles in
+// shared memory (and in the list's 15-bit block index).
+constexpr int kMaxSeqlenK = 1 << 21;
+
+}  // namespace
+
+bool compiled() {
+#if defined(FLASHMASK_WITH_SM90)
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool fwd_supported(const FwdParams& p) {
+  return compiled() && p.dtype != DType::kFloat32 && (p.head_dim == 64 || p.head_dim == 128) &&
+         p.seqlen_k <= kMaxSeqlenK &&
+         tma_friendly(p.q, p.q_row_stride, p.q_head_stride, p.q_batch_stride) &&
+         tma_friendly(p.k, p.k_row_stride, p.k_head_stride, p.k_batch_stride) &&
+         tma_friendly(p.v, p.v_row_stride, p.v_head_stride, p.v_batch_stride) &&
+         p.o_row_stride % 2 == 0 && aligned16(p.out);
+}
+
+bool bwd_supported(const BwdParams&) { return false; }
+
+void run_fwd(const FwdParams& p, cudaStream_t stream) {
+#if defined(FLASHMASK_WITH_SM90)
+  const bool bf16 = p.dtype == DType::kBFloat16;
+  if (p.head_dim == 64) {
+    return bf16 ? run_fwd_<64, __nv_bfloat16>(p, stream) : run_fwd_<64, __half>(p, stream);
+  }
+  if (p.head_dim == 128) {
+    return bf16 ? run_fwd_<128, __nv_bfloat16>(p, stream) : run_fwd_<128, __half>(p, stream);
+  }
+#endif
+  (void)p, (void)stream;
+  throw std::invalid_argument("flashmask sm90 forward: unsupported call (see fwd_supported)");
+}
+
+void run_bwd(const BwdParams&, cudaStream_t) {
+  throw std::invalid_argument("flashmask sm90 backward: not built");
+}
+
+}  // namespace sm90
+}  // namespace flashmask

@@ -1,0 +1,26 @@
+// Entry points of the Hopper (sm90a) kernels: TMA + wgmma + warp
+// specialization. flashmask_api_cuda.cu chooses between these and the
+// FA2-class kernels (see GpuKernel in flashmask_params.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "../../flashmask_params.h"
+
+namespace flashmask {
+namespace sm90 {
+
+// True when this library was built with the sm_90a kernels
+// (PADDLE_FLASHMASK_CUDA_ARCHS contains 90a).
+bool compiled();
+// True when the Hopper kernels take this call (dtype, head dim, strides).
+bool fwd_supported(const FwdParams& p);
+bool bwd_supported(const BwdParams& p);
+// Both expect the mask block summary (cuda::compute_block_bounds) to be done;
+// the backward also expects cuda::bwd_prepare and leaves cuda::bwd_finish to
+// the caller, exactly like the FA2-class backward.
+void run_fwd(const FwdParams& p, cudaStream_t stream);
+void run_bwd(const BwdParams& p, cudaStream_t stream);
+
+}  // namespace sm90
+}  // namespace flashmask

@@ -1,0 +1,70 @@
+// Host side of the Hopper kernels: TMA descriptors over the caller's strided
+// [batch, seqlen, heads, dim] tensors, shared-memory sizing and the launch.
+// Instantiated per (head dim, dtype) in flashmask_*_sm90_hdim*.cu.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cutlass/numeric_types.h>
+
+#include "../cuda_check.h"
+#include "flashmask_fwd_sm90_kernel.cuh"
+
+namespace flashmask {
+namespace sm90 {
+
+// Our API's 16-bit types -> CUTLASS's.
+template <typename T> struct CutlassElement;
+template <> struct CutlassElement<__half> { using type = cutlass::half_t; };
+template <> struct CutlassElement<__nv_bfloat16> { using type = cutlass::bfloat16_t; };
+
+template <int kHeadDim, typename T>
+void run_fwd_(const FwdParams& p, cudaStream_t stream);
+
+template <typename Traits>
+int fwd_smem_bytes(int seqlen_k) {
+  const int n_blocks = (seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  return int(sizeof(typename Traits::SharedStorage)) + ((n_blocks * 2 + 15) / 16) * 16;
+}
+
+// (seqlen, head dim, heads, batch) view of one of q/k/v for its TMA descriptor.
+template <typename Element>
+auto gmem_view(const void* ptr, int seqlen, int head_dim, int heads, int batch, int64_t row_stride,
+               int64_t head_stride, int64_t batch_stride) {
+  return make_tensor(make_gmem_ptr(static_cast<Element const*>(ptr)),
+                     make_shape(seqlen, head_dim, heads, batch),
+                     make_stride(row_stride, _1{}, head_stride, batch_stride));
+}
+
+template <int kHeadDim, typename T>
+void launch_fwd(const FwdParams& p, cudaStream_t stream) {
+  using Element = typename CutlassElement<T>::type;
+  using Traits = FwdTraits<kHeadDim, Element>;
+  FwdKernelParams<Traits> kp{};
+  kp.p = p;
+  auto mQ = gmem_view<Element>(p.q, p.seqlen_q, p.head_dim, p.num_heads, p.batch, p.q_row_stride,
+                               p.q_head_stride, p.q_batch_stride);
+  auto mK = gmem_view<Element>(p.k, p.seqlen_k, p.head_dim, p.num_heads_k, p.batch, p.k_row_stride,
+                               p.k_head_stride, p.k_batch_stride);
+  auto mV = gmem_view<Element>(p.v, p.seqlen_k, p.head_dim, p.num_heads_k, p.batch, p.v_row_stride,
+                               p.v_head_stride, p.v_batch_stride);
+  kp.tma_q = make_tma_copy(SM90_TMA_LOAD{}, mQ, typename Traits::SmemLayoutQ{},
+                           select<0, 2>(typename Traits::TileShape{}), _1{});
+  kp.tma_k = make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(typename Traits::SmemLayoutK{}),
+                           select<1, 2>(typename Traits::TileShape{}), _1{});
+  kp.tma_v = make_tma_copy(SM90_TMA_LOAD{}, mV, take<0, 2>(typename Traits::SmemLayoutV{}),
+                           select<1, 2>(typename Traits::TileShape{}), _1{});
+
+  auto kernel = flashmask_fwd_sm90_kernel<Traits>;
+  const int smem = fwd_smem_bytes<Traits>(p.seqlen_k);
+  FLASHMASK_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.num_heads, p.batch);
+  kernel<<<grid, Traits::kNThreads, smem, stream>>>(kp);
+  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace sm90
+}  // namespace flashmask

@@ -1,0 +1,93 @@
+// Compile-time shape of the Hopper forward kernel for one (head dim, dtype):
+// tile sizes, the warp roles, the swizzled shared-memory layouts that both
+// TMA writes and wgmma reads, the two tiled wgmmas and the TMA pipelines.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/numeric_types.h>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+namespace flashmask {
+namespace sm90 {
+
+using namespace cute;
+
+// One BlockBounds summary per kMaskBlockN key columns (cuda/kernel_traits.h);
+// a key tile here spans kBlockN / kMaskBlockN of them.
+template <int kHeadDim_, typename Element_>
+struct FwdTraits {
+  using Element = Element_;  // cutlass::bfloat16_t or cutlass::half_t
+  using ElementAccum = float;
+  static constexpr int kHeadDim = kHeadDim_;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "sm90 forward: head dim 64 or 128");
+
+  // Warpgroup 0 loads (TMA), warpgroups 1 and 2 compute 64 query rows each.
+  static constexpr int kNumMmaWarpGroups = 2;
+  static constexpr int kNumMmaThreads = 128 * kNumMmaWarpGroups;
+  static constexpr int kNThreads = kNumMmaThreads + 128;
+  static constexpr int kBlockM = 64 * kNumMmaWarpGroups;
+  static constexpr int kBlockN = 128;
+  static constexpr int kStages = 2;
+  // setmaxnreg budgets: 24 x 128 + 240 x 256 <= 64K registers of the SM.
+  static constexpr int kLoadRegisters = 24;
+  static constexpr int kMmaRegisters = 240;
+
+  using TileShape = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;  // (M, N, D)
+  using AtomLayout = Layout<Shape<Int<kNumMmaWarpGroups>, _1, _1>>;
+
+  // S = Q K^T: both operands from shared memory, K-major (head dim contiguous).
+  using TiledMmaQK = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, ElementAccum, TileShape>(), AtomLayout{}));
+  // O += P V: P from registers (the softmax output never touches shared
+  // memory); V is MN-major (head dim contiguous, the GEMM's N).
+  using TiledMmaPV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, ElementAccum,
+                           decltype(select<0, 2, 1>(TileShape{})), GMMA::Major::K,
+                           GMMA::Major::MN>(),
+      AtomLayout{}));
+
+  // 128-byte swizzle (64 x 16-bit per row): what TMA writes and wgmma reads
+  // without bank conflicts.
+  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, select<0, 2>(TileShape{})));
+  using SmemLayoutK = decltype(tile_to_shape(
+      SmemAtom{}, make_shape(Int<kBlockN>{}, Int<kHeadDim>{}, Int<kStages>{})));
+  using SmemLayoutV = SmemLayoutK;
+  // V seen as (D, N, stage) for the PV GEMM's B operand: same bytes.
+  using SmemLayoutVt = decltype(composition(
+      SmemLayoutV{}, make_ordered_layout(make_shape(Int<kHeadDim>{}, Int<kBlockN>{}, Int<kStages>{}),
+                                         Step<_2, _1, _3>{})));
+
+  // Global q/k/v seen as (seqlen, head dim, heads, batch).
+  using ShapeQKV = Shape<int32_t, int32_t, int32_t, int32_t>;
+  using StrideQKV = Stride<int64_t, _1, int64_t, int64_t>;
+  using GmemTensor =
+      decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeQKV{}, StrideQKV{}));
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{},
+                                      select<0, 2>(TileShape{}), _1{}));
+  using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{},
+                                       take<0, 2>(SmemLayoutK{}), select<1, 2>(TileShape{}), _1{}));
+  static constexpr uint32_t kTmaBytesQ = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kTmaBytesKV = kBlockN * kHeadDim * sizeof(Element);
+
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = cutlass::PipelineState<kStages>;
+
+  struct SharedStorage {
+    cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> smem_q;
+    cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> smem_k;
+    cute::array_aligned<Element, cosize_v<SmemLayoutV>, 1024> smem_v;
+    cutlass::arch::ClusterTransactionBarrier barrier_q;
+    typename Pipeline::SharedStorage pipeline_k;
+    typename Pipeline::SharedStorage pipeline_v;
+    int num_live_blocks;
+    // Followed (dynamic shared memory) by the live key-block list
+    // (sm90_block_list.cuh): one uint16 per key block.
+  };
+};
+
+}  // namespace sm90
+}  // namespace flashmask
