@@ -8,9 +8,17 @@ The op library is loaded (or JIT-built) on the first call, not at import.
 
 from . import masks
 from ._loader import load_ops
-from .attention import flashmask_attention, set_index_validation
+from .attention import flashmask_attention, get_gpu_kernel, set_gpu_kernel, set_index_validation
 
-__all__ = ["flashmask_attention", "set_index_validation", "masks", "load_ops", "build"]
+__all__ = [
+    "flashmask_attention",
+    "set_gpu_kernel",
+    "get_gpu_kernel",
+    "set_index_validation",
+    "masks",
+    "load_ops",
+    "build",
+]
 __version__ = "0.1.0"
 
 

@@ -14,6 +14,50 @@ from ._loader import _not_to_static, load_ops
 _validate_indices = os.environ.get("PADDLE_FLASHMASK_VALIDATE_INDICES", "1") != "0"
 
 
+# GPU kernel family (flashmask::GpuKernel in custom_ops/flashmask/flashmask_params.h).
+GPU_KERNELS = {"auto": 0, "fa2": 1, "sm90": 2}
+_GPU_KERNEL_ENV = "PADDLE_FLASHMASK_GPU_KERNEL"
+_gpu_kernel = None  # None: the env variable, else "auto"
+
+
+def set_gpu_kernel(name):
+    """Chooses the GPU kernel family for later calls (forward and backward):
+
+    - ``"auto"`` (default): the Hopper kernels (TMA + wgmma) on a compute capability 9.0
+      GPU when the build has them and they take the call's head dim and dtype, the
+      FA2-class (mma.sync) kernels otherwise;
+    - ``"fa2"``: always the FA2-class kernels;
+    - ``"sm90"``: always the Hopper kernels; a call they cannot run raises an error
+      instead of falling back (for tests and benchmarks).
+
+    ``None`` goes back to the default: env ``PADDLE_FLASHMASK_GPU_KERNEL``, else
+    ``"auto"``. The CPU kernel ignores this. Returns the previous setting (None when
+    it was the default), so ``set_gpu_kernel(old)`` restores it.
+    """
+    global _gpu_kernel
+    if name is not None:
+        name = validation.check_gpu_kernel("set_gpu_kernel: name", name, tuple(GPU_KERNELS))
+    old, _gpu_kernel = _gpu_kernel, name
+    return old
+
+
+def get_gpu_kernel():
+    """The GPU kernel family later calls use: "auto", "fa2" or "sm90" (see set_gpu_kernel)."""
+    if _gpu_kernel is not None:
+        return _gpu_kernel
+    env = os.environ.get(_GPU_KERNEL_ENV) or "auto"  # unset or empty: the default
+    return validation.check_gpu_kernel(_GPU_KERNEL_ENV, env, tuple(GPU_KERNELS))
+
+
+def _default_deterministic():
+    # Paddle's own flash attention follows FLAGS_cudnn_deterministic; builds
+    # without it (CPU Paddle) do not know the flag.
+    try:
+        return bool(paddle.get_flags(["FLAGS_cudnn_deterministic"])["FLAGS_cudnn_deterministic"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
 def set_index_validation(enabled):
     """Enables/disables the value check of startend_row_indices (default on;
     env PADDLE_FLASHMASK_VALIDATE_INDICES=0 turns it off). Returns the old setting.
@@ -56,6 +100,7 @@ def flashmask_attention(
     name=None,
     softmax_scale=None,
     block_mask=None,
+    deterministic=None,
 ):
     r"""FlashMask attention: ``softmax(Q K^T * scale + M) V`` with a column-wise sparse mask M.
 
@@ -83,6 +128,11 @@ def flashmask_attention(
             seqlen_q]`` (-inf on rows whose keys are all masked). It carries no gradient.
         softmax_scale (float, optional): defaults to ``1 / sqrt(head_dim)``.
         training (bool): dropout applies only while training.
+        deterministic (bool, optional): makes the GPU backward bit-reproducible: dQ is computed
+            query-major without atomics and the GQA group's dK/dV are reduced in a fixed order
+            (somewhat slower). ``None`` follows Paddle's ``FLAGS_cudnn_deterministic`` where this
+            Paddle has that flag (as Paddle's own flash attention does), else False. The CPU
+            backward is always deterministic (and independent of the thread count).
         return_seed_offset, fixed_seed_offset, rng_name, block_mask: accepted for signature
             compatibility with Paddle; only their defaults are supported.
         name: unused, kept for Paddle compatibility.
@@ -97,6 +147,9 @@ def flashmask_attention(
     validation.check_scalar_args(dropout, softmax_scale, training)
     causal = validation.check_flag("causal", causal)
     return_softmax_lse = validation.check_flag("return_softmax_lse", return_softmax_lse)
+    deterministic = _default_deterministic() if deterministic is None else \
+        validation.check_flag("deterministic", deterministic)
+    gpu_kernel = GPU_KERNELS[get_gpu_kernel()]
     if return_seed_offset or fixed_seed_offset is not None or rng_name:
         raise NotImplementedError(
             "flashmask_attention: return_seed_offset/fixed_seed_offset/rng_name only matter with "
@@ -130,6 +183,8 @@ def flashmask_attention(
         causal,
         left,
         right,
+        gpu_kernel,
+        deterministic,
     )
     if return_softmax_lse:
         lse.stop_gradient = True

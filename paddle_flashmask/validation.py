@@ -162,6 +162,18 @@ def check_flag(name, value):
     return bool(value)
 
 
+def check_gpu_kernel(what, value, allowed):
+    """A GPU kernel family name (case-insensitive) -> its lower-case form.
+    `what` names where it came from (the argument or the env variable)."""
+    choices = ", ".join(repr(a) for a in allowed)
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a GPU kernel name, one of {choices}, got {value!r}")
+    key = value.strip().lower()
+    if key not in allowed:
+        raise ValueError(f"{what} must be a GPU kernel name, one of {choices}, got {value!r}")
+    return key
+
+
 GPU_HEAD_DIMS = (32, 64, 128)
 
 

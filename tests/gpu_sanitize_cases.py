@@ -37,11 +37,12 @@ def main():
             for t in (q, k, v):
                 t.stop_gradient = False
             ind = None if idx is None else paddle.to_tensor(idx, place=GPU)
-            out = pfm.flashmask_attention(q, k, v, ind, causal=causal)
-            grads = paddle.grad([out], [q, k, v], [dout])
-            host = [g._copy_to(paddle.CPUPlace(), True).astype("float32").numpy() for g in [out] + list(grads)]
-            assert all(np.isfinite(h).all() for h in host), name
-            print(f"ok {name} D={dim}", flush=True)
+            for deterministic in (False, True):  # True: the query-major dQ kernel
+                out = pfm.flashmask_attention(q, k, v, ind, causal=causal, deterministic=deterministic)
+                grads = paddle.grad([out], [q, k, v], [dout])
+                host = [g._copy_to(paddle.CPUPlace(), True).astype("float32").numpy() for g in [out] + list(grads)]
+                assert all(np.isfinite(h).all() for h in host), name
+                print(f"ok {name} D={dim} deterministic={deterministic}", flush=True)
     for window in (5, (30, 3)):
         q = to_gpu(rng.standard_normal((1, seqlen, 2, 64)).astype(np.float32))
         pfm.flashmask_attention(q, q, q, window_size=window, causal=False)

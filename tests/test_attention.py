@@ -2,6 +2,7 @@
 output, LSE and dq/dk/dv for every mask form, GQA/MQA, Hm = 1 and Hm = Hk,
 Sq != Sk, odd lengths, fully masked rows and low-precision inputs."""
 
+import sys
 import zlib
 
 import numpy as np
@@ -189,6 +190,123 @@ def test_backward_deterministic_and_thread_independent(rng, monkeypatch):
     for a, b, c in zip(first, single, again):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(a, c)
+
+
+def grads_of_call(data, idx, causal, **kwargs):
+    """out, dq, dk, dv (numpy) of one call on the given q/k/v arrays."""
+    q, k, v = (paddle.to_tensor(x, stop_gradient=False) for x in data)
+    out = pfm.flashmask_attention(q, k, v, idx, causal=causal, **kwargs)
+    dout = paddle.to_tensor(np.linspace(-1, 1, out.size, dtype="float32").reshape(out.shape))
+    return [out.numpy()] + [g.numpy() for g in paddle.grad([out], [q, k, v], [dout])]
+
+
+GPU_KERNEL_ENV = "PADDLE_FLASHMASK_GPU_KERNEL"
+
+
+@pytest.fixture
+def default_gpu_kernel(monkeypatch):
+    """No explicit setting and no env variable; the caller's state comes back after."""
+    monkeypatch.delenv(GPU_KERNEL_ENV, raising=False)
+    old = pfm.set_gpu_kernel(None)
+    yield
+    pfm.set_gpu_kernel(old)
+
+
+@pytest.mark.parametrize("causal,cols,heads,heads_k", [(True, 1, 4, 1), (False, 4, 4, 2), (True, 0, 2, 2)])
+def test_deterministic_flag_on_cpu_changes_nothing(rng, causal, cols, heads, heads_k):
+    # The CPU backward is deterministic anyway: deterministic=True is the same computation.
+    idx = None if cols == 0 else paddle.to_tensor(random_indices(rng, 2, heads_k, 150, 150, causal, cols))
+    data = [rng.standard_normal((2, 150, heads, 32)).astype("float32")] + [
+        rng.standard_normal((2, 150, heads_k, 32)).astype("float32") for _ in range(2)
+    ]
+    default = grads_of_call(data, idx, causal)
+    for flag in (True, False):
+        for a, b in zip(default, grads_of_call(data, idx, causal, deterministic=flag)):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_gpu_kernel_is_irrelevant_on_cpu(rng, default_gpu_kernel):
+    idx = paddle.to_tensor(random_indices(rng, 1, 1, 90, 90, True, 2))
+    data = [rng.standard_normal((1, 90, 4, 16)).astype("float32")] + [
+        rng.standard_normal((1, 90, 2, 16)).astype("float32") for _ in range(2)
+    ]
+    default = grads_of_call(data, idx, True)
+    for name in ("fa2", "sm90", "auto"):
+        pfm.set_gpu_kernel(name)
+        for a, b in zip(default, grads_of_call(data, idx, True, deterministic=True)):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_set_get_gpu_kernel_round_trip(default_gpu_kernel):
+    assert pfm.get_gpu_kernel() == "auto"
+    assert pfm.set_gpu_kernel("fa2") is None  # the previous setting: the default
+    assert pfm.get_gpu_kernel() == "fa2"
+    assert pfm.set_gpu_kernel("SM90") == "fa2"  # names are case-insensitive
+    assert pfm.get_gpu_kernel() == "sm90"
+    assert pfm.set_gpu_kernel("auto") == "sm90"
+    assert pfm.get_gpu_kernel() == "auto"
+    old = pfm.set_gpu_kernel("fa2")
+    pfm.set_gpu_kernel(old)  # restores
+    assert pfm.get_gpu_kernel() == "auto"
+    assert pfm.set_gpu_kernel(None) == "auto"
+    assert pfm.get_gpu_kernel() == "auto"
+
+
+def test_gpu_kernel_env_variable(default_gpu_kernel, monkeypatch):
+    monkeypatch.setenv(GPU_KERNEL_ENV, "fa2")
+    assert pfm.get_gpu_kernel() == "fa2"
+    monkeypatch.setenv(GPU_KERNEL_ENV, "Sm90")
+    assert pfm.get_gpu_kernel() == "sm90"
+    pfm.set_gpu_kernel("fa2")  # an explicit setting wins
+    assert pfm.get_gpu_kernel() == "fa2"
+    pfm.set_gpu_kernel(None)  # back to the env variable
+    assert pfm.get_gpu_kernel() == "sm90"
+    monkeypatch.setenv(GPU_KERNEL_ENV, "")  # empty counts as unset
+    assert pfm.get_gpu_kernel() == "auto"
+    monkeypatch.delenv(GPU_KERNEL_ENV)
+    assert pfm.get_gpu_kernel() == "auto"
+
+
+class ArgSpy:
+    """The op module, recording the arguments of each attention call."""
+
+    def __init__(self, real):
+        self._real = real
+        self.attention_args = []
+
+    def __getattr__(self, name):
+        attr = getattr(self._real, name)
+        if name != "pfm_flashmask_attention":
+            return attr
+
+        def wrapped(*args):
+            self.attention_args.append(args)
+            return attr(*args)
+
+        return wrapped
+
+
+def test_gpu_kernel_and_deterministic_reach_the_op(rng, default_gpu_kernel, monkeypatch):
+    attention_mod = sys.modules["paddle_flashmask.attention"]
+    spy = ArgSpy(pfm.load_ops())
+    monkeypatch.setattr(attention_mod, "load_ops", lambda: spy)
+    q = paddle.to_tensor(rng.standard_normal((1, 20, 2, 8)).astype("float32"))
+
+    def attrs(**kwargs):
+        pfm.flashmask_attention(q, q, q, causal=True, **kwargs)
+        return spy.attention_args[-1][-2:]  # (gpu_kernel, deterministic)
+
+    monkeypatch.setattr(paddle, "get_flags", lambda flags: (_ for _ in ()).throw(ValueError("unknown")))
+    assert attrs() == (0, False)  # a Paddle without FLAGS_cudnn_deterministic
+    monkeypatch.setattr(paddle, "get_flags", lambda flags: {"FLAGS_cudnn_deterministic": True})
+    assert attrs() == (0, True)  # None follows the flag
+    assert attrs(deterministic=False) == (0, False)  # an explicit value wins
+    pfm.set_gpu_kernel("fa2")
+    assert attrs(deterministic=True) == (1, True)
+    monkeypatch.setattr(paddle, "get_flags", lambda flags: {"FLAGS_cudnn_deterministic": False})
+    pfm.set_gpu_kernel("sm90")
+    assert attrs() == (2, False)
+    assert all(type(a[-2]) is int and type(a[-1]) is bool for a in spy.attention_args)
 
 
 def test_lse_has_no_gradient_and_out_grad_unaffected(rng):

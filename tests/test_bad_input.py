@@ -500,6 +500,55 @@ def test_flags_must_be_bool(spy, name, value):
     assert_rejected(spy, TypeError, name, q, k, v, **{name: value})
 
 
+@pytest.mark.parametrize("value", ["yes", 1, 0, 1.0, [True], np.int32(1)], ids=repr)
+def test_deterministic_must_be_bool_or_none(spy, value):
+    q, k, v = qkv()
+    assert_rejected(spy, TypeError, r"deterministic must be a bool", q, k, v, deterministic=value)
+
+
+# --------------------------------------------------------------------------------------
+# GPU kernel family (set_gpu_kernel / PADDLE_FLASHMASK_GPU_KERNEL)
+# --------------------------------------------------------------------------------------
+
+GPU_KERNEL_ENV = "PADDLE_FLASHMASK_GPU_KERNEL"
+ALLOWED_KERNELS = r"'auto', 'fa2', 'sm90'"
+
+
+@pytest.fixture
+def default_gpu_kernel(monkeypatch):
+    """No explicit setting and no env variable; the caller's state comes back after."""
+    monkeypatch.delenv(GPU_KERNEL_ENV, raising=False)
+    old = pfm.set_gpu_kernel(None)
+    yield
+    pfm.set_gpu_kernel(old)
+
+
+@pytest.mark.parametrize("bad", ["cuda", "", "fa3", "sm_90", "hopper"])
+def test_set_gpu_kernel_unknown_name(default_gpu_kernel, bad):
+    pfm.set_gpu_kernel("fa2")
+    with pytest.raises(ValueError, match=rf"set_gpu_kernel: name must be .*{ALLOWED_KERNELS}, got '{bad}'"):
+        pfm.set_gpu_kernel(bad)
+    assert pfm.get_gpu_kernel() == "fa2"  # a rejected name changes nothing
+
+
+@pytest.mark.parametrize("bad", [2, True, b"fa2", ["fa2"]], ids=repr)
+def test_set_gpu_kernel_not_a_string(default_gpu_kernel, bad):
+    with pytest.raises(TypeError, match=rf"set_gpu_kernel: name must be .*{ALLOWED_KERNELS}"):
+        pfm.set_gpu_kernel(bad)
+    assert pfm.get_gpu_kernel() == "auto"
+
+
+def test_gpu_kernel_env_unknown_name(default_gpu_kernel, spy, monkeypatch):
+    monkeypatch.setenv(GPU_KERNEL_ENV, "tensorcore")
+    with pytest.raises(ValueError, match=rf"{GPU_KERNEL_ENV} must be .*{ALLOWED_KERNELS}, got 'tensorcore'"):
+        pfm.get_gpu_kernel()
+    q, k, v = qkv()
+    assert_rejected(spy, ValueError, rf"{GPU_KERNEL_ENV} must be .*{ALLOWED_KERNELS}", q, k, v, causal=True)
+    spy.calls.clear()
+    pfm.set_gpu_kernel("fa2")  # an explicit setting wins over the env variable
+    check_against_reference(q, k, v, None, True)
+
+
 # --------------------------------------------------------------------------------------
 # unsupported options of Paddle's signature
 # --------------------------------------------------------------------------------------
@@ -689,6 +738,8 @@ _CHILD = textwrap.dedent(
         ((q, k, v), dict(softmax_scale="1")),
         ((q, k, v), dict(block_mask=paddle.ones([1], dtype="int32"))),
         ((q, k, v), dict(return_seed_offset=True)),
+        ((q, k, v), dict(deterministic=1)),
+        ((q, k, v), dict(deterministic="true")),
     ]
     for i, (args, kwargs) in enumerate(cases):
         try:
@@ -710,4 +761,4 @@ def test_bad_calls_do_not_crash_the_process(real_ops):
     proc = subprocess.run([sys.executable, "-c", _CHILD], cwd=str(REPO), env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
-    assert "ALL-BAD-CALLS-RAISED 39" in proc.stdout, proc.stdout
+    assert "ALL-BAD-CALLS-RAISED 41" in proc.stdout, proc.stdout

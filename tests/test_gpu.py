@@ -4,8 +4,13 @@ Skipped unless Paddle has CUDA and a GPU. Written for the trimmed device
 runtime (see README, "GPU"), where Paddle's own GPU kernels do not run: the
 tests only move tensors to/from the GPU, call our ops and paddle.grad with
 explicit grad_outputs; every cast and comparison happens on the host.
+
+Every correctness test runs once per GPU kernel family (the `gpu_kernel`
+fixture): "fa2" (mma.sync, any GPU) and "sm90" (TMA + wgmma, compute
+capability 9.0 only: skipped elsewhere, never on an H100/H200).
 """
 
+import re
 import zlib
 
 import numpy as np
@@ -25,8 +30,38 @@ TOL = 1e-2  # bf16/fp16 inputs, fp32 accumulation
 FORMS = [(True, 0), (True, 1), (True, 2), (False, 0), (False, 2), (False, 4)]
 
 
+# Head dims the sm90 kernels take (flashmask_api_cuda.cu refuses others when forced).
+SM90_HEAD_DIMS = (64, 128)
+
+
 def gpu():
     return paddle.CUDAPlace(0)
+
+
+def device_capability():
+    """(major, minor) of GPU 0 as ints."""
+    props = paddle.device.cuda.get_device_properties(0)
+    return int(props.major), int(props.minor)
+
+
+def is_sm90():
+    """True on compute capability 9.0 (H100, H200, H800, GH200): where the sm90 kernels run."""
+    return device_capability() == (9, 0)
+
+
+@pytest.fixture(params=["fa2", "sm90"])
+def gpu_kernel(request):
+    """Runs the test with one kernel family forced (pfm.set_gpu_kernel), restored after."""
+    if request.param == "sm90" and not is_sm90():
+        pytest.skip(f"the sm90 kernels need compute capability 9.0, GPU 0 is {device_capability()}")
+    old = pfm.set_gpu_kernel(request.param)
+    yield request.param
+    pfm.set_gpu_kernel(old)
+
+
+def skip_unsupported(dim):
+    if pfm.get_gpu_kernel() == "sm90" and dim not in SM90_HEAD_DIMS:
+        pytest.skip(f"the sm90 kernels take head dims {SM90_HEAD_DIMS}, not {dim}")
 
 
 def to_gpu(array, dtype):
@@ -56,8 +91,8 @@ def cpu_reference(q, k, v, dout, indices, causal, window):
     return res
 
 
-def run_gpu_case(seed, batch, seqlen_q, seqlen_k, heads, heads_k, dim, causal, indices=None,
-                 window=None, dtype="bfloat16", use_cpu_reference=False):
+def gpu_inputs(seed, batch, seqlen_q, seqlen_k, heads, heads_k, dim, dtype):
+    """q, k, v (requiring grad) and dout on the GPU, standard normal."""
     rng = np.random.default_rng(seed)
     arrays = [rng.standard_normal((batch, seqlen_q, heads, dim)).astype(np.float32),
               rng.standard_normal((batch, seqlen_k, heads_k, dim)).astype(np.float32),
@@ -66,12 +101,24 @@ def run_gpu_case(seed, batch, seqlen_q, seqlen_k, heads, heads_k, dim, causal, i
     q, k, v, dout = (to_gpu(a, dtype) for a in arrays)
     for t in (q, k, v):
         t.stop_gradient = False
+    return q, k, v, dout
+
+
+def gpu_run(q, k, v, dout, indices, causal, window=None, deterministic=None):
+    """One forward + backward on the GPU; results on the host (float64, LSE float32)."""
     idx = None if indices is None else paddle.to_tensor(indices, place=gpu())
     out, lse = pfm.flashmask_attention(q, k, v, idx, causal=causal, window_size=window,
-                                       return_softmax_lse=True)
+                                       return_softmax_lse=True, deterministic=deterministic)
     dq, dk, dv = paddle.grad([out], [q, k, v], [dout])
-    got = {"out": to_host_f64(out), "lse": lse._copy_to(paddle.CPUPlace(), True).numpy(),
-           "dq": to_host_f64(dq), "dk": to_host_f64(dk), "dv": to_host_f64(dv)}
+    return {"out": to_host_f64(out), "lse": lse._copy_to(paddle.CPUPlace(), True).numpy(),
+            "dq": to_host_f64(dq), "dk": to_host_f64(dk), "dv": to_host_f64(dv)}
+
+
+def run_gpu_case(seed, batch, seqlen_q, seqlen_k, heads, heads_k, dim, causal, indices=None,
+                 window=None, dtype="bfloat16", use_cpu_reference=False, deterministic=None):
+    skip_unsupported(dim)
+    q, k, v, dout = gpu_inputs(seed, batch, seqlen_q, seqlen_k, heads, heads_k, dim, dtype)
+    got = gpu_run(q, k, v, dout, indices, causal, window, deterministic)
 
     rounded = [to_host_f64(t) for t in (q, k, v, dout)]  # what the GPU actually saw
     if use_cpu_reference:
@@ -106,7 +153,7 @@ def seed_of(*parts):
 @pytest.mark.parametrize("dim", [32, 64, 128])
 @pytest.mark.parametrize("causal,cols", FORMS)
 @pytest.mark.parametrize("seqlen", [1, 77, 1000])
-def test_forms_lengths(dtype, dim, causal, cols, seqlen):
+def test_forms_lengths(gpu_kernel, dtype, dim, causal, cols, seqlen):
     idx = None if cols == 0 else random_indices(np.random.default_rng(seqlen), 2, 2, seqlen, seqlen, causal, cols)
     run_gpu_case(seed_of(dtype, dim, causal, cols, seqlen), 2, seqlen, seqlen, 4, 2, dim, causal, idx,
                  dtype=dtype)
@@ -114,7 +161,7 @@ def test_forms_lengths(dtype, dim, causal, cols, seqlen):
 
 @pytest.mark.parametrize("causal,cols", FORMS)
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(100, 300), (300, 100), (4097, 4097)])
-def test_unequal_and_long(causal, cols, seqlen_q, seqlen_k):
+def test_unequal_and_long(gpu_kernel, causal, cols, seqlen_q, seqlen_k):
     rng = np.random.default_rng(seqlen_q * 7 + seqlen_k)
     idx = None if cols == 0 else random_indices(rng, 1, 1, seqlen_q, seqlen_k, causal, cols)
     run_gpu_case(seed_of(causal, cols, seqlen_q, seqlen_k), 1, seqlen_q, seqlen_k, 2, 1, 128, causal, idx,
@@ -122,13 +169,13 @@ def test_unequal_and_long(causal, cols, seqlen_q, seqlen_k):
 
 
 @pytest.mark.parametrize("heads,heads_k,hm", [(8, 2, 1), (8, 2, 2), (8, 1, 1), (4, 4, 4)])
-def test_gqa_mask_heads(heads, heads_k, hm):
+def test_gqa_mask_heads(gpu_kernel, heads, heads_k, hm):
     idx = random_indices(np.random.default_rng(heads * 10 + hm), 2, hm, 333, 333, False, 4)
     run_gpu_case(seed_of(heads, heads_k, hm), 2, 333, 333, heads, heads_k, 64, False, idx)
 
 
 @pytest.mark.parametrize("name", sorted(masks.MASK_BUILDERS))
-def test_builders_8k(name):
+def test_builders_8k(gpu_kernel, name):
     idx, causal = masks.example_mask(name, 8192, batch_size=1, num_heads=2, seed=1, place=paddle.CPUPlace())
     heads_k = idx.shape[1] if idx.shape[1] > 1 else 2
     run_gpu_case(seed_of(name), 1, 8192, 8192, 2 * heads_k, heads_k, 128, causal, idx.numpy(),
@@ -137,15 +184,106 @@ def test_builders_8k(name):
 
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("window", [3, (100, 17)])
-def test_window(causal, window):
+def test_window(gpu_kernel, causal, window):
     run_gpu_case(seed_of(causal, window), 1, 500, 500, 2, 2, 64, causal, window=window)
 
 
-def test_fully_masked_rows():
+def test_fully_masked_rows(gpu_kernel):
     idx = np.zeros((1, 1, 300, 4), dtype=np.int32)
     idx[..., 1] = 130  # rows [0, 130) see nothing
     idx[..., 2], idx[..., 3] = 200, 260
     run_gpu_case(1, 1, 300, 300, 2, 1, 128, False, idx)
+
+
+# --------------------------------------------------------------------------------------
+# deterministic backward: dQ query-major without atomics, per-query-head dK/dV slots
+# reduced in a fixed order; same tolerances as above, and bit-identical reruns
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dim,dtype", [(32, "float16"), (64, "bfloat16"), (128, "bfloat16"), (128, "float16")])
+@pytest.mark.parametrize("heads_k", [1, 2])
+@pytest.mark.parametrize("causal,cols", FORMS)
+@pytest.mark.parametrize("seqlen", [77, 1000])
+def test_deterministic_forms(gpu_kernel, dim, dtype, heads_k, causal, cols, seqlen):
+    rng = np.random.default_rng(seed_of("det-idx", heads_k, causal, cols, seqlen))
+    idx = None if cols == 0 else random_indices(rng, 2, heads_k, seqlen, seqlen, causal, cols)
+    run_gpu_case(seed_of("det", dim, dtype, heads_k, causal, cols, seqlen), 2, seqlen, seqlen, 4, heads_k,
+                 dim, causal, idx, dtype=dtype, deterministic=True)
+
+
+@pytest.mark.parametrize("name", ["causal_document", "share_question"])
+@pytest.mark.parametrize("heads_k", [1, 2])
+@pytest.mark.parametrize("dim", [32, 64, 128])
+@pytest.mark.parametrize("seqlen", [77, 1000])
+def test_deterministic_packed_masks(gpu_kernel, name, heads_k, dim, seqlen):
+    idx, causal = masks.example_mask(name, seqlen, batch_size=2, num_heads=1, seed=seqlen, place=paddle.CPUPlace())
+    run_gpu_case(seed_of("det", name, heads_k, dim, seqlen), 2, seqlen, seqlen, 4, heads_k, dim, causal,
+                 idx.numpy(), deterministic=True)
+
+
+@pytest.mark.parametrize("heads_k", [1, 2])
+def test_deterministic_fully_masked_rows(gpu_kernel, heads_k):
+    idx = np.zeros((1, 1, 300, 4), dtype=np.int32)
+    idx[..., 1] = 130  # rows [0, 130) see nothing
+    idx[..., 2], idx[..., 3] = 200, 260
+    run_gpu_case(seed_of("det-empty", heads_k), 1, 300, 300, 4, heads_k, 128, False, idx, deterministic=True)
+
+
+@pytest.mark.parametrize("causal,cols", [(True, 0), (True, 2), (False, 4)])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(100, 300), (300, 100)])
+def test_deterministic_unequal_lengths(gpu_kernel, causal, cols, seqlen_q, seqlen_k):
+    # Causal with Sq > Sk: the first Sq - Sk rows see no key (LSE -inf, dQ 0).
+    rng = np.random.default_rng(seqlen_q * 7 + seqlen_k)
+    idx = None if cols == 0 else random_indices(rng, 1, 1, seqlen_q, seqlen_k, causal, cols)
+    run_gpu_case(seed_of("det", causal, cols, seqlen_q, seqlen_k), 1, seqlen_q, seqlen_k, 4, 1, 64, causal,
+                 idx, deterministic=True)
+
+
+REPRO_CASES = {
+    # name: (heads, heads_k, seqlen, causal, mask builder or None)
+    "gqa8to1_causal_document": (8, 1, 2048, True, "causal_document"),
+    "gqa4to2_share_question": (4, 2, 1000, True, "share_question"),
+    "mha_full": (2, 2, 777, False, None),
+}
+
+
+@pytest.mark.parametrize("dim", [32, 64, 128])
+@pytest.mark.parametrize("case", sorted(REPRO_CASES))
+def test_deterministic_is_bitwise_reproducible(gpu_kernel, dim, case):
+    skip_unsupported(dim)
+    heads, heads_k, seqlen, causal, name = REPRO_CASES[case]
+    idx = None
+    if name is not None:
+        idx = masks.example_mask(name, seqlen, batch_size=2, num_heads=1, seed=5, place=paddle.CPUPlace())[0].numpy()
+    q, k, v, dout = gpu_inputs(seed_of("repro", case, dim), 2, seqlen, seqlen, heads, heads_k, dim, "bfloat16")
+    first = gpu_run(q, k, v, dout, idx, causal, deterministic=True)
+    for _ in range(3):
+        again = gpu_run(q, k, v, dout, idx, causal, deterministic=True)
+        for key in ("out", "lse", "dq", "dk", "dv"):
+            np.testing.assert_array_equal(again[key], first[key], err_msg=f"{key} differs between runs")
+
+
+def test_sm90_helper_recognises_hopper():
+    # The sm90 cases must never be skipped on an H100/H200 because of is_sm90().
+    name = paddle.device.cuda.get_device_name(0)
+    if re.search(r"\bG?H(100|200|800|20)\b", name):
+        assert is_sm90(), f"{name} reports compute capability {device_capability()}"
+
+
+def test_forced_sm90_raises_where_it_cannot_run():
+    # Elsewhere than compute capability 9.0 any call; on it, a head dim sm90 does not take.
+    dim = 32 if is_sm90() else 64
+    if is_sm90() and dim in SM90_HEAD_DIMS:
+        pytest.skip("the sm90 kernels take every head dim the FA2 ones do")
+    q, k, v, _ = gpu_inputs(0, 1, 64, 64, 2, 2, dim, "bfloat16")
+    old = pfm.set_gpu_kernel("sm90")
+    try:
+        with pytest.raises(Exception) as info:
+            to_host_f64(pfm.flashmask_attention(q, k, v, causal=True))
+        assert "sm90" in str(info.value), info.value
+    finally:
+        pfm.set_gpu_kernel(old)
 
 
 def test_bad_indices_rejected_on_gpu():

@@ -53,11 +53,19 @@ void check_qkv(const paddle::Tensor& q, const paddle::Tensor& k, const paddle::T
            "flashmask_attention: query heads must be a multiple of key heads");
 }
 
+flashmask::GpuKernel core_gpu_kernel(int gpu_kernel) {
+  PD_CHECK(gpu_kernel >= 0 && gpu_kernel <= 2,
+           "flashmask_attention: gpu_kernel must be 0 (auto), 1 (fa2) or 2 (sm90), got " +
+               std::to_string(gpu_kernel));
+  return static_cast<flashmask::GpuKernel>(gpu_kernel);
+}
+
 // Fills everything but the data pointers' dtype-specific outputs.
 flashmask::FwdParams make_fwd_params(const paddle::Tensor& q, const paddle::Tensor& k,
                                      const paddle::Tensor& v, const paddle::Tensor* indices,
-                                     float softmax_scale, bool causal) {
+                                     float softmax_scale, bool causal, int gpu_kernel) {
   flashmask::FwdParams p;
+  p.gpu_kernel = core_gpu_kernel(gpu_kernel);
   p.dtype = core_dtype(q.dtype());
   p.q = q.data();
   p.k = k.data();
@@ -143,14 +151,16 @@ std::vector<paddle::Tensor> FlashMaskForward(const paddle::Tensor& q, const padd
                                              const paddle::Tensor& v,
                                              const paddle::optional<paddle::Tensor>& indices,
                                              float softmax_scale, bool causal, int window_left,
-                                             int window_right) {
+                                             int window_right, int gpu_kernel,
+                                             bool deterministic) {
+  // deterministic concerns only the backward (the forward has no atomics).
   check_qkv(q, k, v);
   const auto mask = effective_indices(indices, q, k, causal, window_left, window_right);
   auto out = paddle::empty(q.shape(), q.dtype(), q.place());
   auto lse = paddle::empty({q.shape()[0], q.shape()[2], q.shape()[1]}, paddle::DataType::FLOAT32,
                            q.place());
   flashmask::FwdParams p =
-      make_fwd_params(q, k, v, mask ? &mask.get() : nullptr, softmax_scale, causal);
+      make_fwd_params(q, k, v, mask ? &mask.get() : nullptr, softmax_scale, causal, gpu_kernel);
   p.out = out.data();
   p.softmax_lse = lse.data<float>();
   if (q.is_cpu()) {
@@ -175,7 +185,8 @@ std::vector<paddle::Tensor> FlashMaskBackward(const paddle::Tensor& q, const pad
                                               const paddle::Tensor& out,
                                               const paddle::Tensor& lse,
                                               const paddle::Tensor& dout, float softmax_scale,
-                                              bool causal, int window_left, int window_right) {
+                                              bool causal, int window_left, int window_right,
+                                              int gpu_kernel, bool deterministic) {
   check_qkv(q, k, v);
   PD_CHECK(dout.shape() == q.shape() && dout.dtype() == q.dtype(),
            "flashmask_attention grad: dout must match query");
@@ -186,7 +197,11 @@ std::vector<paddle::Tensor> FlashMaskBackward(const paddle::Tensor& q, const pad
 
   flashmask::BwdParams p;
   static_cast<flashmask::FwdParams&>(p) =
-      make_fwd_params(q, k, v, mask ? &mask.get() : nullptr, softmax_scale, causal);
+      make_fwd_params(q, k, v, mask ? &mask.get() : nullptr, softmax_scale, causal, gpu_kernel);
+  // The CPU backward is deterministic either way; on GPU this picks the
+  // atomic-free dQ kernel and per-query-head dK/dV slots (see BwdParams).
+  p.deterministic = deterministic;
+  p.accum_heads_k = deterministic ? p.num_heads : p.num_heads_k;
   p.out = const_cast<void*>(out.data());
   p.softmax_lse = const_cast<float*>(lse.data<float>());
   p.dout = dout.data();
@@ -206,8 +221,11 @@ std::vector<paddle::Tensor> FlashMaskBackward(const paddle::Tensor& q, const pad
     auto bounds = gpu_workspace(std::max<int64_t>(1, flashmask::block_bounds_elems(p)),
                                 paddle::DataType::INT32, q);
     auto dq_accum = paddle::empty(q.shape(), paddle::DataType::FLOAT32, q.place());
-    auto dk_accum = paddle::empty(k.shape(), paddle::DataType::FLOAT32, k.place());
-    auto dv_accum = paddle::empty(v.shape(), paddle::DataType::FLOAT32, v.place());
+    // [B, Sk, accum_heads_k, D]: one slot per kv head, or per query head.
+    std::vector<int64_t> kv_accum_shape = k.shape();
+    kv_accum_shape[2] = p.accum_heads_k;
+    auto dk_accum = paddle::empty(kv_accum_shape, paddle::DataType::FLOAT32, k.place());
+    auto dv_accum = paddle::empty(kv_accum_shape, paddle::DataType::FLOAT32, v.place());
     auto softmax_d = paddle::empty(lse.shape(), paddle::DataType::FLOAT32, q.place());
     p.block_bounds = bounds.data<int32_t>();
     p.dq_accum = dq_accum.data<float>();
@@ -260,8 +278,13 @@ std::vector<paddle::DataType> FlashMaskForwardInferDtype(
   return {q_dtype, paddle::DataType::FLOAT32};
 }
 
-#define FLASHMASK_ATTRS \
-  { "softmax_scale: float", "causal: bool", "window_left: int", "window_right: int" }
+// gpu_kernel: flashmask::GpuKernel as int (0 auto, 1 fa2, 2 sm90; GPU only).
+// deterministic: bit-reproducible GPU backward (the CPU one always is).
+#define FLASHMASK_ATTRS                                                                   \
+  {                                                                                       \
+    "softmax_scale: float", "causal: bool", "window_left: int", "window_right: int",     \
+        "gpu_kernel: int", "deterministic: bool"                                         \
+  }
 
 PD_BUILD_OP(pfm_flashmask_attention)
     .Inputs({"q", "k", "v", paddle::Optional("startend_row_indices")})

@@ -9,6 +9,7 @@
 
 #include "../flashmask_api.h"
 #include "flashmask_launch.cuh"
+#include "sm90/flashmask_sm90_api.h"
 
 namespace flashmask {
 namespace cuda {
@@ -58,6 +59,40 @@ struct BwdLauncher {
   }
 };
 
+struct BwdDQLauncher {
+  const BwdParams& p;
+  cudaStream_t stream;
+  template <int D, typename T>
+  void run() const {
+    cuda::run_bwd_dq_<D, T>(p, stream);
+  }
+};
+
+bool device_is_sm90() {
+  int device = 0, major = 0, minor = 0;
+  FLASHMASK_CUDA_CHECK(cudaGetDevice(&device));
+  FLASHMASK_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  FLASHMASK_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major == 9 && minor == 0;
+}
+
+// The kernel family for this call (see GpuKernel): forcing sm90 where it
+// cannot run throws rather than silently measuring the other path. A call the
+// Hopper forward takes whose backward has no Hopper kernel (`kernel_available`
+// false) runs the FA2-class backward.
+template <typename Params>
+bool use_sm90(const Params& p, bool kernel_available) {
+  if (p.gpu_kernel == GpuKernel::kFA2) return false;
+  const bool takes = sm90::compiled() && sm90::fwd_supported(p) && device_is_sm90();
+  if (p.gpu_kernel == GpuKernel::kSm90 && !takes) {
+    throw std::invalid_argument(
+        "flashmask_attention: gpu_kernel='sm90' needs a compute capability 9.0 GPU, a build with "
+        "sm_90a (PADDLE_FLASHMASK_CUDA_ARCHS containing 90a, CUTLASS headers installed), "
+        "head_dim 64 or 128, float16/bfloat16 and 16-byte aligned strides");
+  }
+  return takes && kernel_available;
+}
+
 }  // namespace
 
 bool cuda_supports(DType dtype, int head_dim) {
@@ -67,6 +102,7 @@ bool cuda_supports(DType dtype, int head_dim) {
 void run_fwd_cuda(const FwdParams& params, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   cuda::compute_block_bounds(params, s);
+  if (use_sm90(params, true)) return sm90::run_fwd(params, s);
   dispatch(params, FwdLauncher{params, s});
 }
 
@@ -74,7 +110,13 @@ void run_bwd_cuda(const BwdParams& params, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   cuda::compute_block_bounds(params, s);
   cuda::bwd_prepare(params, s);
-  dispatch(params, BwdLauncher{params, s});
+  if (use_sm90(params, sm90::bwd_supported(params))) {
+    sm90::run_bwd(params, s);
+  } else {
+    dispatch(params, BwdLauncher{params, s});
+  }
+  // Deterministic: the main backward left dQ out; compute it query-major.
+  if (params.deterministic) dispatch(params, BwdDQLauncher{params, s});
   cuda::bwd_finish(params, s);
 }
 

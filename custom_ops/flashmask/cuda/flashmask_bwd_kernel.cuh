@@ -3,7 +3,9 @@
 // tiles S^T = K Q^T and dP^T = V dO^T, so P^T and dS^T come out of the
 // accumulators already in the A-operand layout for dV += P^T dO and
 // dK += dS^T Q. dS^T goes through shared memory once for dQ += dS K, which is
-// accumulated in fp32 with atomics (as FA2 does).
+// accumulated in fp32 with atomics (as FA2 does). In deterministic mode the dQ
+// part is skipped (flashmask_bwd_dq_kernel.cuh computes dQ without atomics)
+// and dK/dV go to this query head's own accumulator slot.
 //
 // FlashMask: the query-block range starts at the first row the causal
 // diagonal lets see this key block, and every query block is classified from
@@ -60,6 +62,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const int causal_offset = seqlen_k - seqlen_q;
   const bool causal = p.mask.causal;
   const int q_blocks = (seqlen_q + kBlockM - 1) / kBlockM;
+  const bool with_dq = !p.deterministic;  // else dQ is the query-major kernel's
 
   const bool has_columns = p.mask.startend_row_indices != nullptr;
   const int mask_batch = p.mask.batch_stride == 0 ? 0 : batch;
@@ -213,13 +216,15 @@ __global__ void __launch_bounds__(Traits::kNThreads)
       a_ds[1] = pack2<T>(acc_dp[2 * kk][2], acc_dp[2 * kk][3]);
       a_ds[2] = pack2<T>(acc_dp[2 * kk + 1][0], acc_dp[2 * kk + 1][1]);
       a_ds[3] = pack2<T>(acc_dp[2 * kk + 1][2], acc_dp[2 * kk + 1][3]);
-      // dS^T to shared memory for the dQ product below.
-      const int key_local = warp * 16 + lane / 4;
-      const int q_local = kk * 16 + (lane % 4) * 2;
-      *reinterpret_cast<uint32_t*>(sdS + DSTile::offset(key_local, q_local)) = a_ds[0];
-      *reinterpret_cast<uint32_t*>(sdS + DSTile::offset(key_local + 8, q_local)) = a_ds[1];
-      *reinterpret_cast<uint32_t*>(sdS + DSTile::offset(key_local, q_local + 8)) = a_ds[2];
-      *reinterpret_cast<uint32_t*>(sdS + DSTile::offset(key_local + 8, q_local + 8)) = a_ds[3];
+      if (with_dq) {
+        // dS^T to shared memory for the dQ product below.
+        const int key_local = warp * 16 + lane / 4;
+        const int q_local = kk * 16 + (lane % 4) * 2;
+        *reinterpret_cast<uint32_t*>(sdS + DSTile::offset(key_local, q_local)) = a_ds[0];
+        *reinterpret_cast<uint32_t*>(sdS + DSTile::offset(key_local + 8, q_local)) = a_ds[1];
+        *reinterpret_cast<uint32_t*>(sdS + DSTile::offset(key_local, q_local + 8)) = a_ds[2];
+        *reinterpret_cast<uint32_t*>(sdS + DSTile::offset(key_local + 8, q_local + 8)) = a_ds[3];
+      }
 #pragma unroll
       for (int dd = 0; dd < kDim / 16; ++dd) {
         const int b_off =
@@ -233,40 +238,42 @@ __global__ void __launch_bounds__(Traits::kNThreads)
         mma_16816<T>(acc_dk[2 * dd + 1], a_ds, b[2], b[3]);
       }
     }
-    __syncthreads();  // all of dS^T is in shared memory
+    if (with_dq) {
+      __syncthreads();  // all of dS^T is in shared memory
 
-    // dQ += dS K over the kBlockN keys: this warp's 16 query rows (row tile
-    // warp % kDQRowTiles) x its slice of the head dim (warp / kDQRowTiles).
-    constexpr int kSliceSteps = kDim / 16 / Traits::kDQDimSplit;
-    const int row_tile = warp % Traits::kDQRowTiles;
-    const int dd0 = (warp / Traits::kDQRowTiles) * kSliceSteps;
-    uint32_t a_ds[kBlockN / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      ldmatrix_x4_trans(a_ds[kk], sdS + DSTile::offset(kk * 16 + ln % 8 + (ln / 16) * 8,
-                                                       row_tile * 16 + ((ln / 8) % 2) * 8));
-    }
-    const int q_row = r0 + row_tile * 16 + lane / 4;
-#pragma unroll
-    for (int step = 0; step < kSliceSteps; ++step) {
-      const int dd = dd0 + step;
-      float acc_dq[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      // dQ += dS K over the kBlockN keys: this warp's 16 query rows (row tile
+      // warp % kDQRowTiles) x its slice of the head dim (warp / kDQRowTiles).
+      constexpr int kSliceSteps = kDim / 16 / Traits::kDQDimSplit;
+      const int row_tile = warp % Traits::kDQRowTiles;
+      const int dd0 = (warp / Traits::kDQRowTiles) * kSliceSteps;
+      uint32_t a_ds[kBlockN / 16][4];
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, sK + Tile::offset(kk * 16 + ln % 8 + ((ln / 8) % 2) * 8,
-                                               dd * 16 + (ln / 16) * 8));
-        mma_16816<T>(acc_dq[0], a_ds[kk], b[0], b[1]);
-        mma_16816<T>(acc_dq[1], a_ds[kk], b[2], b[3]);
+        ldmatrix_x4_trans(a_ds[kk], sdS + DSTile::offset(kk * 16 + ln % 8 + (ln / 16) * 8,
+                                                         row_tile * 16 + ((ln / 8) % 2) * 8));
       }
+      const int q_row = r0 + row_tile * 16 + lane / 4;
 #pragma unroll
-      for (int t = 0; t < 2; ++t) {
+      for (int step = 0; step < kSliceSteps; ++step) {
+        const int dd = dd0 + step;
+        float acc_dq[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = q_row + (e / 2) * 8;
-          const int col = (2 * dd + t) * 8 + (lane % 4) * 2 + (e % 2);
-          if (row < seqlen_q) {
-            atomicAdd(dq_accum + int64_t(row) * p.num_heads * kDim + col, acc_dq[t][e]);
+        for (int kk = 0; kk < kBlockN / 16; ++kk) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, sK + Tile::offset(kk * 16 + ln % 8 + ((ln / 8) % 2) * 8,
+                                                 dd * 16 + (ln / 16) * 8));
+          mma_16816<T>(acc_dq[0], a_ds[kk], b[0], b[1]);
+          mma_16816<T>(acc_dq[1], a_ds[kk], b[2], b[3]);
+        }
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = q_row + (e / 2) * 8;
+            const int col = (2 * dd + t) * 8 + (lane % 4) * 2 + (e % 2);
+            if (row < seqlen_q) {
+              atomicAdd(dq_accum + int64_t(row) * p.num_heads * kDim + col, acc_dq[t][e]);
+            }
           }
         }
       }
@@ -277,10 +284,12 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   }
   cp_async_wait<0>();
 
-  // dK and dV of the warp's keys; the query heads of a GQA group add up here.
-  const int64_t kv_row_stride = int64_t(p.num_heads_k) * kDim;
-  float* dk_accum = p.dk_accum + (int64_t(batch) * seqlen_k * p.num_heads_k + head_k) * kDim;
-  float* dv_accum = p.dv_accum + (int64_t(batch) * seqlen_k * p.num_heads_k + head_k) * kDim;
+  // dK and dV of the warp's keys: into the kv head's slot, where the query
+  // heads of a GQA group add up, or (deterministic) into this head's own slot.
+  const int slot = p.accum_heads_k == p.num_heads ? head : head_k;
+  const int64_t kv_row_stride = int64_t(p.accum_heads_k) * kDim;
+  float* dk_accum = p.dk_accum + (int64_t(batch) * seqlen_k * p.accum_heads_k + slot) * kDim;
+  float* dv_accum = p.dv_accum + (int64_t(batch) * seqlen_k * p.accum_heads_k + slot) * kDim;
 #pragma unroll
   for (int j = 0; j < kDTiles; ++j) {
 #pragma unroll

@@ -6,6 +6,7 @@
 
 #include "../flashmask_params.h"
 #include "cuda_check.h"
+#include "flashmask_bwd_dq_kernel.cuh"
 #include "flashmask_bwd_kernel.cuh"
 #include "flashmask_fwd_kernel.cuh"
 #include "kernel_traits.h"
@@ -17,6 +18,9 @@ template <int kHeadDim, typename T>
 void run_fwd_(const FwdParams& p, cudaStream_t stream);
 template <int kHeadDim, typename T>
 void run_bwd_(const BwdParams& p, cudaStream_t stream);
+// Deterministic backward only: dQ query-major into dq_accum (no atomics).
+template <int kHeadDim, typename T>
+void run_bwd_dq_(const BwdParams& p, cudaStream_t stream);
 
 template <typename Kernel>
 void allow_large_smem(Kernel kernel, int bytes) {
@@ -42,6 +46,16 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
   auto kernel = flashmask_bwd_kernel<Traits>;
   allow_large_smem(kernel, Traits::kSmemBytes);
   const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.num_heads, p.batch);
+  kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
+  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int kHeadDim, typename T>
+void launch_bwd_dq(const BwdParams& p, cudaStream_t stream) {
+  using Traits = BwdDQTraits<kHeadDim, T>;
+  auto kernel = flashmask_bwd_dq_kernel<Traits>;
+  allow_large_smem(kernel, Traits::kSmemBytes);
+  const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.num_heads, p.batch);
   kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }

@@ -57,5 +57,29 @@ struct BwdTraits {
                 "head dim must be a power of two >= 32");
 };
 
+// The deterministic backward's dQ kernel (flashmask_bwd_dq_kernel.cuh): the
+// forward's tiling (query rows per CTA, 64-key blocks that are the mask
+// summary blocks) with one m-tile per warp, since S, dP and dQ accumulators
+// all live in registers (at D=128: 32 + 32 + 64 per thread).
+template <int kHeadDim_, typename Element_>
+struct BwdDQTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kNWarps = 4;
+  static constexpr int kNThreads = kNWarps * 32;
+  static constexpr int kMTiles = 1;
+  static constexpr int kBlockM = 16 * kMTiles * kNWarps;
+  static constexpr int kBlockN = kMaskBlockN;
+  // Resident CTAs per SM the register allocation aims at: 3 (<= 168 registers)
+  // fits D=32/64 without spills; D=128 needs ~214 registers, so 2.
+  static constexpr int kMinBlocksPerSM = kHeadDim_ >= 128 ? 2 : 3;
+  static constexpr int kSmemQ = kBlockM * kHeadDim;   // elements, Q or dO
+  static constexpr int kSmemKV = kBlockN * kHeadDim;  // elements, K or V
+  // Q, dO, K, V (one buffer each) and the staged column bounds.
+  static constexpr int kSmemBytes = (2 * kSmemQ + 2 * kSmemKV) * 2 + kBlockN * 4 * 4;
+  static_assert(kHeadDim % 32 == 0 && (kHeadDim & (kHeadDim - 1)) == 0,
+                "head dim must be a power of two >= 32");
+};
+
 }  // namespace cuda
 }  // namespace flashmask

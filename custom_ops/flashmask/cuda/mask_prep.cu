@@ -1,9 +1,13 @@
 // Small kernels around the attention kernels: the FlashMask block summary,
 // sliding-window indices, index validation, the backward's row statistics
-// (rowsum(dO * O)) and the fp32 -> output conversion of the gradients.
+// (rowsum(dO * O)) and the fp32 -> output conversion of the gradients (with
+// the fixed-order GQA reduction of the deterministic mode).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
 
 #include "../flashmask_api.h"
 #include "../mask_bounds.h"
@@ -94,19 +98,52 @@ __global__ void convert_grad_kernel(const float* src, T* dst, int64_t n, float s
   }
 }
 
+// dK/dV from per-query-head slots (deterministic mode): src [rows, Hk * group,
+// D], dst [rows, Hk, D]; each output sums its kv head's `group` slots in slot
+// order, so the result does not depend on scheduling.
+template <typename T>
+__global__ void reduce_group_convert_kernel(const float* src, T* dst, int64_t n, int head_dim,
+                                            int group, float scale) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row_head = i / head_dim;  // (row, kv head), row-major
+    const float* s = src + row_head * group * head_dim + i % head_dim;
+    float sum = 0.f;
+    for (int g = 0; g < group; ++g) sum += s[int64_t(g) * head_dim];
+    dst[i] = from_float<T>(sum * scale);
+  }
+}
+
 int grid_for(int64_t n, int threads) {
   const int64_t blocks = (n + threads - 1) / threads;
   return int(blocks < 65535 * 32 ? (blocks > 0 ? blocks : 1) : 65535 * 32);
+}
+
+// dK/dV accumulator layout check: the caller picks the slots (see BwdParams).
+void check_accum_heads(const BwdParams& p) {
+  const bool ok = p.deterministic ? p.accum_heads_k == p.num_heads
+                                  : (p.accum_heads_k == p.num_heads_k ||
+                                     p.accum_heads_k == p.num_heads);
+  if (!ok) {
+    throw std::invalid_argument(
+        "flashmask backward: accum_heads_k must be num_heads_k, or num_heads (required when "
+        "deterministic), got " + std::to_string(p.accum_heads_k));
+  }
 }
 
 template <typename T>
 void bwd_pre_post(const BwdParams& p, cudaStream_t stream, bool pre) {
   const int64_t q_elems = int64_t(p.batch) * p.seqlen_q * p.num_heads * p.head_dim;
   const int64_t kv_elems = int64_t(p.batch) * p.seqlen_k * p.num_heads_k * p.head_dim;
+  const int64_t kv_accum_elems = kv_elems / p.num_heads_k * p.accum_heads_k;
   if (pre) {
-    FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, q_elems * sizeof(float), stream));
-    FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dk_accum, 0, kv_elems * sizeof(float), stream));
-    FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dv_accum, 0, kv_elems * sizeof(float), stream));
+    check_accum_heads(p);
+    // Deterministic: run_bwd_dq_ writes every dq_accum element, nothing adds.
+    if (!p.deterministic) {
+      FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, q_elems * sizeof(float), stream));
+    }
+    FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dk_accum, 0, kv_accum_elems * sizeof(float), stream));
+    FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dv_accum, 0, kv_accum_elems * sizeof(float), stream));
     const int64_t rows = int64_t(p.batch) * p.num_heads * p.seqlen_q;
     softmax_d_kernel<T><<<grid_for(rows * 32, 256), 256, 0, stream>>>(p);
     FLASHMASK_CUDA_CHECK(cudaGetLastError());
@@ -114,10 +151,18 @@ void bwd_pre_post(const BwdParams& p, cudaStream_t stream, bool pre) {
   }
   convert_grad_kernel<T><<<grid_for(q_elems, 256), 256, 0, stream>>>(
       p.dq_accum, static_cast<T*>(p.dq), q_elems, p.softmax_scale);
-  convert_grad_kernel<T><<<grid_for(kv_elems, 256), 256, 0, stream>>>(
-      p.dk_accum, static_cast<T*>(p.dk), kv_elems, p.softmax_scale);
-  convert_grad_kernel<T><<<grid_for(kv_elems, 256), 256, 0, stream>>>(
-      p.dv_accum, static_cast<T*>(p.dv), kv_elems, 1.f);
+  const int group = p.accum_heads_k / p.num_heads_k;
+  if (group == 1) {
+    convert_grad_kernel<T><<<grid_for(kv_elems, 256), 256, 0, stream>>>(
+        p.dk_accum, static_cast<T*>(p.dk), kv_elems, p.softmax_scale);
+    convert_grad_kernel<T><<<grid_for(kv_elems, 256), 256, 0, stream>>>(
+        p.dv_accum, static_cast<T*>(p.dv), kv_elems, 1.f);
+  } else {
+    reduce_group_convert_kernel<T><<<grid_for(kv_elems, 256), 256, 0, stream>>>(
+        p.dk_accum, static_cast<T*>(p.dk), kv_elems, p.head_dim, group, p.softmax_scale);
+    reduce_group_convert_kernel<T><<<grid_for(kv_elems, 256), 256, 0, stream>>>(
+        p.dv_accum, static_cast<T*>(p.dv), kv_elems, p.head_dim, group, 1.f);
+  }
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }
 
