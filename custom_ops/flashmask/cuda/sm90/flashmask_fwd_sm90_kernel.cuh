@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   Pipeline pipeline_k(ss.pipeline_k, pipe_params, Shape<_1, _1, _1>{});
   Pipeline pipeline_v(ss.pipeline_v, pipe_params, Shape<_1, _1, _1>{});
   if (warp == 1) {
-    const int count = build_live_block_list<kBlockM, kBlockN>(p, batch, head, m_block, live_list);
+    const int count = build_live_key_blocks<kBlockM, kBlockN>(p, batch, head, m_block, live_list);
     if (threadIdx.x % 32 == 0) ss.num_live_blocks = count;
   }
   __syncthreads();  // barriers initialised, live list complete

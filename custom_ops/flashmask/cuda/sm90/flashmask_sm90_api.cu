@@ -14,6 +14,8 @@ namespace sm90 {
 #if defined(FLASHMASK_WITH_SM90)
 template <int kHeadDim, typename T>
 void run_fwd_(const FwdParams& p, cudaStream_t stream);
+template <int kHeadDim, typename T>
+void run_bwd_(const BwdParams& p, cudaStream_t stream);
 #endif
 
 namespace {
@@ -25,9 +27,9 @@ bool tma_friendly(const void* ptr, int64_t row, int64_t head, int64_t batch) {
   return aligned16(ptr) && row % 8 == 0 && head % 8 == 0 && batch % 8 == 0;
 }
 
-// Largest key length whose live-block list still fits next to the tiles in
-// shared memory (and in the list's 15-bit block index).
-constexpr int kMaxSeqlenK = 1 << 21;
+// Longest sequences whose live-block lists still fit next to the tiles in
+// shared memory (and in the lists' 15-bit block index).
+constexpr int kMaxSeqlen = 1 << 21;
 
 }  // namespace
 
@@ -41,14 +43,16 @@ bool compiled() {
 
 bool fwd_supported(const FwdParams& p) {
   return compiled() && p.dtype != DType::kFloat32 && (p.head_dim == 64 || p.head_dim == 128) &&
-         p.seqlen_k <= kMaxSeqlenK &&
+         p.seqlen_k <= kMaxSeqlen && p.seqlen_q <= kMaxSeqlen &&
          tma_friendly(p.q, p.q_row_stride, p.q_head_stride, p.q_batch_stride) &&
          tma_friendly(p.k, p.k_row_stride, p.k_head_stride, p.k_batch_stride) &&
          tma_friendly(p.v, p.v_row_stride, p.v_head_stride, p.v_batch_stride) &&
          p.o_row_stride % 2 == 0 && aligned16(p.out);
 }
 
-bool bwd_supported(const BwdParams&) { return false; }
+bool bwd_supported(const BwdParams& p) {
+  return fwd_supported(p) && tma_friendly(p.dout, p.do_row_stride, p.do_head_stride, p.do_batch_stride);
+}
 
 void run_fwd(const FwdParams& p, cudaStream_t stream) {
 #if defined(FLASHMASK_WITH_SM90)
@@ -64,8 +68,18 @@ void run_fwd(const FwdParams& p, cudaStream_t stream) {
   throw std::invalid_argument("flashmask sm90 forward: unsupported call (see fwd_supported)");
 }
 
-void run_bwd(const BwdParams&, cudaStream_t) {
-  throw std::invalid_argument("flashmask sm90 backward: not built");
+void run_bwd(const BwdParams& p, cudaStream_t stream) {
+#if defined(FLASHMASK_WITH_SM90)
+  const bool bf16 = p.dtype == DType::kBFloat16;
+  if (p.head_dim == 64) {
+    return bf16 ? run_bwd_<64, __nv_bfloat16>(p, stream) : run_bwd_<64, __half>(p, stream);
+  }
+  if (p.head_dim == 128) {
+    return bf16 ? run_bwd_<128, __nv_bfloat16>(p, stream) : run_bwd_<128, __half>(p, stream);
+  }
+#endif
+  (void)p, (void)stream;
+  throw std::invalid_argument("flashmask sm90 backward: unsupported call (see bwd_supported)");
 }
 
 }  // namespace sm90

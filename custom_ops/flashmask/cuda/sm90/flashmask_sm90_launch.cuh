@@ -10,6 +10,7 @@
 #include <cutlass/numeric_types.h>
 
 #include "../cuda_check.h"
+#include "flashmask_bwd_sm90_kernel.cuh"
 #include "flashmask_fwd_sm90_kernel.cuh"
 
 namespace flashmask {
@@ -22,11 +23,14 @@ template <> struct CutlassElement<__nv_bfloat16> { using type = cutlass::bfloat1
 
 template <int kHeadDim, typename T>
 void run_fwd_(const FwdParams& p, cudaStream_t stream);
+template <int kHeadDim, typename T>
+void run_bwd_(const BwdParams& p, cudaStream_t stream);
 
+// Shared storage plus the live-block list (one uint16 per block of the
+// streamed dimension: key blocks forward, query blocks backward).
 template <typename Traits>
-int fwd_smem_bytes(int seqlen_k) {
-  const int n_blocks = (seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
-  return int(sizeof(typename Traits::SharedStorage)) + ((n_blocks * 2 + 15) / 16) * 16;
+int smem_bytes(int list_blocks) {
+  return int(sizeof(typename Traits::SharedStorage)) + ((list_blocks * 2 + 15) / 16) * 16;
 }
 
 // (seqlen, head dim, heads, batch) view of one of q/k/v for its TMA descriptor.
@@ -58,10 +62,40 @@ void launch_fwd(const FwdParams& p, cudaStream_t stream) {
                            select<1, 2>(typename Traits::TileShape{}), _1{});
 
   auto kernel = flashmask_fwd_sm90_kernel<Traits>;
-  const int smem = fwd_smem_bytes<Traits>(p.seqlen_k);
+  const int smem = smem_bytes<Traits>((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN);
   FLASHMASK_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.num_heads, p.batch);
+  kernel<<<grid, Traits::kNThreads, smem, stream>>>(kp);
+  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int kHeadDim, typename T>
+void launch_bwd(const BwdParams& p, cudaStream_t stream) {
+  using Element = typename CutlassElement<T>::type;
+  using Traits = BwdTraits<kHeadDim, Element>;
+  BwdKernelParams<Traits> kp{};
+  kp.p = p;
+  auto mQ = gmem_view<Element>(p.q, p.seqlen_q, p.head_dim, p.num_heads, p.batch, p.q_row_stride,
+                               p.q_head_stride, p.q_batch_stride);
+  auto mdO = gmem_view<Element>(p.dout, p.seqlen_q, p.head_dim, p.num_heads, p.batch,
+                                p.do_row_stride, p.do_head_stride, p.do_batch_stride);
+  auto mK = gmem_view<Element>(p.k, p.seqlen_k, p.head_dim, p.num_heads_k, p.batch, p.k_row_stride,
+                               p.k_head_stride, p.k_batch_stride);
+  auto mV = gmem_view<Element>(p.v, p.seqlen_k, p.head_dim, p.num_heads_k, p.batch, p.v_row_stride,
+                               p.v_head_stride, p.v_batch_stride);
+  const auto tile_q = make_shape(Int<Traits::kBlockM>{}, Int<kHeadDim>{});
+  const auto tile_k = make_shape(Int<Traits::kBlockN>{}, Int<kHeadDim>{});
+  kp.tma_q = make_tma_copy(SM90_TMA_LOAD{}, mQ, take<0, 2>(typename Traits::SmemLayoutQ{}), tile_q, _1{});
+  kp.tma_do = make_tma_copy(SM90_TMA_LOAD{}, mdO, take<0, 2>(typename Traits::SmemLayoutQ{}), tile_q, _1{});
+  kp.tma_k = make_tma_copy(SM90_TMA_LOAD{}, mK, typename Traits::SmemLayoutK{}, tile_k, _1{});
+  kp.tma_v = make_tma_copy(SM90_TMA_LOAD{}, mV, typename Traits::SmemLayoutK{}, tile_k, _1{});
+
+  auto kernel = flashmask_bwd_sm90_kernel<Traits>;
+  const int smem = smem_bytes<Traits>((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM);
+  FLASHMASK_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.num_heads, p.batch);
   kernel<<<grid, Traits::kNThreads, smem, stream>>>(kp);
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }

@@ -36,44 +36,74 @@ __device__ __forceinline__ BlockBounds tile_bounds(const BlockBounds* row, int n
   return s;
 }
 
-// Run by one full warp; returns the number of entries written to `list`
-// (ascending key blocks).
-template <int kBlockM, int kBlockN>
-__device__ int build_live_block_list(const FwdParams& p, int batch, int head, int m_block,
-                                     uint16_t* list) {
+// Compacts the blocks i in [begin, end) whose kind_of(i) is not kSkip into
+// `list` (ascending, partial ones flagged). Run by one full warp; returns the
+// number of entries.
+template <typename KindOf>
+__device__ int compact_live_blocks(int begin, int end, KindOf kind_of, uint16_t* list) {
   const int lane = threadIdx.x % 32;
-  const int r0 = m_block * kBlockM;
-  const int r1 = min(r0 + kBlockM, p.seqlen_q);
-  const int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
-  int n_end = n_blocks;
-  if (p.mask.causal) {
-    const int last_col = r1 - 1 + (p.seqlen_k - p.seqlen_q);  // last key the last row sees
-    n_end = last_col < 0 ? 0 : min(n_blocks, last_col / kBlockN + 1);
-  }
-  const bool has_bounds = p.mask.startend_row_indices != nullptr;
-  const int summary_blocks = (p.seqlen_k + cuda::kMaskBlockN - 1) / cuda::kMaskBlockN;
-  const BlockBounds* summary =
-      has_bounds ? reinterpret_cast<const BlockBounds*>(p.block_bounds) +
-                       mask_summary_row(p, batch, head) * summary_blocks
-                 : nullptr;
   int count = 0;
-  for (int base = 0; base < n_end; base += 32) {
-    const int n = base + lane;
-    TileKind kind = TileKind::kSkip;
-    if (n < n_end) {
-      const BlockBounds s = has_bounds ? tile_bounds<kBlockN>(summary, n, summary_blocks)
-                                       : empty_block_bounds();
-      kind = classify_tile(has_bounds, s, p.mask.causal, p.seqlen_q, p.seqlen_k, r0, r1,
-                           n * kBlockN, n * kBlockN + kBlockN);
-    }
+  for (int base = begin; base < end; base += 32) {
+    const int i = base + lane;
+    const TileKind kind = i < end ? kind_of(i) : TileKind::kSkip;
     const unsigned live = __ballot_sync(0xffffffffu, kind != TileKind::kSkip);
     if (kind != TileKind::kSkip) {
       const int pos = count + __popc(live & ((1u << lane) - 1u));
-      list[pos] = uint16_t(n | (kind == TileKind::kPartial ? kLivePartialFlag : 0));
+      list[pos] = uint16_t(i | (kind == TileKind::kPartial ? kLivePartialFlag : 0));
     }
     count += __popc(live);
   }
   return count;
+}
+
+// The head's row of 64-column block summaries (null without a column mask).
+__device__ __forceinline__ const BlockBounds* summary_row(const FwdParams& p, int batch, int head) {
+  if (p.mask.startend_row_indices == nullptr) return nullptr;
+  const int summary_blocks = (p.seqlen_k + cuda::kMaskBlockN - 1) / cuda::kMaskBlockN;
+  return reinterpret_cast<const BlockBounds*>(p.block_bounds) +
+         mask_summary_row(p, batch, head) * summary_blocks;
+}
+
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ TileKind classify_block(const FwdParams& p, const BlockBounds* summary,
+                                                   int m, int n) {
+  const int summary_blocks = (p.seqlen_k + cuda::kMaskBlockN - 1) / cuda::kMaskBlockN;
+  const BlockBounds s =
+      summary ? tile_bounds<kBlockN>(summary, n, summary_blocks) : empty_block_bounds();
+  return classify_tile(summary != nullptr, s, p.mask.causal, p.seqlen_q, p.seqlen_k, m * kBlockM,
+                       min(m * kBlockM + kBlockM, p.seqlen_q), n * kBlockN, n * kBlockN + kBlockN);
+}
+
+// Forward: the key blocks query block m_block attends to.
+template <int kBlockM, int kBlockN>
+__device__ int build_live_key_blocks(const FwdParams& p, int batch, int head, int m_block,
+                                     uint16_t* list) {
+  const int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
+  int n_end = n_blocks;
+  if (p.mask.causal) {  // the causal diagonal ends the range early
+    const int r1 = min(m_block * kBlockM + kBlockM, p.seqlen_q);
+    const int last_col = r1 - 1 + (p.seqlen_k - p.seqlen_q);
+    n_end = last_col < 0 ? 0 : min(n_blocks, last_col / kBlockN + 1);
+  }
+  const BlockBounds* summary = summary_row(p, batch, head);
+  return compact_live_blocks(
+      0, n_end, [&](int n) { return classify_block<kBlockM, kBlockN>(p, summary, m_block, n); }, list);
+}
+
+// Backward: the query blocks that see key block n_block.
+template <int kBlockM, int kBlockN>
+__device__ int build_live_query_blocks(const FwdParams& p, int batch, int head, int n_block,
+                                       uint16_t* list) {
+  const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
+  int m_begin = 0;
+  if (p.mask.causal) {  // rows before the diagonal see none of these keys
+    const int first_row = n_block * kBlockN - (p.seqlen_k - p.seqlen_q);
+    m_begin = first_row <= 0 ? 0 : min(m_blocks, first_row / kBlockM);
+  }
+  const BlockBounds* summary = summary_row(p, batch, head);
+  return compact_live_blocks(
+      m_begin, m_blocks,
+      [&](int m) { return classify_block<kBlockM, kBlockN>(p, summary, m, n_block); }, list);
 }
 
 }  // namespace sm90

@@ -49,6 +49,11 @@ struct FwdTraits {
                            GMMA::Major::MN>(),
       AtomLayout{}));
 
+  static_assert(decltype(tile_size<0>(TiledMmaQK{}))::value == kBlockM &&
+                decltype(tile_size<1>(TiledMmaQK{}))::value == kBlockN);
+  static_assert(decltype(tile_size<0>(TiledMmaPV{}))::value == kBlockM &&
+                decltype(tile_size<1>(TiledMmaPV{}))::value == kHeadDim);
+
   // 128-byte swizzle (64 x 16-bit per row): what TMA writes and wgmma reads
   // without bank conflicts.
   using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
@@ -86,6 +91,98 @@ struct FwdTraits {
     int num_live_blocks;
     // Followed (dynamic shared memory) by the live key-block list
     // (sm90_block_list.cuh): one uint16 per key block.
+  };
+};
+
+// Backward: one CTA per (key block of 128, query head, batch); warpgroup 0
+// streams Q/dO tiles of 64 query rows through TMA, warpgroups 1-2 own 64 keys
+// each and keep their dK/dV accumulators in registers for the whole CTA.
+template <int kHeadDim_, typename Element_>
+struct BwdTraits {
+  using Element = Element_;
+  using ElementAccum = float;
+  static constexpr int kHeadDim = kHeadDim_;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "sm90 backward: head dim 64 or 128");
+
+  static constexpr int kNumMmaWarpGroups = 2;
+  static constexpr int kNumMmaThreads = 128 * kNumMmaWarpGroups;
+  static constexpr int kNThreads = kNumMmaThreads + 128;
+  static constexpr int kBlockN = 64 * kNumMmaWarpGroups;  // keys per CTA
+  static constexpr int kBlockM = 64;                      // query rows per step
+  static constexpr int kStages = 2;
+  static constexpr int kLoadRegisters = 24;
+  static constexpr int kMmaRegisters = 240;
+
+  // S^T = K Q^T and dP^T = V dO^T: (keys, queries, D), keys split over the
+  // two warpgroups, both operands K-major in shared memory.
+  using TileShapeSdP = Shape<Int<kBlockN>, Int<kBlockM>, Int<kHeadDim>>;
+  using TiledMmaSdP = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, ElementAccum, TileShapeSdP>(),
+      Layout<Shape<Int<kNumMmaWarpGroups>, _1, _1>>{}));
+  // dV += P^T dO and dK += dS^T Q: (keys, D, queries), P^T/dS^T from
+  // registers, dO/Q MN-major (D contiguous).
+  using TileShapedKV = Shape<Int<kBlockN>, Int<kHeadDim>, Int<kBlockM>>;
+  using TiledMmadKV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, ElementAccum, TileShapedKV, GMMA::Major::K,
+                           GMMA::Major::MN>(),
+      Layout<Shape<Int<kNumMmaWarpGroups>, _1, _1>>{}));
+  // dQ = dS K: (queries, D, keys), the head dim split over the warpgroups
+  // (each one's wgmma atom is N = D / 2 wide); dS (queries contiguous) and K
+  // (D contiguous) both MN-major.
+  using TileShapedQ = Shape<Int<kBlockM>, Int<kHeadDim>, Int<kBlockN>>;
+  using TiledMmadQ = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, ElementAccum,
+                           Shape<Int<kBlockM>, Int<kHeadDim / kNumMmaWarpGroups>, Int<kBlockN>>,
+                           GMMA::Major::MN, GMMA::Major::MN>(),
+      Layout<Shape<_1, Int<kNumMmaWarpGroups>, _1>>{}));
+  static_assert(kHeadDim % (8 * kNumMmaWarpGroups) == 0, "dQ splits the head dim");
+  // Each tiled wgmma must cover exactly its GEMM's (M, N).
+  static_assert(decltype(tile_size<0>(TiledMmaSdP{}))::value == kBlockN &&
+                decltype(tile_size<1>(TiledMmaSdP{}))::value == kBlockM);
+  static_assert(decltype(tile_size<0>(TiledMmadKV{}))::value == kBlockN &&
+                decltype(tile_size<1>(TiledMmadKV{}))::value == kHeadDim);
+  static_assert(decltype(tile_size<0>(TiledMmadQ{}))::value == kBlockM &&
+                decltype(tile_size<1>(TiledMmadQ{}))::value == kHeadDim);
+
+  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtom{}, make_shape(Int<kBlockN>{}, Int<kHeadDim>{})));
+  using SmemLayoutKt = decltype(composition(
+      SmemLayoutK{}, make_ordered_layout(make_shape(Int<kHeadDim>{}, Int<kBlockN>{}), Step<_2, _1>{})));
+  using SmemLayoutQ = decltype(tile_to_shape(
+      SmemAtom{}, make_shape(Int<kBlockM>{}, Int<kHeadDim>{}, Int<kStages>{})));
+  using SmemLayoutQt = decltype(composition(
+      SmemLayoutQ{}, make_ordered_layout(make_shape(Int<kHeadDim>{}, Int<kBlockM>{}, Int<kStages>{}),
+                                         Step<_2, _1, _3>{})));
+  // dS: (queries, keys, buffer), queries contiguous; dS^T is the same bytes
+  // seen as (keys, queries), which is how the accumulators write it.
+  using SmemLayoutdS = decltype(tile_to_shape(
+      GMMA::Layout_MN_SW128_Atom<Element>{}, make_shape(Int<kBlockM>{}, Int<kBlockN>{}, _2{})));
+  using SmemLayoutdSt = decltype(composition(
+      SmemLayoutdS{}, make_layout(make_shape(Int<kBlockN>{}, Int<kBlockM>{}, _2{}),
+                                  make_stride(Int<kBlockM>{}, _1{}, Int<kBlockM * kBlockN>{}))));
+
+  using ShapeQKV = typename FwdTraits<kHeadDim, Element>::ShapeQKV;
+  using GmemTensor = typename FwdTraits<kHeadDim, Element>::GmemTensor;
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),
+                                      make_shape(Int<kBlockM>{}, Int<kHeadDim>{}), _1{}));
+  using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{},
+                                       make_shape(Int<kBlockN>{}, Int<kHeadDim>{}), _1{}));
+  static constexpr uint32_t kTmaBytesQ = kBlockM * kHeadDim * sizeof(Element);  // Q or dO tile
+  static constexpr uint32_t kTmaBytesKV = kBlockN * kHeadDim * sizeof(Element);
+
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = cutlass::PipelineState<kStages>;
+
+  struct SharedStorage {
+    cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> smem_k;
+    cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> smem_v;
+    cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> smem_q;
+    cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> smem_do;
+    cute::array_aligned<Element, cosize_v<SmemLayoutdS>, 1024> smem_ds;
+    cutlass::arch::ClusterTransactionBarrier barrier_kv;
+    typename Pipeline::SharedStorage pipeline_qdo;
+    int num_live_blocks;
+    // Followed by the live query-block list (sm90_block_list.cuh).
   };
 };
 

@@ -52,6 +52,12 @@ __device__ __forceinline__ auto acc_as_a_operand(Layout acc) {
                      make_layout(get<2, 1>(l), get<2>(acc)));
 }
 
+// Column of element c of a thread's row in acc_as_rows_cols, relative to its
+// first one: a wgmma accumulator gives each thread column pairs 8 apart.
+// Written as a constant so per-column addresses fold into immediates instead
+// of living in registers.
+__device__ __forceinline__ constexpr int acc_col_offset(int c) { return (c % 2) + 8 * (c / 2); }
+
 // Element-wise conversion of a register tensor (fp32 accumulators to 16-bit).
 template <typename To, typename Tensor>
 __device__ __forceinline__ auto convert_tensor(Tensor const& src) {

@@ -1,0 +1,331 @@
+// FlashMask backward for Hopper (sm90a), FA3 style.
+//
+// One CTA per (key block of 128, query head, batch), three warpgroups:
+//   warpgroup 0 (producer): TMA loads K and V once, then Q and dO tiles of 64
+//     query rows into a 2-stage mbarrier pipeline, for the live query blocks
+//     only;
+//   warpgroups 1-2 (consumers): 64 keys each. Per query block:
+//     S^T = K Q^T and dP^T = V dO^T (wgmma, shared-memory operands),
+//     P^T = exp(S^T - LSE), dS^T = P^T (dP^T - delta) in registers,
+//     dV += P^T dO and dK += dS^T Q (wgmma with P^T/dS^T from registers),
+//     dS^T to shared memory, then dQ = dS K (head dim split over the two
+//     warpgroups) added to the fp32 dq accumulator with atomics.
+// dK/dV stay in registers for the whole CTA. In deterministic mode the dQ
+// step is skipped (a query-major kernel computes dQ) and dK/dV go to the
+// query head's own slot, so no accumulator element sees two writers.
+// FlashMask: one warp lists the live query blocks of this key block from the
+// block min/max before the role split (sm90_block_list.cuh); fully masked
+// blocks, including middle bands, are never loaded.
+#pragma once
+
+#include <math_constants.h>
+
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "../../flashmask_params.h"
+#include "../../mask_bounds.h"
+#include "sm90_block_list.cuh"
+#include "sm90_kernel_traits.h"
+#include "sm90_utils.cuh"
+
+namespace flashmask {
+namespace sm90 {
+
+template <typename Traits>
+struct BwdKernelParams {
+  typename Traits::TmaQ tma_q;
+  typename Traits::TmaQ tma_do;
+  typename Traits::TmaKV tma_k;
+  typename Traits::TmaKV tma_v;
+  BwdParams p;
+};
+
+// Consumers only: bar.sync on a named barrier shared by the 256 consumer
+// threads (id 0 is __syncthreads).
+__device__ __forceinline__ void consumer_barrier_sync() {
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+
+// Adds (or stores, when this CTA is the element's only writer) a pair of
+// adjacent fp32 values.
+__device__ __forceinline__ void accumulate_pair(float* dst, float a, float b, bool sole_writer) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // float2 atomics are sm90+
+  if (sole_writer) {
+    *reinterpret_cast<float2*>(dst) = make_float2(a, b);
+  } else {
+    atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a, b));
+  }
+#endif
+}
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kNThreads, 1)
+    flashmask_bwd_sm90_kernel(CUTE_GRID_CONSTANT BwdKernelParams<Traits> const kp) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Element = typename Traits::Element;
+  using Pipeline = typename Traits::Pipeline;
+  using PipelineState = typename Traits::PipelineState;
+  using SharedStorage = typename Traits::SharedStorage;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kDim = Traits::kHeadDim;
+
+  extern __shared__ __align__(1024) char smem_raw[];
+  SharedStorage& ss = *reinterpret_cast<SharedStorage*>(smem_raw);
+  uint16_t* live_list = reinterpret_cast<uint16_t*>(smem_raw + sizeof(SharedStorage));
+
+  const BwdParams& p = kp.p;
+  const int n_block = blockIdx.x;
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int head_k = head / (p.num_heads / p.num_heads_k);
+  const int warp = cutlass::canonical_warp_idx_sync();
+  const int warp_group = cutlass::canonical_warp_group_idx();
+  const int lane_predicate = cute::elect_one_sync();
+
+  if (warp == 0 && lane_predicate) {
+    cute::prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_do.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
+    ss.barrier_kv.init(1);
+    cutlass::arch::fence_barrier_init();
+  }
+  typename Pipeline::Params pipe_params;
+  pipe_params.transaction_bytes = 2 * Traits::kTmaBytesQ;  // Q and dO share a stage
+  pipe_params.role = warp_group == 0 ? Pipeline::ThreadCategory::Producer
+                                     : Pipeline::ThreadCategory::Consumer;
+  pipe_params.is_leader = threadIdx.x % 128 == 0;
+  pipe_params.num_consumers = Traits::kNumMmaThreads;
+  Pipeline pipeline(ss.pipeline_qdo, pipe_params, Shape<_1, _1, _1>{});
+  if (warp == 1) {
+    const int count = build_live_query_blocks<kBlockM, kBlockN>(p, batch, head, n_block, live_list);
+    if (threadIdx.x % 32 == 0) ss.num_live_blocks = count;
+  }
+  __syncthreads();  // barriers initialised, live list complete
+  const int num_live = ss.num_live_blocks;
+
+  Tensor sK = make_tensor(make_smem_ptr(ss.smem_k.data()), typename Traits::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(ss.smem_v.data()), typename Traits::SmemLayoutK{});
+  Tensor sKt = make_tensor(make_smem_ptr(ss.smem_k.data()), typename Traits::SmemLayoutKt{});
+  Tensor sQ = make_tensor(make_smem_ptr(ss.smem_q.data()), typename Traits::SmemLayoutQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(ss.smem_do.data()), typename Traits::SmemLayoutQ{});
+  Tensor sQt = make_tensor(make_smem_ptr(ss.smem_q.data()), typename Traits::SmemLayoutQt{});
+  Tensor sdOt = make_tensor(make_smem_ptr(ss.smem_do.data()), typename Traits::SmemLayoutQt{});
+  Tensor sdS = make_tensor(make_smem_ptr(ss.smem_ds.data()), typename Traits::SmemLayoutdS{});
+  Tensor sdSt = make_tensor(make_smem_ptr(ss.smem_ds.data()), typename Traits::SmemLayoutdSt{});
+
+  if (warp_group == 0) {
+    // ---------------- producer ----------------
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kLoadRegisters>();
+    if (warp != 0 || num_live == 0) return;
+    const auto shape_q = make_shape(p.seqlen_q, p.head_dim, p.num_heads, p.batch);
+    const auto shape_k = make_shape(p.seqlen_k, p.head_dim, p.num_heads_k, p.batch);
+    const auto tile_q = make_shape(Int<kBlockM>{}, Int<kDim>{});
+    const auto tile_k = make_shape(Int<kBlockN>{}, Int<kDim>{});
+    Tensor gQ = local_tile(kp.tma_q.get_tma_tensor(shape_q)(_, _, head, batch), tile_q, make_coord(_, _0{}));
+    Tensor gdO = local_tile(kp.tma_do.get_tma_tensor(shape_q)(_, _, head, batch), tile_q, make_coord(_, _0{}));
+    Tensor gK = local_tile(kp.tma_k.get_tma_tensor(shape_k)(_, _, head_k, batch), tile_k,
+                           make_coord(n_block, _0{}));
+    Tensor gV = local_tile(kp.tma_v.get_tma_tensor(shape_k)(_, _, head_k, batch), tile_k,
+                           make_coord(n_block, _0{}));
+    auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                      group_modes<0, 2>(gQ));
+    auto [tdOgdO, tdOsdO] = tma_partition(kp.tma_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sdO),
+                                          group_modes<0, 2>(gdO));
+    auto [tKgK, tKsK] = tma_partition(kp.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                      group_modes<0, 2>(gK));
+    auto [tVgV, tVsV] = tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                      group_modes<0, 2>(gV));
+    if (lane_predicate) {
+      ss.barrier_kv.arrive_and_expect_tx(2 * Traits::kTmaBytesKV);
+      auto& bar = reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(ss.barrier_kv);
+      copy(kp.tma_k.with(bar, 0), tKgK, tKsK);
+      copy(kp.tma_v.with(bar, 0), tVgV, tVsV);
+    }
+    PipelineState write = cutlass::make_producer_start_state<Pipeline>();
+    for (int i = 0; i < num_live; ++i) {
+      const int m = live_block_index(live_list[i]);
+      pipeline.producer_acquire(write);
+      if (lane_predicate) {
+        copy(kp.tma_q.with(*pipeline.producer_get_barrier(write), 0), tQgQ(_, m), tQsQ(_, write.index()));
+        copy(kp.tma_do.with(*pipeline.producer_get_barrier(write), 0), tdOgdO(_, m),
+             tdOsdO(_, write.index()));
+      }
+      ++write;
+    }
+    return;
+  }
+
+  // ---------------- consumers ----------------
+  cutlass::arch::warpgroup_reg_alloc<Traits::kMmaRegisters>();
+  const int mma_tid = threadIdx.x - 128;
+  typename Traits::TiledMmaSdP mma_sdp;
+  typename Traits::TiledMmadKV mma_dkv;
+  typename Traits::TiledMmadQ mma_dq;
+  auto thr_sdp = mma_sdp.get_thread_slice(mma_tid);
+  auto thr_dkv = mma_dkv.get_thread_slice(mma_tid);
+  auto thr_dq = mma_dq.get_thread_slice(mma_tid);
+
+  Tensor tSrK = thr_sdp.partition_fragment_A(sK);
+  Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);    // (MMA, N, K, stage)
+  Tensor tdPrV = thr_sdp.partition_fragment_A(sV);
+  Tensor tdPrdO = thr_sdp.partition_fragment_B(sdO);  // (MMA, N, K, stage)
+  Tensor tdVrdO = thr_dkv.partition_fragment_B(sdOt);
+  Tensor tdKrQ = thr_dkv.partition_fragment_B(sQt);
+  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);   // (MMA, M, K, buffer)
+  Tensor tdQrK = thr_dq.partition_fragment_B(sKt);
+  Tensor tdSsdS = thr_sdp.partition_C(sdSt);          // where this thread's dS^T goes
+  Tensor tdVrdV = partition_fragment_C(mma_dkv, make_shape(Int<kBlockN>{}, Int<kDim>{}));
+  Tensor tdKrdK = partition_fragment_C(mma_dkv, make_shape(Int<kBlockN>{}, Int<kDim>{}));
+  clear(tdVrdV);
+  clear(tdKrdK);
+
+  // (key, query) of every S^T element within the tile; (query, dim) of dQ's.
+  Tensor tScS = thr_sdp.partition_C(make_identity_tensor(make_shape(Int<kBlockN>{}, Int<kBlockM>{})));
+  Tensor tScS_rc = make_tensor(tScS.data(), acc_as_rows_cols(tScS.layout()));
+  Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kDim>{})));
+  constexpr int kRows = decltype(size<0>(tScS_rc))::value;  // this thread's keys (2)
+
+  const int c0 = n_block * kBlockN;
+  const int causal_offset = p.seqlen_k - p.seqlen_q;
+  const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  const int64_t row_stats = (int64_t(batch) * p.num_heads + head) * p.seqlen_q;
+  const float* lse = p.softmax_lse + row_stats;
+  const float* delta = p.softmax_d + row_stats;
+  // The column bounds of this thread's keys, loaded once.
+  const int32_t* columns = mask_columns(p, batch, head);
+  ColumnBounds key_bounds[kRows];
+  CUTLASS_PRAGMA_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    const int key = c0 + get<0>(tScS_rc(r, 0));
+    key_bounds[r] = ColumnBounds{0, 0, 0, 0};
+    if (columns != nullptr && key < p.seqlen_k) {
+      key_bounds[r] = load_column_bounds(columns + int64_t(key) * p.mask.col_stride,
+                                         p.mask.num_cols, p.mask.causal, p.seqlen_q);
+    }
+  }
+
+  if (num_live > 0) ss.barrier_kv.wait(0);
+  PipelineState read;
+  for (int i = 0; i < num_live; ++i) {
+    const uint16_t entry = live_list[i];
+    const int m0 = live_block_index(entry) * kBlockM;
+    const int stage = read.index();
+    const int buf = i % 2;
+    Tensor tSrS = partition_fragment_C(mma_sdp, make_shape(Int<kBlockN>{}, Int<kBlockM>{}));
+    Tensor tdPrdP = partition_fragment_C(mma_sdp, make_shape(Int<kBlockN>{}, Int<kBlockM>{}));
+    pipeline.consumer_wait(read);
+    warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), tSrS);
+    warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), tdPrdP);
+
+    Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
+    Tensor dp = make_tensor(tdPrdP.data(), acc_as_rows_cols(tdPrdP.layout()));
+    constexpr int kCols = decltype(size<1>(scores))::value;
+    // LSE of this thread's query columns (loaded under the GEMMs). A row with
+    // every key masked (LSE -inf) and rows past the end get +inf: P = 0 there.
+    const int col0 = get<1>(tScS_rc(0, 0));  // this thread's first query column
+    const int rows_left = p.seqlen_q - m0 - col0;
+    const float* lse_cols = lse + m0 + col0;
+    const float* delta_cols = delta + m0 + col0;
+    float lse_log2[kCols];
+    CUTLASS_PRAGMA_UNROLL
+    for (int c = 0; c < kCols; ++c) {
+      const float l = acc_col_offset(c) < rows_left ? lse_cols[acc_col_offset(c)] : -CUDART_INF_F;
+      lse_log2[c] = l == -CUDART_INF_F ? CUDART_INF_F : l * 1.4426950408889634f;
+    }
+
+    warpgroup_wait<1>();  // S^T is ready
+    if (live_block_partial(entry)) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        const int key = c0 + get<0>(tScS_rc(r, 0));
+        CUTLASS_PRAGMA_UNROLL
+        for (int c = 0; c < kCols; ++c) {
+          // Branch-free (bitwise) so the mask adds no control flow per element.
+          const int row = m0 + col0 + acc_col_offset(c);
+          const ColumnBounds& b = key_bounds[r];
+          const bool masked = (key >= p.seqlen_k) | (p.mask.causal & (key > row + causal_offset)) |
+                              ((row >= b.lts) & (row < b.lte)) | ((row >= b.uts) & (row < b.ute));
+          if (masked) scores(r, c) = -CUDART_INF_F;
+        }
+      }
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < kCols; ++c) scores(r, c) = exp2f(scores(r, c) * scale_log2 - lse_log2[c]);
+    }
+    warpgroup_wait<0>();  // dP^T is ready
+    CUTLASS_PRAGMA_UNROLL
+    for (int c = 0; c < kCols; ++c) {
+      const float row_delta = acc_col_offset(c) < rows_left ? delta_cols[acc_col_offset(c)] : 0.f;
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kRows; ++r) dp(r, c) = scores(r, c) * (dp(r, c) - row_delta);
+    }
+
+    auto rP = convert_tensor<Element>(tSrS);
+    auto rdS = convert_tensor<Element>(tdPrdP);
+    if (!p.deterministic) {
+      // dS^T to shared memory for dQ; the tensor cores read it next, through
+      // the async proxy. Two buffers: the one written here was last read by
+      // the dQ GEMM two steps ago, finished before the last barrier.
+      Tensor tdSsdS_buf = tdSsdS(_, _, _, buf);
+      cute::copy(rdS, tdSsdS_buf);
+      cutlass::arch::fence_view_async_shared();
+    }
+    Tensor tdVrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
+    Tensor tdKrdS = make_tensor(rdS.data(), acc_as_a_operand(rdS.layout()));
+    warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dkv, tdVrP, tdVrdO(_, _, _, stage), tdVrdV);
+    warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dkv, tdKrdS, tdKrQ(_, _, _, stage), tdKrdK);
+    if (!p.deterministic) {
+      consumer_barrier_sync();  // both warpgroups' dS^T are in shared memory
+      Tensor tdQrdQ = partition_fragment_C(mma_dq, make_shape(Int<kBlockM>{}, Int<kDim>{}));
+      warpgroup_gemm</*zero_init=*/true, /*wait=*/0>(mma_dq, tdQrdS(_, _, _, buf), tdQrK, tdQrdQ);
+      pipeline.consumer_release(read);  // Q and dO of this stage are no longer read
+      Tensor dq_rc = make_tensor(tdQrdQ.data(), acc_as_rows_cols(tdQrdQ.layout()));
+      Tensor cdq_rc = make_tensor(tdQcdQ.data(), acc_as_rows_cols(tdQcdQ.layout()));
+      const int dcol0 = get<1>(cdq_rc(0, 0));
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < size<0>(dq_rc); ++r) {
+        const int row = m0 + get<0>(cdq_rc(r, 0));
+        if (row >= p.seqlen_q) continue;
+        float* dst = p.dq_accum +
+                     ((int64_t(batch) * p.seqlen_q + row) * p.num_heads + head) * kDim + dcol0;
+        CUTLASS_PRAGMA_UNROLL
+        for (int c = 0; c < size<1>(dq_rc); c += 2) {
+          accumulate_pair(dst + acc_col_offset(c), dq_rc(r, c), dq_rc(r, c + 1), false);
+        }
+      }
+    } else {
+      warpgroup_wait<0>();
+      pipeline.consumer_release(read);
+    }
+    ++read;
+  }
+
+  // dK and dV (unscaled; bwd_finish applies the softmax scale to dK).
+  Tensor tdKVcdKV = thr_dkv.partition_C(make_identity_tensor(make_shape(Int<kBlockN>{}, Int<kDim>{})));
+  Tensor c_rc = make_tensor(tdKVcdKV.data(), acc_as_rows_cols(tdKVcdKV.layout()));
+  Tensor dk_rc = make_tensor(tdKrdK.data(), acc_as_rows_cols(tdKrdK.layout()));
+  Tensor dv_rc = make_tensor(tdVrdV.data(), acc_as_rows_cols(tdVrdV.layout()));
+  const bool sole_writer = p.accum_heads_k == p.num_heads;  // one query head per slot
+  const int slot = sole_writer ? head : head_k;
+  CUTLASS_PRAGMA_UNROLL
+  for (int r = 0; r < size<0>(dk_rc); ++r) {
+    const int key = c0 + get<0>(c_rc(r, 0));
+    if (key >= p.seqlen_k) continue;
+    const int64_t offset = ((int64_t(batch) * p.seqlen_k + key) * p.accum_heads_k + slot) * kDim +
+                           get<1>(c_rc(0, 0));
+    CUTLASS_PRAGMA_UNROLL
+    for (int c = 0; c < size<1>(dk_rc); c += 2) {
+      const int d = acc_col_offset(c);
+      accumulate_pair(p.dk_accum + offset + d, dk_rc(r, c), dk_rc(r, c + 1), sole_writer);
+      accumulate_pair(p.dv_accum + offset + d, dv_rc(r, c), dv_rc(r, c + 1), sole_writer);
+    }
+  }
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+}  // namespace sm90
+}  // namespace flashmask
