@@ -1,122 +1,285 @@
-"""Turns the JSON lines of bench_gpu.py and bench_gpu_peers.py into
-benchmarks/RESULTS.md (tables) and a PNG plot of TFLOP/s per mask.
+"""Turns the JSON lines of bench_gpu.py (ours: the Hopper "sm90" and the FA2-class
+"fa2" kernel families) and bench_gpu_peers.py (FlexAttention, SDPA) into the
+tables of benchmarks/RESULTS.md and a PNG plot of fwd+bwd TFLOP/s per mask.
 
-    python benchmarks/report.py --ours results/h200_v2/gpu_results.jsonl \
-        --peers results/h200_v1/peer_results.jsonl results/h200_v2/peer_results_flex32k.jsonl \
-        --title "NVIDIA H200, 2026-11-21" --out RESULTS.md --plot results/tflops_h200.png
+    python benchmarks/report.py benchmarks/results/RUN \
+        --out benchmarks/RESULTS.md --plot benchmarks/results/tflops_h200.png
+    # the data behind the current RESULTS.md (FA2-class kernels only; peers of two calls):
+    python benchmarks/report.py benchmarks/results/h200_v1 benchmarks/results/h200_v2 \
+        benchmarks/results/h200_v3 --title "NVIDIA H200, 2026-11-21"
 
-Later files win for the same (impl, mask, length, heads); error records only
-fill gaps.
+Each positional argument is a results directory (every *.jsonl in it, in name
+order: gpu_results.jsonl from ours, peer_results.jsonl from the peers of the
+same device call, ...) or a single .jsonl file. Later inputs win for the same
+(impl, mask, S, H, Hk); an error record only fills a gap. Records with impl
+"paddle_flashmask" (files written before the Hopper kernels existed) are the
+FA2-class kernels.
+
+Per (S, H:Hk) table, one row per mask: fwd, bwd and fwd+bwd TFLOP/s of sm90,
+fa2, Flex and SDPA, and the sm90 fwd+bwd speed-up over Flex (Flex's fwd+bwd
+time / sm90's) marked against the 1.3x target. Above the tables: causal 16K
+forward/backward of sm90 against the 550/400 TFLOP/s targets.
 """
 
 import argparse
+import glob
 import json
 import os
+import sys
 
-IMPL_NAMES = {"paddle_flashmask": "ours", "flex_attention": "Flex", "sdpa_dense_mask": "SDPA+mask",
-              "sdpa_flash_causal": "SDPA flash"}
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+SPEEDUP_TARGET = 1.3  # sm90 fwd+bwd over FlexAttention, per case
+CAUSAL16K_TARGETS = (550.0, 400.0)  # sm90 fwd, bwd TFLOP/s on plain causal, S = 16384
+
+# impl field of the records -> column group. "paddle_flashmask" is the old name
+# of the FA2-class kernels (before bench_gpu.py timed both families).
+IMPL_KEYS = {
+    "paddle_flashmask_sm90": "sm90",
+    "paddle_flashmask_fa2": "fa2",
+    "paddle_flashmask": "fa2",
+    "flex_attention": "flex",
+    "sdpa_dense_mask": "sdpa_mask",
+    "sdpa_flash_causal": "sdpa_flash",
+}
+OURS = ("sm90", "fa2")
+LABELS = {"sm90": "sm90", "fa2": "fa2", "flex": "Flex", "sdpa": "SDPA"}
+FLASH_MARK = "†"  # SDPA cell measured with its flash backend (plain causal)
 
 
-def load(paths):
-    records = {}
+def input_files(paths):
+    files = []
     for path in paths:
-        for line in open(path):
-            r = json.loads(line)
-            key = (r["impl"], r["mask"], r["seqlen"], r["heads"], r["heads_k"])
-            if "error" in r and key in records and "error" not in records[key]:
-                continue
-            records[key] = r
+        if os.path.isdir(path):
+            found = sorted(glob.glob(os.path.join(path, "*.jsonl")))
+            if not found:
+                raise SystemExit(f"report.py: no *.jsonl in {path}")
+            files += found
+        elif os.path.isfile(path):
+            files.append(path)
+        else:
+            raise SystemExit(f"report.py: {path}: no such file or directory")
+    return files
+
+
+def load(files):
+    """{(impl key, mask, seqlen, heads, heads_k): record}; later files win, errors only fill gaps."""
+    records = {}
+    for path in files:
+        with open(path) as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    r = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise SystemExit(f"report.py: {path}:{lineno}: {e}") from None
+                impl = IMPL_KEYS.get(r.get("impl"))
+                if impl is None:
+                    print(f"report.py: {path}:{lineno}: unknown impl {r.get('impl')!r}, ignored", file=sys.stderr)
+                    continue
+                key = (impl, r["mask"], r["seqlen"], r["heads"], r["heads_k"])
+                if "error" in r and key in records and "error" not in records[key]:
+                    continue
+                records[key] = r
     return records
 
 
+def ok(r):
+    return r is not None and "error" not in r
+
+
 def fwd_bwd_tflops(r):
-    """Combined forward+backward rate (bwd FLOPs = 2.5 x fwd)."""
-    flops = r["fwd_tflops"] * r["fwd_ms"] * 3.5  # TFLOP/s * ms = GFLOP
-    return flops / (r["fwd_ms"] + r["bwd_ms"])
+    """Combined forward+backward rate: (fwd FLOPs + bwd FLOPs) / (fwd + bwd time)."""
+    gflop = r["fwd_tflops"] * r["fwd_ms"] + r["bwd_tflops"] * r["bwd_ms"]  # TFLOP/s * ms = GFLOP
+    return gflop / (r["fwd_ms"] + r["bwd_ms"])
 
 
-def cell(r, field):
+def speedup(ours, peer):
+    """Peer fwd+bwd time over ours (> 1: ours is faster)."""
+    if not (ok(ours) and ok(peer)):
+        return None
+    return (peer["fwd_ms"] + peer["bwd_ms"]) / (ours["fwd_ms"] + ours["bwd_ms"])
+
+
+def sdpa_record(recs, mask, seqlen, heads, heads_k):
+    """SDPA's best available form: its flash backend (plain causal), else the dense bool mask."""
+    flash = recs.get(("sdpa_flash", mask, seqlen, heads, heads_k))
+    if ok(flash):
+        return flash, True
+    return recs.get(("sdpa_mask", mask, seqlen, heads, heads_k)), False
+
+
+def rate_cells(r, mark=""):
     if r is None:
-        return "-"
+        return ["-", "-", "-"]
     if "error" in r:
-        return "n/a"
-    return f"{r[field]:.0f}"
+        return ["n/a", "n/a", "n/a"]
+    return [f"{r['fwd_tflops']:.0f}{mark}", f"{r['bwd_tflops']:.0f}{mark}", f"{fwd_bwd_tflops(r):.0f}{mark}"]
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ours", nargs="+", required=True)
-    ap.add_argument("--peers", nargs="+", default=[])
-    ap.add_argument("--title", required=True)
-    ap.add_argument("--out", default="RESULTS.md")
-    ap.add_argument("--plot", default=None)
-    args = ap.parse_args()
-    recs = load(args.ours + args.peers)
+def speedup_cell(x):
+    if x is None:
+        return "-"
+    return f"{x:.2f} {'✓' if x >= SPEEDUP_TARGET else '✗'}"
+
+
+def configs_and_masks(recs):
+    configs = sorted({k[2:] for k in recs if k[0] in OURS}, key=lambda c: (c[0], -c[2], c[1]))
     masks = []
-    for (impl, mask, *_rest) in recs:
-        if mask not in masks:
-            masks.append(mask)
-    configs = sorted({(k[2], k[3], k[4]) for k in recs if k[0] == "paddle_flashmask"},
-                     key=lambda c: (c[0], -c[2]))
-    lines = [f"# GPU benchmark: {args.title}", "",
-             "bf16, head dim 128, batch 1. TFLOP/s count only the unmasked area "
-             "(fwd = 4·area·H·D, bwd = 2.5 × fwd); fwd+bwd is the combined rate. "
-             "Ours = paddle_flashmask's FA2-class CUDA kernels (mma.sync) in the Paddle 2.6.2 GPU runtime; "
-             "peers measured in the same session by a PyTorch 2.11 process: Flex = torch.compile'd "
-             "FlexAttention with a block mask built from the same indices (mask build ms apart), "
-             "SDPA+mask = scaled_dot_product_attention with a dense bool mask, SDPA flash = its flash "
-             "backend on plain causal. Raw data: benchmarks/results/.", ""]
+    for key in recs:
+        if key[0] in OURS and key[1] not in masks:
+            masks.append(key[1])
+    return configs, masks
+
+
+def causal16k_lines(recs):
+    fwd_t, bwd_t = CAUSAL16K_TARGETS
+    lines = []
+    for key in sorted(k for k in recs if k[0] == "sm90" and k[1] == "causal" and k[2] == 16384):
+        r = recs[key]
+        heads = f"{key[3]}:{key[4]} heads"
+        if not ok(r):
+            lines.append(f"- Causal 16K, {heads}: sm90 n/a ({r.get('error', '')[:80]}) "
+                         f"against the {fwd_t:.0f}/{bwd_t:.0f} TFLOP/s fwd/bwd targets.")
+            continue
+        verdict = lambda v, t: f"{'met' if v >= t else 'not met'}, {v / t:.2f}x of target"  # noqa: E731
+        lines.append(
+            f"- Causal 16K, {heads}: sm90 fwd {r['fwd_tflops']:.0f} / bwd {r['bwd_tflops']:.0f} TFLOP/s "
+            f"against the {fwd_t:.0f}/{bwd_t:.0f} targets: fwd {verdict(r['fwd_tflops'], fwd_t)}; "
+            f"bwd {verdict(r['bwd_tflops'], bwd_t)}.")
+    if not lines:
+        lines.append(f"- Causal 16K: no sm90 record in these results (targets fwd {fwd_t:.0f}, "
+                     f"bwd {bwd_t:.0f} TFLOP/s).")
+    return lines
+
+
+def speedup_summary(recs, configs, masks):
+    ratios = []
+    for seqlen, heads, heads_k in configs:
+        for mask in masks:
+            x = speedup(recs.get(("sm90", mask, seqlen, heads, heads_k)),
+                        recs.get(("flex", mask, seqlen, heads, heads_k)))
+            if x is not None:
+                ratios.append(x)
+    if not ratios:
+        return "- sm90 over Flex (fwd+bwd): no case with both measured."
+    ratios.sort()
+    met = sum(x >= SPEEDUP_TARGET for x in ratios)
+    median = ratios[len(ratios) // 2] if len(ratios) % 2 else (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2
+    return (f"- sm90 over Flex (fwd+bwd time ratio): {met} of {len(ratios)} cases at or above the "
+            f"{SPEEDUP_TARGET}x target; min {ratios[0]:.2f}x, median {median:.2f}x, max {ratios[-1]:.2f}x.")
+
+
+def devices(recs):
+    names = []
+    for r in recs.values():
+        d = r.get("device")
+        if d and d not in names:
+            names.append(d)
+    return names
+
+
+def render(recs, title, sources):
+    configs, masks = configs_and_masks(recs)
+    lines = [
+        f"# GPU benchmark: {title}", "",
+        "bf16, head dim 128, batch 1. TFLOP/s count only the unmasked area (fwd = 4·area·H·D, "
+        "bwd = 2.5 × fwd); fwd+bwd is the combined rate. sm90 = paddle_flashmask's Hopper kernels "
+        "(TMA + wgmma + warp specialization), fa2 = its FA2-class kernels (mma.sync), both in the "
+        "Paddle GPU runtime; the peers are measured in the same device call by a PyTorch process: "
+        "Flex = torch.compile'd FlexAttention with a block mask built from the same indices (build "
+        f"time apart), SDPA = scaled_dot_product_attention with a dense bool mask, or its flash "
+        f"backend ({FLASH_MARK}) on plain causal. sm90/Flex = Flex fwd+bwd time / sm90 fwd+bwd time, "
+        f"✓ where it reaches the {SPEEDUP_TARGET}x target. n/a = the run failed, - = not measured.",
+        "", "Raw data: " + ", ".join(f"`{s}`" for s in sources) + ".", "",
+    ]
+    if len(devices(recs)) > 1:
+        lines += [f"**Warning: records from more than one device: {', '.join(devices(recs))}.**", ""]
+    lines += causal16k_lines(recs)
+    lines += [speedup_summary(recs, configs, masks), ""]
+    groups = ["sm90", "fa2", "flex", "sdpa"]
+    header = ["mask"] + [f"{LABELS[g]} {part}" for g in groups for part in ("fwd", "bwd", "fwd+bwd")]
+    header += [f"sm90/Flex fwd+bwd (target {SPEEDUP_TARGET}x)", "ours peak GiB", "Flex mask build ms"]
     for seqlen, heads, heads_k in configs:
         lines += [f"## S = {seqlen}, {heads}:{heads_k} heads", "",
-                  "| mask | ours fwd | ours bwd | ours fwd+bwd | Flex fwd | Flex bwd | Flex fwd+bwd "
-                  "| ours/Flex fwd+bwd | SDPA+mask fwd+bwd | SDPA flash fwd+bwd | ours peak GiB | Flex mask build ms |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for mask in masks:
-            ours = recs.get(("paddle_flashmask", mask, seqlen, heads, heads_k))
-            if ours is None:
+            get = lambda impl: recs.get((impl, mask, seqlen, heads, heads_k))  # noqa: E731
+            sm90, fa2, flex = get("sm90"), get("fa2"), get("flex")
+            if sm90 is None and fa2 is None:
                 continue
-            flex = recs.get(("flex_attention", mask, seqlen, heads, heads_k))
-            dense = recs.get(("sdpa_dense_mask", mask, seqlen, heads, heads_k))
-            flash = recs.get(("sdpa_flash_causal", mask, seqlen, heads, heads_k))
-            ours_fb = fwd_bwd_tflops(ours)
-            flex_ok = flex is not None and "error" not in flex
-            flex_fb = fwd_bwd_tflops(flex) if flex_ok else None
-            ratio = f"{ours_fb / flex_fb:.2f}" if flex_fb else "-"
-            fmt = lambda r: "-" if r is None else ("n/a" if "error" in r else f"{fwd_bwd_tflops(r):.0f}")
-            build = f"{flex['mask_build_ms']:.1f}" if flex_ok and flex.get("mask_build_ms") else "-"
-            lines.append(
-                f"| {mask} | {ours['fwd_tflops']:.0f} | {ours['bwd_tflops']:.0f} | {ours_fb:.0f} | "
-                f"{cell(flex, 'fwd_tflops')} | {cell(flex, 'bwd_tflops')} | {fmt(flex)} | {ratio} | "
-                f"{fmt(dense)} | {fmt(flash)} | {ours['peak_gib']:.2f} | {build} |")
+            sdpa, flash = sdpa_record(recs, mask, seqlen, heads, heads_k)
+            ours = sm90 if ok(sm90) else fa2
+            peak = f"{ours['peak_gib']:.2f}" if ok(ours) and ours.get("peak_gib") is not None else "-"
+            build = f"{flex['mask_build_ms']:.1f}" if ok(flex) and flex.get("mask_build_ms") else "-"
+            row = [mask] + rate_cells(sm90) + rate_cells(fa2) + rate_cells(flex)
+            row += rate_cells(sdpa, FLASH_MARK if flash else "")
+            row += [speedup_cell(speedup(sm90, flex)), peak, build]
+            lines.append("| " + " | ".join(row) + " |")
         lines.append("")
+    return "\n".join(lines)
+
+
+def plot(recs, title, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    configs, masks = configs_and_masks(recs)
+    plot_cfgs = [c for c in configs if c[2] != c[1] and c[0] in (8192, 32768)] or configs[:2]
+    present = [g for g in ("sm90", "fa2", "flex") if any(k[0] == g for k in recs)]
+    if any(k[0] in ("sdpa_mask", "sdpa_flash") for k in recs):
+        present.append("sdpa")
+    fig, axes = plt.subplots(max(len(plot_cfgs), 1), 1, figsize=(12, 4 * max(len(plot_cfgs), 1)), squeeze=False)
+    for ax, (seqlen, heads, heads_k) in zip(axes[:, 0], plot_cfgs):
+        names = [m for m in masks if any((g, m, seqlen, heads, heads_k) in recs for g in OURS)]
+        width = 0.8 / len(present)
+        for i, group in enumerate(present):
+            vals = []
+            for m in names:
+                if group == "sdpa":
+                    r = sdpa_record(recs, m, seqlen, heads, heads_k)[0]
+                else:
+                    r = recs.get((group, m, seqlen, heads, heads_k))
+                vals.append(fwd_bwd_tflops(r) if ok(r) else 0)
+            offset = (i - (len(present) - 1) / 2) * width
+            ax.bar([x + offset for x in range(len(names))], vals, width, label=LABELS[group])
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels(names, rotation=30, ha="right")
+        ax.set_ylabel("fwd+bwd TFLOP/s (unmasked area)")
+        ax.set_title(f"{title}: S={seqlen}, {heads}:{heads_k} heads, bf16, D=128")
+        ax.legend()
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results", nargs="+",
+                    help="results directories (their *.jsonl) or .jsonl files; later ones win")
+    ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"), help="markdown output")
+    ap.add_argument("--plot", default=None, help="PNG output (fwd+bwd TFLOP/s per mask); none if not given")
+    ap.add_argument("--title", default=None, help="default: the device name(s) in the records")
+    args = ap.parse_args(argv)
+    files = input_files(args.results)
+    recs = load(files)
+    if not any(k[0] in OURS for k in recs):
+        raise SystemExit("report.py: no paddle_flashmask records in " + ", ".join(files))
+    title = args.title or " / ".join(devices(recs)) or "unknown device"
+    root = os.path.dirname(HERE)
+    sources = [os.path.relpath(os.path.abspath(f), root) if os.path.abspath(f).startswith(root + os.sep) else f
+               for f in files]
     with open(args.out, "w") as f:
-        f.write("\n".join(lines))
+        f.write(render(recs, title, sources))
     if args.plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        plot_cfgs = [c for c in configs if c[2] != c[1] and c[0] in (8192, 32768)] or configs[:2]
-        fig, axes = plt.subplots(len(plot_cfgs), 1, figsize=(12, 4 * len(plot_cfgs)), squeeze=False)
-        for ax, (seqlen, heads, heads_k) in zip(axes[:, 0], plot_cfgs):
-            names = [m for m in masks if ("paddle_flashmask", m, seqlen, heads, heads_k) in recs]
-            width = 0.27
-            for i, impl in enumerate(["paddle_flashmask", "flex_attention", "sdpa_dense_mask"]):
-                vals = []
-                for m in names:
-                    r = recs.get((impl, m, seqlen, heads, heads_k))
-                    vals.append(fwd_bwd_tflops(r) if r is not None and "error" not in r else 0)
-                ax.bar([x + (i - 1) * width for x in range(len(names))], vals, width, label=IMPL_NAMES[impl])
-            ax.set_xticks(range(len(names)))
-            ax.set_xticklabels(names, rotation=30, ha="right")
-            ax.set_ylabel("fwd+bwd TFLOP/s (unmasked area)")
-            ax.set_title(f"{args.title}: S={seqlen}, {heads}:{heads_k} heads, bf16, D=128")
-            ax.legend()
-        fig.tight_layout()
-        os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
-        fig.savefig(args.plot, dpi=110)
+        plot(recs, title, args.plot)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

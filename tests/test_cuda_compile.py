@@ -1,7 +1,10 @@
 """The CUDA sources compile for sm_80 and sm_90a with the machine's nvcc (CI has
-no GPU; this keeps the kernels from rotting between device runs). The kernel
-core is framework-neutral, so no Paddle GPU build is needed for this."""
+no GPU; this keeps the kernels from rotting between device runs), and the
+Hopper kernels' sm_90a SASS has the instructions they are built around. The
+kernel core is framework-neutral, so no Paddle GPU build is needed for this."""
 
+import glob
+import importlib.util
 import os
 import re
 import shutil
@@ -18,35 +21,118 @@ NVCC = shutil.which("nvcc") or next(
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 
 
-def compile_one(source, out_dir):
+def compile_one(source, out_dir, flags):
     obj = os.path.join(out_dir, os.path.basename(source) + ".o")
-    # The op's own nvcc flags with both archs (and, for 90a, the CuTe include
-    # and FLASHMASK_WITH_SM90).
-    flags = [f for f in _op_sources.nvcc_flags() if not f.startswith("-gencode")]
     cmd = [NVCC, "-c", source, "-o", obj, "-Xptxas", "-v", *flags,
            "-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90a,code=sm_90a"]
     res = subprocess.run(cmd, capture_output=True, text=True)
-    return source, res.returncode, res.stdout + res.stderr
+    return source, obj, res.returncode, res.stdout + res.stderr
 
 
-def test_cuda_sources_compile_for_sm80_and_sm90a(tmp_path, monkeypatch):
-    monkeypatch.setenv("PADDLE_FLASHMASK_CUDA_ARCHS", "80;90a")
-    assert _op_sources.cutlass_include_dir(), (
-        "CUTLASS/CuTe headers missing: the README's test command installs nvidia-cutlass"
-    )
-    sources = _op_sources.cuda_sources()
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """Every CUDA source compiled once for sm_80 + sm_90a (shared by the tests below):
+    [(source, object, returncode, nvcc/ptxas log)]."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PADDLE_FLASHMASK_CUDA_ARCHS", "80;90a")
+        if not _op_sources.cutlass_include_dir():
+            pytest.fail("CUTLASS/CuTe headers missing: the README's test command installs nvidia-cutlass")
+        sources = _op_sources.cuda_sources()
+        # The op's own nvcc flags with both archs (and, for 90a, the CuTe include
+        # and FLASHMASK_WITH_SM90).
+        flags = [f for f in _op_sources.nvcc_flags() if not f.startswith("-gencode")]
+    out_dir = str(tmp_path_factory.mktemp("cuda_objects"))
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        return list(pool.map(lambda s: compile_one(s, out_dir, flags), sources))
+
+
+def test_cuda_sources_compile_for_sm80_and_sm90a(compiled):
+    sources = [s for s, *_ in compiled]
     assert len(sources) >= 14  # 3 head dims x 2 dtypes x fwd/bwd + prep + api
     assert any("sm90" in os.path.basename(s) and "_fwd_" in s for s in sources)
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        results = list(pool.map(lambda s: compile_one(s, str(tmp_path)), sources))
-    failures = [(s, log) for s, rc, log in results if rc != 0]
+    failures = [(s, log) for s, _, rc, log in compiled if rc != 0]
     assert not failures, "\n\n".join(f"{s}:\n{log[-3000:]}" for s, log in failures)
     # Register budget guard (one report line per kernel and arch): head dims 32 and 64
     # must not spill; 128 runs at the 255-register limit and may spill a few words
     # (custom_ops/flashmask/cuda/NOTES.md records each version's figures).
-    for source, _, log in results:
+    for source, _, _, log in compiled:
         name = os.path.basename(source)
         if "_fwd_" in name or "_bwd_" in name:
             spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
             limit = 64 if "hdim128" in name and "sm90" not in name else 0
             assert spills and max(spills) <= limit, f"{name} spills {spills} bytes (limit {limit})"
+
+
+def cuda_tool(name):
+    """cuobjdump / nvdisasm: on PATH, in CUDA_HOME/bin, or from the nvidia-cuda-cuobjdump /
+    nvidia-cuda-nvdisasm wheels (nvidia/cu13/bin, or nvidia/cuda_<tool>/bin for CUDA 12)."""
+    found = shutil.which(name)
+    if found:
+        return found
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    candidates = [os.path.join(home, "bin", name)]
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        candidates += sorted(glob.glob(os.path.join(root, "*", "bin", name)), reverse=True)
+    return next((p for p in candidates if os.path.isfile(p) and os.access(p, os.X_OK)), None)
+
+
+def sass_functions(text):
+    """{mangled function name: its SASS} from `cuobjdump -sass` output."""
+    funcs, name, body = {}, None, []
+    for line in text.splitlines():
+        m = re.match(r"\s*Function : (\S+)", line)
+        if m:
+            if name:
+                funcs[name] = "\n".join(body)
+            name, body = m.group(1), []
+        elif name:
+            body.append(line)
+    if name:
+        funcs[name] = "\n".join(body)
+    return funcs
+
+
+# What the Hopper kernels are built around, in their sm_90a SASS: wgmma (HGMMA), TMA tile
+# loads (UTMALDG), setmaxnreg register reallocation between the producer warpgroup
+# (gives registers back) and the consumers (take them), and no local memory (LDL/STL:
+# spills or a register array indexed at run time).
+SASS_MUST_HAVE = {
+    "HGMMA": r"\bHGMMA\.",
+    "UTMALDG": r"\bUTMALDG\b",
+    "USETMAXREG.DEALLOC": r"\bUSETMAXREG\.DEALLOC\b",
+    "USETMAXREG.(TRY_)ALLOC": r"\bUSETMAXREG\.(TRY_)?ALLOC\b",
+}
+SASS_LOCAL_MEMORY = r"\b(LDL|STL)(\.[A-Z0-9]+)*\s[^;]*;"
+
+
+def test_sm90_kernels_sass(compiled):
+    cuobjdump, nvdisasm = cuda_tool("cuobjdump"), cuda_tool("nvdisasm")
+    if not (cuobjdump and nvdisasm):
+        pytest.skip("cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm, "
+                    "as the README's test command does)")
+    env = dict(os.environ, PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
+    kernel_file = re.compile(r"flashmask_(fwd|bwd)_sm90_\w+\.cu$")
+    expected = [s for s in _op_sources.sm90_kernel_sources() if kernel_file.search(s)]
+    objects = [(s, o) for s, o, rc, _ in compiled if rc == 0 and s in expected]
+    assert len(expected) >= 2 and len(objects) == len(expected), (
+        f"sm90 kernel objects: {len(objects)} of {len(expected)} compiled (see the compile test)")
+    problems, kernels = [], {"fwd": 0, "bwd": 0}
+    for source, obj in objects:
+        res = subprocess.run([cuobjdump, "-sass", "-arch", "sm_90a", obj], capture_output=True, text=True, env=env)
+        assert res.returncode == 0, f"cuobjdump on {obj}:\n{res.stderr[-2000:]}"
+        funcs = {n: body for n, body in sass_functions(res.stdout).items()
+                 if re.search(r"flashmask_(fwd|bwd)_sm90_kernel", n)}
+        if not funcs:
+            problems.append(f"{os.path.basename(source)}: no sm_90a flashmask_*_sm90_kernel in the SASS")
+        for fname, body in funcs.items():
+            kernels["fwd" if "flashmask_fwd_sm90_kernel" in fname else "bwd"] += 1
+            where = f"{os.path.basename(source)} ({fname[:90]})"
+            for label, pattern in SASS_MUST_HAVE.items():
+                if not re.search(pattern, body):
+                    problems.append(f"{where}: no {label}")
+            local = [m.group(0).strip() for m in re.finditer(SASS_LOCAL_MEMORY, body)]
+            if local:
+                problems.append(f"{where}: {len(local)} local-memory instructions, e.g. {local[:3]}")
+    assert not problems, "\n".join(problems)
+    assert kernels["fwd"] >= 1 and kernels["bwd"] >= 1, kernels

@@ -1,0 +1,128 @@
+"""benchmarks/report.py on small synthetic result files: the numbers in its tables,
+the speed-up column and target marks, the causal 16K line, old-format records
+(impl "paddle_flashmask" = fa2), later-wins merging, error records and the plot."""
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_spec = importlib.util.spec_from_file_location("pfm_report", os.path.join(ROOT, "benchmarks", "report.py"))
+report = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(report)
+
+
+def rec(impl, mask, seqlen, fwd_ms, bwd_ms, fwd_tflops, bwd_tflops, heads=32, heads_k=8, **extra):
+    return dict(impl=impl, mask=mask, seqlen=seqlen, heads=heads, heads_k=heads_k, dim=128, dtype="bfloat16",
+                device="Test GPU", fwd_ms=fwd_ms, bwd_ms=bwd_ms, fwd_tflops=fwd_tflops,
+                bwd_tflops=bwd_tflops, **extra)
+
+
+def write(path, records):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in records))
+
+
+def tables(markdown):
+    """{(section, mask): {column: cell}} from the report's markdown."""
+    out, section, header = {}, None, None
+    for line in markdown.splitlines():
+        if line.startswith("## "):
+            section, header = line[3:].strip(), None
+        elif line.startswith("| mask"):
+            header = [c.strip() for c in line.strip().strip("|").split("|")]
+        elif line.startswith("|") and header and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            assert len(cells) == len(header), line
+            out[(section, cells[0])] = dict(zip(header, cells))
+    return out
+
+
+@pytest.fixture
+def results(tmp_path):
+    # An old run: FA2-class records under the old impl name, one config only there.
+    old = tmp_path / "old_run"
+    write(str(old / "gpu_results.jsonl"), [
+        rec("paddle_flashmask", "causal", 8192, 9.0, 9.0, 10.0, 10.0, peak_gib=0.5),  # overridden below
+        rec("paddle_flashmask", "causal", 4096, 2.0, 8.0, 200.0, 125.0, peak_gib=0.25),
+    ])
+    new = tmp_path / "new_run"
+    write(str(new / "gpu_results.jsonl"), [
+        # fwd+bwd = (500*1 + 300*4) / 5 = 340
+        rec("paddle_flashmask_sm90", "causal", 8192, 1.0, 4.0, 500.0, 300.0, peak_gib=0.56),
+        rec("paddle_flashmask_fa2", "causal", 8192, 2.0, 8.0, 200.0, 125.0, peak_gib=0.56),
+        rec("paddle_flashmask_sm90", "causal_document", 8192, 2.0, 3.0, 100.0, 150.0, peak_gib=0.56),
+        rec("paddle_flashmask_fa2", "causal_document", 8192, 4.0, 6.0, 50.0, 75.0, peak_gib=0.56),
+        rec("paddle_flashmask_sm90", "share_question", 8192, 1.0, 2.0, 300.0, 200.0, peak_gib=0.56),
+        rec("paddle_flashmask_sm90", "causal", 16384, 4.0, 14.0, 600.4, 380.2, peak_gib=1.1),
+        rec("paddle_flashmask_sm90", "causal", 16384, 3.0, 10.0, 560.0, 410.0, heads_k=32, peak_gib=1.9),
+    ])
+    write(str(new / "peer_results.jsonl"), [
+        # sm90/Flex: 7.5 / 5 = 1.50 (meets 1.3); Flex fwd+bwd = (200*2.5 + 250*5) / 7.5 = 233.3
+        rec("flex_attention", "causal", 8192, 2.5, 5.0, 200.0, 250.0, mask_build_ms=1.44),
+        rec("sdpa_dense_mask", "causal", 8192, 5.0, 10.0, 100.0, 125.0),
+        rec("sdpa_flash_causal", "causal", 8192, 3.0, 6.0, 300.0, 250.0),
+        # 6 / 5 = 1.20 (misses 1.3)
+        rec("flex_attention", "causal_document", 8192, 2.4, 3.6, 80.0, 90.0, mask_build_ms=1.5),
+        rec("sdpa_dense_mask", "causal_document", 8192, 8.0, 12.0, 20.0, 25.0),
+        dict(impl="flex_attention", mask="share_question", seqlen=8192, heads=32, heads_k=8,
+             error="RuntimeError: out of memory", device="Test GPU"),
+    ])
+    return str(old), str(new)
+
+
+def test_report_tables(results, tmp_path):
+    out = str(tmp_path / "RESULTS.md")
+    assert report.main([*results, "--out", out]) == 0
+    text = open(out).read()
+    t = tables(text)
+
+    row = t[("S = 8192, 32:8 heads", "causal")]
+    assert [row["sm90 fwd"], row["sm90 bwd"], row["sm90 fwd+bwd"]] == ["500", "300", "340"]
+    # the new run's fa2 record wins over the old file's (same key, later input)
+    assert [row["fa2 fwd"], row["fa2 bwd"], row["fa2 fwd+bwd"]] == ["200", "125", "140"]
+    assert [row["Flex fwd"], row["Flex bwd"], row["Flex fwd+bwd"]] == ["200", "250", "233"]
+    # SDPA on plain causal: the flash backend, marked; fwd+bwd = (300*3 + 250*6) / 9 = 266.7
+    assert [row["SDPA fwd"], row["SDPA bwd"], row["SDPA fwd+bwd"]] == ["300†", "250†", "267†"]
+    speed = next(k for k in row if k.startswith("sm90/Flex"))
+    assert "1.3x" in speed
+    assert row[speed] == "1.50 ✓"
+    assert row["ours peak GiB"] == "0.56" and row["Flex mask build ms"] == "1.4"
+
+    row = t[("S = 8192, 32:8 heads", "causal_document")]
+    assert row[speed] == "1.20 ✗"
+    assert row["SDPA fwd+bwd"] == "23"  # dense mask: (20*8 + 25*12) / 20
+    assert row["fa2 fwd+bwd"] == "65"  # (50*4 + 75*6) / 10
+    # Flex failed on share_question: n/a, and no speed-up; no fa2 record there.
+    row = t[("S = 8192, 32:8 heads", "share_question")]
+    assert row["Flex fwd+bwd"] == "n/a" and row[speed] == "-" and row["fa2 fwd"] == "-"
+
+    # the old-format-only config: fa2 from impl "paddle_flashmask", nothing for sm90
+    row = t[("S = 4096, 32:8 heads", "causal")]
+    assert row["fa2 fwd+bwd"] == "140" and row["sm90 fwd"] == "-" and row[speed] == "-"
+
+    # causal 16K against the 550/400 targets, one line per heads config
+    line = next(x for x in text.splitlines() if x.startswith("- Causal 16K, 32:8"))
+    assert "fwd 600 / bwd 380" in line and "550/400" in line
+    assert "fwd met" in line and "bwd not met, 0.95x" in line
+    line = next(x for x in text.splitlines() if x.startswith("- Causal 16K, 32:32"))
+    assert "fwd met" in line and "bwd met" in line
+    assert "2 of 2 cases" not in text and "1 of 2 cases" in text  # 1.50 meets, 1.20 does not
+
+
+def test_report_plot(results, tmp_path):
+    pytest.importorskip("matplotlib")
+    png = str(tmp_path / "plots" / "tflops.png")
+    report.main([results[1], "--out", str(tmp_path / "r.md"), "--plot", png])
+    with open(png, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_refuses_input_without_our_records(tmp_path):
+    path = str(tmp_path / "peers_only.jsonl")
+    write(path, [rec("flex_attention", "causal", 8192, 2.5, 5.0, 200.0, 250.0)])
+    with pytest.raises(SystemExit, match="no paddle_flashmask records"):
+        report.main([path, "--out", str(tmp_path / "r.md")])
