@@ -222,7 +222,8 @@ bool check_case(const Case& c, GpuKernel kernel, bool deterministic, std::mt1993
 }
 
 // Median of `reps` timings (ms) of fwd and bwd for causal attention, B=1.
-void time_causal(int s, int h, int hk, int d, GpuKernel kernel, std::mt19937& rng) {
+void time_causal(int s, int h, int hk, int d, GpuKernel kernel, std::mt19937& rng,
+                 bool deterministic = false) {
   Case c{"causal", 1, s, s, h, hk, d, true, 0, nullptr};
   const size_t nq = size_t(s) * h * d, nk = size_t(s) * hk * d;
   Buffers q = random_buffer(nq, rng), k = random_buffer(nk, rng), v = random_buffer(nk, rng),
@@ -239,14 +240,15 @@ void time_causal(int s, int h, int hk, int d, GpuKernel kernel, std::mt19937& rn
   CHECK(cudaMalloc(&dk, nk * 2));
   CHECK(cudaMalloc(&dv, nk * 2));
   CHECK(cudaMalloc(&dqa, nq * 4));
-  CHECK(cudaMalloc(&dka, nk * 4));
-  CHECK(cudaMalloc(&dva, nk * 4));
+  CHECK(cudaMalloc(&dka, nk * 4 * (deterministic ? h / hk : 1)));
+  CHECK(cudaMalloc(&dva, nk * 4 * (deterministic ? h / hk : 1)));
   CHECK(cudaMalloc(&delta, size_t(h) * s * 4));
   p.out = o, p.softmax_lse = lse;
   BwdParams b;
   static_cast<FwdParams&>(b) = p;
   set_bwd_strides(b);
-  b.accum_heads_k = hk;
+  b.deterministic = deterministic;
+  b.accum_heads_k = deterministic ? h : hk;
   b.dout = dout.dev, b.dq = dq, b.dk = dk, b.dv = dv, b.dq_accum = dqa, b.dk_accum = dka,
   b.dv_accum = dva, b.softmax_d = delta;
   cudaEvent_t e0, e1;
@@ -269,8 +271,8 @@ void time_causal(int s, int h, int hk, int d, GpuKernel kernel, std::mt19937& rn
   const float fwd = median_ms([&] { flashmask::run_fwd_cuda(p, nullptr); });
   const float bwd = median_ms([&] { flashmask::run_bwd_cuda(b, nullptr); });
   const double flops = 4.0 * (double(s) * (s + 1) / 2) * h * d;  // causal area incl. diagonal
-  std::printf("| %s | causal | %d | %d:%d | %d | %.3f | %.1f | %.3f | %.1f |\n",
-              kernel == GpuKernel::kSm90 ? "sm90" : "fa2", s, h, hk, d, fwd, flops / fwd / 1e9, bwd,
+  std::printf("| %s%s | causal | %d | %d:%d | %d | %.3f | %.1f | %.3f | %.1f |\n",
+              kernel == GpuKernel::kSm90 ? "sm90" : "fa2", deterministic ? " det" : "", s, h, hk, d, fwd, flops / fwd / 1e9, bwd,
               2.5 * flops / bwd / 1e9);
   for (void* ptr : {(void*)q.dev, (void*)k.dev, (void*)v.dev, (void*)dout.dev, (void*)o, (void*)lse,
                     (void*)dq, (void*)dk, (void*)dv, (void*)dqa, (void*)dka, (void*)dva, (void*)delta})
@@ -306,6 +308,8 @@ int main(int argc, char** argv) {
       for (GpuKernel kernel : {GpuKernel::kFA2, GpuKernel::kSm90}) time_causal(s, 32, 8, 128, kernel, rng);
     }
     time_causal(16384, 32, 8, 64, GpuKernel::kSm90, rng);
+    time_causal(16384, 32, 8, 128, GpuKernel::kSm90, rng, true);
+    time_causal(16384, 32, 8, 128, GpuKernel::kFA2, rng, true);
   }
   return failures ? 1 : 0;
 }

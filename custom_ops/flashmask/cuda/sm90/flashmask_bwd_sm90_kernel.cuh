@@ -40,10 +40,26 @@ struct BwdKernelParams {
   BwdParams p;
 };
 
-// Consumers only: bar.sync on a named barrier shared by the 256 consumer
-// threads (id 0 is __syncthreads).
-__device__ __forceinline__ void consumer_barrier_sync() {
-  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+// Named barriers (id 0 is __syncthreads): the consumers' dS hand-over, and
+// the dQ tile hand-over between the consumers and the dQ writer warp.
+enum class BwdBarrier : int { kdS = 1, kdQFull = 2, kdQEmpty = 3 };
+
+template <int kThreads>
+__device__ __forceinline__ void barrier_sync(BwdBarrier id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(int(id)), "n"(kThreads) : "memory");
+}
+template <int kThreads>
+__device__ __forceinline__ void barrier_arrive(BwdBarrier id) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(int(id)), "n"(kThreads) : "memory");
+}
+
+// Adds `bytes` of fp32 from shared to global memory (an async bulk reduce,
+// done by the copy engine: no atomics issued by the threads).
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* smem, int bytes) {
+  const uint32_t saddr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gmem),
+               "r"(saddr), "r"(bytes)
+               : "memory");
 }
 
 // Adds (or stores, when this CTA is the element's only writer) a pair of
@@ -118,6 +134,26 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   if (warp_group == 0) {
     // ---------------- producer ----------------
     cutlass::arch::warpgroup_reg_dealloc<Traits::kLoadRegisters>();
+    if (warp == 1 && !p.deterministic) {
+      // dQ writer: each step's tile, once the consumers have stored it, is
+      // reduced into dq_accum one 512-byte row per bulk copy.
+      const int lane = threadIdx.x % 32;
+      constexpr int kFull = Traits::kNumMmaThreads + 32;
+      for (int i = 0; i < ss.num_live_blocks; ++i) {
+        const int m0 = live_block_index(live_list[i]) * kBlockM;
+        barrier_sync<kFull>(BwdBarrier::kdQFull);
+        for (int r = lane; r < kBlockM && m0 + r < p.seqlen_q; r += 32) {
+          float* dst = p.dq_accum + ((int64_t(batch) * p.seqlen_q + m0 + r) * p.num_heads + head) * kDim;
+          bulk_reduce_add_f32(dst, ss.smem_dq.data() + r * Traits::kDQRowFloats, kDim * 4);
+        }
+        asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+        asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");  // tile read out
+        __syncwarp();
+        if (i + 1 < ss.num_live_blocks) barrier_arrive<kFull>(BwdBarrier::kdQEmpty);
+      }
+      asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+      return;
+    }
     if (warp != 0 || num_live == 0) return;
     const auto shape_q = make_shape(p.seqlen_q, p.head_dim, p.num_heads, p.batch);
     const auto shape_k = make_shape(p.seqlen_k, p.head_dim, p.num_heads_k, p.batch);
@@ -208,7 +244,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 
   if (num_live > 0) ss.barrier_kv.wait(0);
   PipelineState read;
-  for (int i = 0; i < num_live; ++i) {
+  // The count is re-read from shared memory (the barriers' memory clobbers
+  // force it) rather than held in a register across the loop.
+  for (int i = 0; i < ss.num_live_blocks; ++i) {
     const uint16_t entry = live_list[i];
     const int m0 = live_block_index(entry) * kBlockM;
     const int stage = read.index();
@@ -279,24 +317,27 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dkv, tdVrP, tdVrdO(_, _, _, stage), tdVrdV);
     warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dkv, tdKrdS, tdKrQ(_, _, _, stage), tdKrdK);
     if (!p.deterministic) {
-      consumer_barrier_sync();  // both warpgroups' dS^T are in shared memory
+      barrier_sync<Traits::kNumMmaThreads>(BwdBarrier::kdS);  // both halves of dS^T stored
       Tensor tdQrdQ = partition_fragment_C(mma_dq, make_shape(Int<kBlockM>{}, Int<kDim>{}));
       warpgroup_gemm</*zero_init=*/true, /*wait=*/0>(mma_dq, tdQrdS(_, _, _, buf), tdQrK, tdQrdQ);
       pipeline.consumer_release(read);  // Q and dO of this stage are no longer read
+      // dQ to shared memory for the writer warp (which drained the previous
+      // tile before signalling kdQEmpty).
+      constexpr int kFull = Traits::kNumMmaThreads + 32;
+      if (i > 0) barrier_sync<kFull>(BwdBarrier::kdQEmpty);
       Tensor dq_rc = make_tensor(tdQrdQ.data(), acc_as_rows_cols(tdQrdQ.layout()));
       Tensor cdq_rc = make_tensor(tdQcdQ.data(), acc_as_rows_cols(tdQcdQ.layout()));
       const int dcol0 = get<1>(cdq_rc(0, 0));
       CUTLASS_PRAGMA_UNROLL
       for (int r = 0; r < size<0>(dq_rc); ++r) {
-        const int row = m0 + get<0>(cdq_rc(r, 0));
-        if (row >= p.seqlen_q) continue;
-        float* dst = p.dq_accum +
-                     ((int64_t(batch) * p.seqlen_q + row) * p.num_heads + head) * kDim + dcol0;
+        float* dst = ss.smem_dq.data() + get<0>(cdq_rc(r, 0)) * Traits::kDQRowFloats + dcol0;
         CUTLASS_PRAGMA_UNROLL
         for (int c = 0; c < size<1>(dq_rc); c += 2) {
-          accumulate_pair(dst + acc_col_offset(c), dq_rc(r, c), dq_rc(r, c + 1), false);
+          *reinterpret_cast<float2*>(dst + acc_col_offset(c)) = make_float2(dq_rc(r, c), dq_rc(r, c + 1));
         }
       }
+      cutlass::arch::fence_view_async_shared();  // the copy engine reads it next
+      barrier_arrive<kFull>(BwdBarrier::kdQFull);
     } else {
       warpgroup_wait<0>();
       pipeline.consumer_release(read);

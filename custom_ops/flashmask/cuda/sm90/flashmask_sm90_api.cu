@@ -29,7 +29,7 @@ bool tma_friendly(const void* ptr, int64_t row, int64_t head, int64_t batch) {
 
 // Longest sequences whose live-block lists still fit next to the tiles in
 // shared memory (and in the lists' 15-bit block index).
-constexpr int kMaxSeqlen = 1 << 21;
+constexpr int kMaxSeqlen = 1 << 19;
 
 }  // namespace
 

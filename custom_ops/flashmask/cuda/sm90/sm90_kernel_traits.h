@@ -170,6 +170,8 @@ struct BwdTraits {
   static constexpr uint32_t kTmaBytesQ = kBlockM * kHeadDim * sizeof(Element);  // Q or dO tile
   static constexpr uint32_t kTmaBytesKV = kBlockN * kHeadDim * sizeof(Element);
 
+  static constexpr int kDQRowFloats = kHeadDim + 8;  // 16-byte aligned rows
+
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = cutlass::PipelineState<kStages>;
 
@@ -179,6 +181,10 @@ struct BwdTraits {
     cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> smem_q;
     cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> smem_do;
     cute::array_aligned<Element, cosize_v<SmemLayoutdS>, 1024> smem_ds;
+    // dQ of one step in fp32, rows padded so the consumers' stores spread
+    // over the banks; the producer warpgroup reduces it into dq_accum row by
+    // row with bulk async copies.
+    cute::array_aligned<float, kBlockM * kDQRowFloats, 128> smem_dq;
     cutlass::arch::ClusterTransactionBarrier barrier_kv;
     typename Pipeline::SharedStorage pipeline_qdo;
     int num_live_blocks;
