@@ -149,7 +149,9 @@ def flashmask_attention(
     return_softmax_lse = validation.check_flag("return_softmax_lse", return_softmax_lse)
     deterministic = _default_deterministic() if deterministic is None else \
         validation.check_flag("deterministic", deterministic)
-    gpu_kernel = GPU_KERNELS[get_gpu_kernel()]
+    gpu_kernel_name = get_gpu_kernel()
+    validation.check_sm90_forced(query, head_dim, gpu_kernel_name)
+    gpu_kernel = GPU_KERNELS[gpu_kernel_name]
     if return_seed_offset or fixed_seed_offset is not None or rng_name:
         raise NotImplementedError(
             "flashmask_attention: return_seed_offset/fixed_seed_offset/rng_name only matter with "

@@ -185,3 +185,23 @@ def check_device_support(query, head_dim):
         raise TypeError(f"query/key/value on GPU must be float16 or bfloat16, got {query.dtype}")
     if head_dim not in GPU_HEAD_DIMS:
         raise ValueError(f"head_dim on GPU must be one of {GPU_HEAD_DIMS}, got {head_dim}")
+
+
+# What the Hopper kernels take (custom_ops/flashmask/cuda/sm90).
+SM90_HEAD_DIMS = (64, 128)
+
+
+def check_sm90_forced(query, head_dim, gpu_kernel_name):
+    """gpu_kernel "sm90" forced on a call the Hopper kernels cannot run: a clear ValueError here,
+    before the op (Paddle 2.6 cannot carry the op's own C++ error back to Python)."""
+    if gpu_kernel_name != "sm90" or not paddle.in_dynamic_mode() or not query.place.is_gpu_place():
+        return
+    props = paddle.device.cuda.get_device_properties(query.place.gpu_device_id())
+    major, minor = int(props.major), int(props.minor)
+    if (major, minor) != (9, 0):
+        raise ValueError(
+            f"gpu_kernel 'sm90' (set_gpu_kernel / PADDLE_FLASHMASK_GPU_KERNEL) needs a compute "
+            f"capability 9.0 GPU (H100/H200), this one is {major}.{minor}; use 'auto' or 'fa2'")
+    if head_dim not in SM90_HEAD_DIMS:
+        raise ValueError(
+            f"gpu_kernel 'sm90' takes head_dim {SM90_HEAD_DIMS}, got {head_dim}; use 'auto' or 'fa2'")

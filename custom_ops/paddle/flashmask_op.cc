@@ -10,6 +10,7 @@
 // Kept to the custom-op API shared by Paddle 2.6 and 3.x. 2.6's dispatch
 // macros lack bfloat16, so dtypes are switched by hand.
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,18 @@ flashmask::GpuKernel core_gpu_kernel(int gpu_kernel) {
            "flashmask_attention: gpu_kernel must be 0 (auto), 1 (fa2) or 2 (sm90), got " +
                std::to_string(gpu_kernel));
   return static_cast<flashmask::GpuKernel>(gpu_kernel);
+}
+
+// The kernel core reports bad calls with std::invalid_argument (and CUDA
+// failures with std::runtime_error); Paddle 2.6 aborts the process on a
+// foreign exception, so turn them into Paddle errors (Python exceptions).
+template <typename Fn>
+void rethrow_as_paddle_error(Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    PD_THROW(e.what());
+  }
 }
 
 // Fills everything but the data pointers' dtype-specific outputs.
@@ -171,7 +184,7 @@ std::vector<paddle::Tensor> FlashMaskForward(const paddle::Tensor& q, const padd
     auto bounds = gpu_workspace(std::max<int64_t>(1, flashmask::block_bounds_elems(p)),
                                 paddle::DataType::INT32, q);
     p.block_bounds = bounds.data<int32_t>();
-    flashmask::run_fwd_cuda(p, q.stream());
+    rethrow_as_paddle_error([&] { flashmask::run_fwd_cuda(p, q.stream()); });
 #else
     unsupported_place(q);
 #endif
@@ -232,7 +245,7 @@ std::vector<paddle::Tensor> FlashMaskBackward(const paddle::Tensor& q, const pad
     p.dk_accum = dk_accum.data<float>();
     p.dv_accum = dv_accum.data<float>();
     p.softmax_d = softmax_d.data<float>();
-    flashmask::run_bwd_cuda(p, q.stream());
+    rethrow_as_paddle_error([&] { flashmask::run_bwd_cuda(p, q.stream()); });
 #else
     unsupported_place(q);
 #endif

@@ -114,12 +114,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   pipe_params.is_leader = threadIdx.x % 128 == 0;
   pipe_params.num_consumers = Traits::kNumMmaThreads;
   Pipeline pipeline(ss.pipeline_qdo, pipe_params, Shape<_1, _1, _1>{});
-  if (warp == 1) {
-    const int count = build_live_query_blocks<kBlockM, kBlockN>(p, batch, head, n_block, live_list);
-    if (threadIdx.x % 32 == 0) ss.num_live_blocks = count;
-  }
-  __syncthreads();  // barriers initialised, live list complete
-  const int num_live = ss.num_live_blocks;
+  __syncthreads();  // barriers initialised
+  const int num_live = build_live_query_blocks<Traits::kNThreads, kBlockM, kBlockN>(
+      p, batch, head, n_block, live_list, ss.warp_counts);
+  if (threadIdx.x == 0) ss.num_live_blocks = num_live;
+  __syncthreads();
 
   Tensor sK = make_tensor(make_smem_ptr(ss.smem_k.data()), typename Traits::SmemLayoutK{});
   Tensor sV = make_tensor(make_smem_ptr(ss.smem_v.data()), typename Traits::SmemLayoutK{});

@@ -34,32 +34,34 @@ struct FwdKernelParams {
   FwdParams p;
 };
 
-// Masks the partially masked tile of query rows from r0 and key columns from
-// c0: S is viewed (rows, cols) with the tile coordinates in `coords`.
+// Masks a partially masked tile (query rows from r0, key columns from c0):
+// S viewed (rows, cols), `coords` the tile coordinates of each element,
+// `cols` the tile's column bounds staged in shared memory (null: no column
+// mask, only the causal diagonal and the ragged end). Branch-free.
 template <typename Scores, typename Coords>
 __device__ __forceinline__ void mask_partial_tile(Scores& scores, Coords const& coords,
-                                                  const FwdParams& p, const int32_t* columns,
+                                                  const FwdParams& p, const ColumnBounds* cols,
                                                   int r0, int c0) {
   const int causal_offset = p.seqlen_k - p.seqlen_q;
+  const int col0 = get<1>(coords(0, 0));  // this thread's first column in the tile
   CUTLASS_PRAGMA_UNROLL
   for (int c = 0; c < size<1>(scores); ++c) {
-    const int col = c0 + get<1>(coords(0, c));
-    ColumnBounds b{0, 0, 0, 0};
-    if (columns != nullptr && col < p.seqlen_k) {
-      b = load_column_bounds(columns + int64_t(col) * p.mask.col_stride, p.mask.num_cols,
-                             p.mask.causal, p.seqlen_q);
-    }
+    const int col = c0 + col0 + acc_col_offset(c);
+    const ColumnBounds b = cols != nullptr ? cols[col0 + acc_col_offset(c)] : ColumnBounds{0, 0, 0, 0};
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < size<0>(scores); ++r) {
       const int row = r0 + get<0>(coords(r, 0));
-      const bool masked = col >= p.seqlen_k || (p.mask.causal && col > row + causal_offset) ||
-                          row_masked(b, row);
+      const bool masked = (col >= p.seqlen_k) | (p.mask.causal & (col > row + causal_offset)) |
+                          ((row >= b.lts) & (row < b.lte)) | ((row >= b.uts) & (row < b.ute));
       if (masked) scores(r, c) = -CUDART_INF_F;
     }
   }
 }
 
-template <typename Traits>
+// kColumnMask: the call has startend_row_indices. Masks without (plain
+// causal, full) get a kernel with no staging code at all, which keeps their
+// main loop's registers and schedule free of it.
+template <typename Traits, bool kColumnMask>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     flashmask_fwd_sm90_kernel(CUTE_GRID_CONSTANT FwdKernelParams<Traits> const kp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -100,12 +102,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   pipe_params.num_consumers = Traits::kNumMmaThreads;
   Pipeline pipeline_k(ss.pipeline_k, pipe_params, Shape<_1, _1, _1>{});
   Pipeline pipeline_v(ss.pipeline_v, pipe_params, Shape<_1, _1, _1>{});
-  if (warp == 1) {
-    const int count = build_live_key_blocks<kBlockM, kBlockN>(p, batch, head, m_block, live_list);
-    if (threadIdx.x % 32 == 0) ss.num_live_blocks = count;
-  }
-  __syncthreads();  // barriers initialised, live list complete
-  const int num_live = ss.num_live_blocks;
+  __syncthreads();  // barriers initialised
+  const int num_live = build_live_key_blocks<Traits::kNThreads, kBlockM, kBlockN>(
+      p, batch, head, m_block, live_list, ss.warp_counts);
+  if (threadIdx.x == 0) ss.num_live_blocks = num_live;
+  __syncthreads();
 
   Tensor sQ = make_tensor(make_smem_ptr(ss.smem_q.data()), typename Traits::SmemLayoutQ{});
   Tensor sK = make_tensor(make_smem_ptr(ss.smem_k.data()), typename Traits::SmemLayoutK{});
@@ -175,7 +176,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   constexpr int kRows = decltype(size<0>(tOrO_rc))::value;  // 2 rows per thread
 
   const int r0 = m_block * kBlockM;
-  const int32_t* columns = mask_columns(p, batch, head);
+  const int32_t* columns = kColumnMask ? mask_columns(p, batch, head) : nullptr;
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
   float row_max[kRows], row_sum[kRows];  // row_max in the scaled log2 domain
   CUTLASS_PRAGMA_UNROLL
@@ -186,16 +187,37 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 
   if (num_live > 0) ss.barrier_q.wait(0);
   PipelineState read;
+  // Column bounds of partial tiles, staged per warpgroup (one column per
+  // thread) in two buffers alternating over partial tiles: a buffer is
+  // rewritten only after this warpgroup's barrier on the other one, which
+  // every thread reaches after its last read of this one.
+  const int wg = mma_tid / 128;
+  const int wg_tid = mma_tid % 128;
+  int partial_tiles = 0;
   for (int i = 0; i < num_live; ++i) {
     const uint16_t entry = live_list[i];
+    const bool partial = live_block_partial(entry);
+    const int c0 = live_block_index(entry) * kBlockN;
+    ColumnBounds* staged = nullptr;
+    if (kColumnMask && partial) {
+      staged = ss.col_bounds[wg][partial_tiles % 2];
+      const int col = c0 + wg_tid;
+      staged[wg_tid] = col < p.seqlen_k ? load_column_bounds(columns + int64_t(col) * p.mask.col_stride,
+                                                             p.mask.num_cols, p.mask.causal, p.seqlen_q)
+                                        : ColumnBounds{0, 0, 0, 0};
+      ++partial_tiles;
+    }
     Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
     pipeline_k.consumer_wait(read);
     warpgroup_gemm</*zero_init=*/true, /*wait=*/0>(mma_qk, tSrQ, tSrK(_, _, _, read.index()), tSrS);
     pipeline_k.consumer_release(read);
 
     Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
-    if (live_block_partial(entry)) {
-      mask_partial_tile(scores, tScS_rc, p, columns, r0, live_block_index(entry) * kBlockN);
+    if (partial) {
+      if (kColumnMask) {  // this warpgroup's columns are staged
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+      }
+      mask_partial_tile(scores, tScS_rc, p, staged, r0, c0);
     }
     // Online softmax in the log2 domain; a row with nothing visible yet keeps
     // P = 0 without NaN.

@@ -61,7 +61,8 @@ void launch_fwd(const FwdParams& p, cudaStream_t stream) {
   kp.tma_v = make_tma_copy(SM90_TMA_LOAD{}, mV, take<0, 2>(typename Traits::SmemLayoutV{}),
                            select<1, 2>(typename Traits::TileShape{}), _1{});
 
-  auto kernel = flashmask_fwd_sm90_kernel<Traits>;
+  auto kernel = p.mask.startend_row_indices != nullptr ? flashmask_fwd_sm90_kernel<Traits, true>
+                                                       : flashmask_fwd_sm90_kernel<Traits, false>;
   const int smem = smem_bytes<Traits>((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN);
   FLASHMASK_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));

@@ -37,23 +37,38 @@ __device__ __forceinline__ BlockBounds tile_bounds(const BlockBounds* row, int n
 }
 
 // Compacts the blocks i in [begin, end) whose kind_of(i) is not kSkip into
-// `list` (ascending, partial ones flagged). Run by one full warp; returns the
-// number of entries.
-template <typename KindOf>
-__device__ int compact_live_blocks(int begin, int end, KindOf kind_of, uint16_t* list) {
+// `list` in ascending order (partial ones flagged), with every thread of the
+// CTA classifying one block per round: a 32K sequence takes one round.
+// Called by all kThreads threads; `warp_counts` is kThreads / 32 ints of
+// shared memory. Returns the number of entries (in every thread).
+template <int kThreads, typename KindOf>
+__device__ int compact_live_blocks(int begin, int end, KindOf kind_of, uint16_t* list,
+                                   int* warp_counts) {
+  constexpr int kWarps = kThreads / 32;
   const int lane = threadIdx.x % 32;
-  int count = 0;
-  for (int base = begin; base < end; base += 32) {
-    const int i = base + lane;
+  const int warp = threadIdx.x / 32;
+  int total = 0;
+  for (int base = begin; base < end; base += kThreads) {
+    const int i = base + threadIdx.x;
     const TileKind kind = i < end ? kind_of(i) : TileKind::kSkip;
     const unsigned live = __ballot_sync(0xffffffffu, kind != TileKind::kSkip);
-    if (kind != TileKind::kSkip) {
-      const int pos = count + __popc(live & ((1u << lane) - 1u));
-      list[pos] = uint16_t(i | (kind == TileKind::kPartial ? kLivePartialFlag : 0));
+    if (lane == 0) warp_counts[warp] = __popc(live);
+    __syncthreads();
+    int before = 0, round = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const int c = warp_counts[w];
+      before += w < warp ? c : 0;
+      round += c;
     }
-    count += __popc(live);
+    if (kind != TileKind::kSkip) {
+      list[total + before + __popc(live & ((1u << lane) - 1u))] =
+          uint16_t(i | (kind == TileKind::kPartial ? kLivePartialFlag : 0));
+    }
+    total += round;
+    __syncthreads();  // warp_counts is rewritten next round; the list is complete
   }
-  return count;
+  return total;
 }
 
 // The head's row of 64-column block summaries (null without a column mask).
@@ -75,9 +90,9 @@ __device__ __forceinline__ TileKind classify_block(const FwdParams& p, const Blo
 }
 
 // Forward: the key blocks query block m_block attends to.
-template <int kBlockM, int kBlockN>
+template <int kThreads, int kBlockM, int kBlockN>
 __device__ int build_live_key_blocks(const FwdParams& p, int batch, int head, int m_block,
-                                     uint16_t* list) {
+                                     uint16_t* list, int* warp_counts) {
   const int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
   int n_end = n_blocks;
   if (p.mask.causal) {  // the causal diagonal ends the range early
@@ -86,14 +101,15 @@ __device__ int build_live_key_blocks(const FwdParams& p, int batch, int head, in
     n_end = last_col < 0 ? 0 : min(n_blocks, last_col / kBlockN + 1);
   }
   const BlockBounds* summary = summary_row(p, batch, head);
-  return compact_live_blocks(
-      0, n_end, [&](int n) { return classify_block<kBlockM, kBlockN>(p, summary, m_block, n); }, list);
+  return compact_live_blocks<kThreads>(
+      0, n_end, [&](int n) { return classify_block<kBlockM, kBlockN>(p, summary, m_block, n); },
+      list, warp_counts);
 }
 
 // Backward: the query blocks that see key block n_block.
-template <int kBlockM, int kBlockN>
+template <int kThreads, int kBlockM, int kBlockN>
 __device__ int build_live_query_blocks(const FwdParams& p, int batch, int head, int n_block,
-                                       uint16_t* list) {
+                                       uint16_t* list, int* warp_counts) {
   const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
   int m_begin = 0;
   if (p.mask.causal) {  // rows before the diagonal see none of these keys
@@ -101,9 +117,10 @@ __device__ int build_live_query_blocks(const FwdParams& p, int batch, int head, 
     m_begin = first_row <= 0 ? 0 : min(m_blocks, first_row / kBlockM);
   }
   const BlockBounds* summary = summary_row(p, batch, head);
-  return compact_live_blocks(
+  return compact_live_blocks<kThreads>(
       m_begin, m_blocks,
-      [&](int m) { return classify_block<kBlockM, kBlockN>(p, summary, m, n_block); }, list);
+      [&](int m) { return classify_block<kBlockM, kBlockN>(p, summary, m, n_block); }, list,
+      warp_counts);
 }
 
 }  // namespace sm90

@@ -10,6 +10,8 @@
 #include <cutlass/numeric_types.h>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
+#include "../../mask_bounds.h"
+
 namespace flashmask {
 namespace sm90 {
 
@@ -89,6 +91,9 @@ struct FwdTraits {
     typename Pipeline::SharedStorage pipeline_k;
     typename Pipeline::SharedStorage pipeline_v;
     int num_live_blocks;
+    int warp_counts[kNThreads / 32];  // scratch of the live-list compaction
+    // Column bounds of the partial tile, per consumer warpgroup, two buffers.
+    ColumnBounds col_bounds[kNumMmaWarpGroups][2][kBlockN];
     // Followed (dynamic shared memory) by the live key-block list
     // (sm90_block_list.cuh): one uint16 per key block.
   };
@@ -188,6 +193,7 @@ struct BwdTraits {
     cutlass::arch::ClusterTransactionBarrier barrier_kv;
     typename Pipeline::SharedStorage pipeline_qdo;
     int num_live_blocks;
+    int warp_counts[kNThreads / 32];  // scratch of the live-list compaction
     // Followed by the live query-block list (sm90_block_list.cuh).
   };
 };
