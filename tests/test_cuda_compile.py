@@ -134,9 +134,9 @@ def test_sm90_kernels_sass(compiled):
                 if not re.search(pattern, body):
                     problems.append(f"{where}: no {label}")
             local = [m.group(0).strip() for m in re.finditer(SASS_LOCAL_MEMORY, body)]
-            # At most one spilled word (a store and its reload), matching the
-            # compile test's 8-byte budget for the column-mask hdim128 forward.
-            if len(local) > 2:
+            # At most one spilled word (its store and a few reloads), matching
+            # the compile test's 8-byte budget for the column-mask hdim128 forward.
+            if len(local) > 4:
                 problems.append(f"{where}: {len(local)} local-memory instructions, e.g. {local[:3]}")
     assert not problems, "\n".join(problems)
     assert kernels["fwd"] >= 1 and kernels["bwd"] >= 1, kernels
