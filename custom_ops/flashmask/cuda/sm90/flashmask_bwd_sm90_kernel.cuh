@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   if (warp_group == 0) {
     // ---------------- producer ----------------
     cutlass::arch::warpgroup_reg_dealloc<Traits::kLoadRegisters>();
-    if (warp == 1 && !p.deterministic) {
+    if (Traits::kDQBulkReduce && warp == 1 && !p.deterministic) {
       // dQ writer: each step's tile, once the consumers have stored it, is
       // reduced into dq_accum one 512-byte row per bulk copy.
       const int lane = threadIdx.x % 32;
@@ -320,23 +320,37 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       Tensor tdQrdQ = partition_fragment_C(mma_dq, make_shape(Int<kBlockM>{}, Int<kDim>{}));
       warpgroup_gemm</*zero_init=*/true, /*wait=*/0>(mma_dq, tdQrdS(_, _, _, buf), tdQrK, tdQrdQ);
       pipeline.consumer_release(read);  // Q and dO of this stage are no longer read
-      // dQ to shared memory for the writer warp (which drained the previous
-      // tile before signalling kdQEmpty).
-      constexpr int kFull = Traits::kNumMmaThreads + 32;
-      if (i > 0) barrier_sync<kFull>(BwdBarrier::kdQEmpty);
       Tensor dq_rc = make_tensor(tdQrdQ.data(), acc_as_rows_cols(tdQrdQ.layout()));
       Tensor cdq_rc = make_tensor(tdQcdQ.data(), acc_as_rows_cols(tdQcdQ.layout()));
       const int dcol0 = get<1>(cdq_rc(0, 0));
-      CUTLASS_PRAGMA_UNROLL
-      for (int r = 0; r < size<0>(dq_rc); ++r) {
-        float* dst = ss.smem_dq.data() + get<0>(cdq_rc(r, 0)) * Traits::kDQRowFloats + dcol0;
+      if constexpr (Traits::kDQBulkReduce) {
+        // dQ to shared memory for the writer warp (which drained the previous
+        // tile before signalling kdQEmpty).
+        constexpr int kFull = Traits::kNumMmaThreads + 32;
+        if (i > 0) barrier_sync<kFull>(BwdBarrier::kdQEmpty);
         CUTLASS_PRAGMA_UNROLL
-        for (int c = 0; c < size<1>(dq_rc); c += 2) {
-          *reinterpret_cast<float2*>(dst + acc_col_offset(c)) = make_float2(dq_rc(r, c), dq_rc(r, c + 1));
+        for (int r = 0; r < size<0>(dq_rc); ++r) {
+          float* dst = ss.smem_dq.data() + get<0>(cdq_rc(r, 0)) * Traits::kDQRowFloats + dcol0;
+          CUTLASS_PRAGMA_UNROLL
+          for (int c = 0; c < size<1>(dq_rc); c += 2) {
+            *reinterpret_cast<float2*>(dst + acc_col_offset(c)) = make_float2(dq_rc(r, c), dq_rc(r, c + 1));
+          }
+        }
+        cutlass::arch::fence_view_async_shared();  // the copy engine reads it next
+        barrier_arrive<kFull>(BwdBarrier::kdQFull);
+      } else {
+        // Short rows: float2 atomics straight from the accumulators.
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < size<0>(dq_rc); ++r) {
+          const int row = m0 + get<0>(cdq_rc(r, 0));
+          if (row >= p.seqlen_q) continue;
+          float* dst = p.dq_accum + ((int64_t(batch) * p.seqlen_q + row) * p.num_heads + head) * kDim + dcol0;
+          CUTLASS_PRAGMA_UNROLL
+          for (int c = 0; c < size<1>(dq_rc); c += 2) {
+            accumulate_pair(dst + acc_col_offset(c), dq_rc(r, c), dq_rc(r, c + 1), false);
+          }
         }
       }
-      cutlass::arch::fence_view_async_shared();  // the copy engine reads it next
-      barrier_arrive<kFull>(BwdBarrier::kdQFull);
     } else {
       warpgroup_wait<0>();
       pipeline.consumer_release(read);

@@ -176,6 +176,10 @@ struct BwdTraits {
   static constexpr uint32_t kTmaBytesKV = kBlockN * kHeadDim * sizeof(Element);
 
   static constexpr int kDQRowFloats = kHeadDim + 8;  // 16-byte aligned rows
+  // dQ leaves through shared memory and bulk reduce-adds (512-byte rows at
+  // D=128); at D=64 the 256-byte rows made that slower than float2 atomics
+  // (H200, causal 16K bwd: 237 vs 280 TFLOP/s, NOTES.md).
+  static constexpr bool kDQBulkReduce = kHeadDim >= 128;
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = cutlass::PipelineState<kStages>;
