@@ -203,15 +203,6 @@ def grads_of_call(data, idx, causal, **kwargs):
 GPU_KERNEL_ENV = "PADDLE_FLASHMASK_GPU_KERNEL"
 
 
-@pytest.fixture
-def default_gpu_kernel(monkeypatch):
-    """No explicit setting and no env variable; the caller's state comes back after."""
-    monkeypatch.delenv(GPU_KERNEL_ENV, raising=False)
-    old = pfm.set_gpu_kernel(None)
-    yield
-    pfm.set_gpu_kernel(old)
-
-
 @pytest.mark.parametrize("causal,cols,heads,heads_k", [(True, 1, 4, 1), (False, 4, 4, 2), (True, 0, 2, 2)])
 def test_deterministic_flag_on_cpu_changes_nothing(rng, causal, cols, heads, heads_k):
     # The CPU backward is deterministic anyway: deterministic=True is the same computation.

@@ -514,15 +514,6 @@ GPU_KERNEL_ENV = "PADDLE_FLASHMASK_GPU_KERNEL"
 ALLOWED_KERNELS = r"'auto', 'fa2', 'sm90'"
 
 
-@pytest.fixture
-def default_gpu_kernel(monkeypatch):
-    """No explicit setting and no env variable; the caller's state comes back after."""
-    monkeypatch.delenv(GPU_KERNEL_ENV, raising=False)
-    old = pfm.set_gpu_kernel(None)
-    yield
-    pfm.set_gpu_kernel(old)
-
-
 @pytest.mark.parametrize("bad", ["cuda", "", "fa3", "sm_90", "hopper"])
 def test_set_gpu_kernel_unknown_name(default_gpu_kernel, bad):
     pfm.set_gpu_kernel("fa2")
