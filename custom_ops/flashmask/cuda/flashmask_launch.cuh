@@ -30,34 +30,32 @@ void allow_large_smem(Kernel kernel, int bytes) {
   }
 }
 
+// One CTA of Traits::kNThreads per (block of `block` rows along `seqlen`,
+// head, batch).
+template <typename Traits, typename Kernel, typename Params>
+void launch_rows(Kernel kernel, const Params& p, int seqlen, int block, cudaStream_t stream) {
+  allow_large_smem(kernel, Traits::kSmemBytes);
+  const dim3 grid((seqlen + block - 1) / block, p.num_heads, p.batch);
+  kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
+  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+}
+
 template <int kHeadDim, typename T>
 void launch_fwd(const FwdParams& p, cudaStream_t stream) {
   using Traits = FwdTraits<kHeadDim, T>;
-  auto kernel = flashmask_fwd_kernel<Traits>;
-  allow_large_smem(kernel, Traits::kSmemBytes);
-  const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.num_heads, p.batch);
-  kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
-  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+  launch_rows<Traits>(flashmask_fwd_kernel<Traits>, p, p.seqlen_q, Traits::kBlockM, stream);
 }
 
 template <int kHeadDim, typename T>
 void launch_bwd(const BwdParams& p, cudaStream_t stream) {
   using Traits = BwdTraits<kHeadDim, T>;
-  auto kernel = flashmask_bwd_kernel<Traits>;
-  allow_large_smem(kernel, Traits::kSmemBytes);
-  const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.num_heads, p.batch);
-  kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
-  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+  launch_rows<Traits>(flashmask_bwd_kernel<Traits>, p, p.seqlen_k, Traits::kBlockN, stream);
 }
 
 template <int kHeadDim, typename T>
 void launch_bwd_dq(const BwdParams& p, cudaStream_t stream) {
   using Traits = BwdDQTraits<kHeadDim, T>;
-  auto kernel = flashmask_bwd_dq_kernel<Traits>;
-  allow_large_smem(kernel, Traits::kSmemBytes);
-  const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.num_heads, p.batch);
-  kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
-  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+  launch_rows<Traits>(flashmask_bwd_dq_kernel<Traits>, p, p.seqlen_q, Traits::kBlockM, stream);
 }
 
 }  // namespace cuda
