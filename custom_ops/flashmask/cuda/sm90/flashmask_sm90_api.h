@@ -18,7 +18,8 @@ bool fwd_supported(const FwdParams& p);
 bool bwd_supported(const BwdParams& p);
 // Both expect the mask block summary (cuda::compute_block_bounds) to be done;
 // the backward also expects cuda::bwd_prepare and leaves cuda::bwd_finish to
-// the caller, exactly like the FA2-class backward.
+// the caller, like the FA2-class backward, and follows the same deterministic
+// contract (BwdParams::deterministic: no dQ work, dK/dV in accum_heads_k slots).
 void run_fwd(const FwdParams& p, cudaStream_t stream);
 void run_bwd(const BwdParams& p, cudaStream_t stream);
 
