@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../../../custom_ops/flashmask/flashmask_api.h"
+#include "../../../custom_ops/flashmask/mask_bounds.h"
 
 using flashmask::BwdParams;
 using flashmask::DType;
@@ -221,10 +222,46 @@ bool check_case(const Case& c, GpuKernel kernel, bool deterministic, std::mt1993
   return ok;
 }
 
-// Median of `reps` timings (ms) of fwd and bwd for causal attention, B=1.
-void time_causal(int s, int h, int hk, int d, GpuKernel kernel, std::mt19937& rng,
-                 bool deterministic = false) {
-  Case c{"causal", 1, s, s, h, hk, d, true, 0, nullptr};
+// Unmasked (query, key) pairs of a causal or column-bounds mask, for TFLOP/s
+// on the unmasked area (the benchmark convention).
+double unmasked_area(int s, bool causal, int cols, const std::vector<int32_t>& mask) {
+  auto overlap = [](int a0, int a1, int b0, int b1) { return std::max(0, std::min(a1, b1) - std::max(a0, b0)); };
+  double area = 0;
+  for (int j = 0; j < s; ++j) {
+    const int r0 = causal ? j : 0, r1 = s;
+    if (cols == 0) {
+      area += r1 - r0;
+      continue;
+    }
+    const flashmask::ColumnBounds b = flashmask::load_column_bounds(mask.data() + size_t(j) * cols, cols, causal, s);
+    // rows of [r0, r1) outside both masked intervals (inclusion-exclusion).
+    area += (r1 - r0) - overlap(r0, r1, b.lts, b.lte) - overlap(r0, r1, b.uts, b.ute) +
+            overlap(std::max(r0, b.lts), std::min(r1, b.lte), b.uts, b.ute);
+  }
+  return area;
+}
+
+// Timing masks at length s (B=1, Hm=1): random documents, sliding window 1024.
+std::vector<int32_t> timing_docs(int s, std::mt19937& rng) {  // causal document, C=1
+  std::vector<int32_t> m(s);
+  std::uniform_int_distribution<int> len(256, std::max(257, s / 3));
+  for (int start = 0; start < s;) {
+    const int end = std::min(s, start + len(rng));
+    for (int j = start; j < end; ++j) m[j] = end;
+    start = end;
+  }
+  return m;
+}
+std::vector<int32_t> timing_window(int s) {  // causal, C=1: rows j .. j + 1024 see key j
+  std::vector<int32_t> m(s);
+  for (int j = 0; j < s; ++j) m[j] = std::min(s, j + 1025);
+  return m;
+}
+
+// Median of 6 timings (ms) of fwd and bwd, B=1, causal, optional C=1 mask.
+void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, std::mt19937& rng,
+               const std::vector<int32_t>& mask = {}, bool deterministic = false) {
+  Case c{name, 1, s, s, h, hk, d, true, 0, nullptr};
   const size_t nq = size_t(s) * h * d, nk = size_t(s) * hk * d;
   Buffers q = random_buffer(nq, rng), k = random_buffer(nk, rng), v = random_buffer(nk, rng),
           dout = random_buffer(nq, rng);
@@ -232,6 +269,16 @@ void time_causal(int s, int h, int hk, int d, GpuKernel kernel, std::mt19937& rn
   fill_params(p, c);
   p.dtype = DType::kBFloat16, p.gpu_kernel = kernel;
   p.q = q.dev, p.k = k.dev, p.v = v.dev;
+  int32_t *dmask = nullptr, *bounds = nullptr;
+  if (!mask.empty()) {
+    CHECK(cudaMalloc(&dmask, mask.size() * 4));
+    CHECK(cudaMemcpy(dmask, mask.data(), mask.size() * 4, cudaMemcpyHostToDevice));
+    p.mask.startend_row_indices = dmask;
+    p.mask.num_cols = 1, p.mask.num_heads = 1, p.mask.col_stride = 1;
+    p.mask.head_stride = p.mask.batch_stride = s;
+    CHECK(cudaMalloc(&bounds, flashmask::block_bounds_elems(p) * 4));
+    p.block_bounds = bounds;
+  }
   __nv_bfloat16 *o, *dq, *dk, *dv;
   float *lse, *dqa, *dka, *dva, *delta;
   CHECK(cudaMalloc(&o, nq * 2));
@@ -270,13 +317,14 @@ void time_causal(int s, int h, int hk, int d, GpuKernel kernel, std::mt19937& rn
   };
   const float fwd = median_ms([&] { flashmask::run_fwd_cuda(p, nullptr); });
   const float bwd = median_ms([&] { flashmask::run_bwd_cuda(b, nullptr); });
-  const double flops = 4.0 * (double(s) * (s + 1) / 2) * h * d;  // causal area incl. diagonal
-  std::printf("| %s%s | causal | %d | %d:%d | %d | %.3f | %.1f | %.3f | %.1f |\n",
-              kernel == GpuKernel::kSm90 ? "sm90" : "fa2", deterministic ? " det" : "", s, h, hk, d, fwd, flops / fwd / 1e9, bwd,
-              2.5 * flops / bwd / 1e9);
+  const double flops = 4.0 * unmasked_area(s, true, mask.empty() ? 0 : 1, mask) * h * d;
+  std::printf("| %s%s | %s | %d | %d:%d | %d | %.3f | %.1f | %.3f | %.1f | %.1f |\n",
+              kernel == GpuKernel::kSm90 ? "sm90" : "fa2", deterministic ? " det" : "", name, s, h, hk, d,
+              fwd, flops / fwd / 1e9, bwd, 2.5 * flops / bwd / 1e9, 3.5 * flops / (fwd + bwd) / 1e9);
   for (void* ptr : {(void*)q.dev, (void*)k.dev, (void*)v.dev, (void*)dout.dev, (void*)o, (void*)lse,
-                    (void*)dq, (void*)dk, (void*)dv, (void*)dqa, (void*)dka, (void*)dva, (void*)delta})
-    CHECK(cudaFree(ptr));
+                    (void*)dq, (void*)dk, (void*)dv, (void*)dqa, (void*)dka, (void*)dva, (void*)delta,
+                    (void*)dmask, (void*)bounds})
+    if (ptr) CHECK(cudaFree(ptr));
 }
 
 int main(int argc, char** argv) {
@@ -303,13 +351,21 @@ int main(int argc, char** argv) {
   }
   std::printf("%d failures\n", failures);
   if (timing) {
-    std::printf("| kernel | mask | S | H:Hk | D | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s |\n|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("| kernel | mask | S | H:Hk | D | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | fwd+bwd TFLOP/s |\n"
+                "|---|---|---|---|---|---|---|---|---|---|\n");
     for (int s : {8192, 16384}) {
-      for (GpuKernel kernel : {GpuKernel::kFA2, GpuKernel::kSm90}) time_causal(s, 32, 8, 128, kernel, rng);
+      for (GpuKernel kernel : {GpuKernel::kFA2, GpuKernel::kSm90}) time_case("causal", s, 32, 8, 128, kernel, rng);
     }
-    time_causal(16384, 32, 8, 64, GpuKernel::kSm90, rng);
-    time_causal(16384, 32, 8, 128, GpuKernel::kSm90, rng, true);
-    time_causal(16384, 32, 8, 128, GpuKernel::kFA2, rng, true);
+    time_case("causal", 16384, 32, 8, 64, GpuKernel::kSm90, rng);
+    time_case("causal", 16384, 32, 8, 128, GpuKernel::kSm90, rng, {}, true);
+    // Short live lists: where per-tile prologue and epilogue show.
+    for (int s : {8192, 32768}) {
+      std::mt19937 mask_rng(s);
+      const std::vector<int32_t> docs = timing_docs(s, mask_rng), window = timing_window(s);
+      time_case("causal_document", s, 32, 8, 128, GpuKernel::kSm90, rng, docs);
+      time_case("sliding_window", s, 32, 8, 128, GpuKernel::kSm90, rng, window);
+    }
+    time_case("causal", 32768, 32, 8, 128, GpuKernel::kSm90, rng);
   }
   return failures ? 1 : 0;
 }
