@@ -59,9 +59,14 @@ def test_cuda_sources_compile_for_sm80_and_sm90a(compiled):
         name = os.path.basename(source)
         if "_fwd_" in name or "_bwd_" in name:
             spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
-            # sm90 hdim128 forward keeps one loop-carried word on the stack
-            # (one L1 load per key block; NOTES.md, sm90 v4).
-            limit = (8 if "hdim128" in name else 0) if "sm90" in name else (64 if "hdim128" in name else 0)
+            # The persistent sm90 forward's list builders run at the producer's
+            # 24 registers and keep a few words on the stack, off the consumers'
+            # path (the SASS test below holds the consumer code to no local
+            # memory; NOTES.md, sm90 v5).
+            if "sm90" in name:
+                limit = 64 if "_fwd_" in name else 0
+            else:
+                limit = 64 if "hdim128" in name else 0
             assert spills and max(spills) <= limit, f"{name} spills {spills} bytes (limit {limit})"
 
 
@@ -108,6 +113,22 @@ SASS_MUST_HAVE = {
 SASS_LOCAL_MEMORY = r"\b(LDL|STL)(\.[A-Z0-9]+)*\s[^;]*;"
 
 
+def local_memory_by_role(body):
+    """LDL/STL instructions of one kernel's SASS by warp role: each goes to the
+    region opened by the last USETMAXREG before it (DEALLOC: producer,
+    ALLOC: consumer; none yet: the shared prologue)."""
+    found, role = {"prologue": [], "producer": [], "consumer": []}, "prologue"
+    for line in body.splitlines():
+        if re.search(r"\bUSETMAXREG\.DEALLOC\b", line):
+            role = "producer"
+        elif re.search(r"\bUSETMAXREG\.(TRY_)?ALLOC\b", line):
+            role = "consumer"
+        m = re.search(SASS_LOCAL_MEMORY, line)
+        if m:
+            found[role].append(m.group(0).strip())
+    return found
+
+
 def test_sm90_kernels_sass(compiled):
     cuobjdump, nvdisasm = cuda_tool("cuobjdump"), cuda_tool("nvdisasm")
     if not (cuobjdump and nvdisasm):
@@ -133,10 +154,14 @@ def test_sm90_kernels_sass(compiled):
             for label, pattern in SASS_MUST_HAVE.items():
                 if not re.search(pattern, body):
                     problems.append(f"{where}: no {label}")
-            local = [m.group(0).strip() for m in re.finditer(SASS_LOCAL_MEMORY, body)]
-            # At most one spilled word (its store and a few reloads), matching
-            # the compile test's 8-byte budget for the column-mask hdim128 forward.
-            if len(local) > 4:
-                problems.append(f"{where}: {len(local)} local-memory instructions, e.g. {local[:3]}")
+            local = local_memory_by_role(body)
+            # Consumers (the main loops): none. The producer warpgroup (24
+            # registers, TMA issue and the forward's list builders): a few
+            # spilled words, off the critical path.
+            if local["consumer"] or local["prologue"]:
+                problems.append(f"{where}: local memory in the consumer/prologue code: "
+                                f"{(local['consumer'] + local['prologue'])[:3]}")
+            if len(local["producer"]) > 24:
+                problems.append(f"{where}: {len(local['producer'])} local-memory instructions in the producer")
     assert not problems, "\n".join(problems)
     assert kernels["fwd"] >= 1 and kernels["bwd"] >= 1, kernels

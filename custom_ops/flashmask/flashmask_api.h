@@ -29,7 +29,8 @@ int32_t check_indices_cpu(const int32_t* indices, int64_t num_columns,
 bool cuda_supports(DType dtype, int head_dim);
 void run_fwd_cuda(const FwdParams& params, void* stream);
 void run_bwd_cuda(const BwdParams& params, void* stream);
-// int32 elements of the block_bounds workspace (0 without a column mask).
+// int32 elements of the block_bounds workspace: the mask's block summaries
+// (none without a column mask) and the persistent kernels' tile counters.
 int64_t block_bounds_elems(const FwdParams& params);
 void fill_window_indices_cuda(int32_t* dst, int seqlen_q, int seqlen_k, bool causal,
                               int window_left, int window_right, void* stream);

@@ -276,9 +276,9 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
     p.mask.startend_row_indices = dmask;
     p.mask.num_cols = 1, p.mask.num_heads = 1, p.mask.col_stride = 1;
     p.mask.head_stride = p.mask.batch_stride = s;
-    CHECK(cudaMalloc(&bounds, flashmask::block_bounds_elems(p) * 4));
-    p.block_bounds = bounds;
   }
+  CHECK(cudaMalloc(&bounds, flashmask::block_bounds_elems(p) * 4));
+  p.block_bounds = bounds;
   __nv_bfloat16 *o, *dq, *dk, *dv;
   float *lse, *dqa, *dka, *dva, *delta;
   CHECK(cudaMalloc(&o, nq * 2));

@@ -13,6 +13,7 @@
 #include "../mask_bounds.h"
 #include "cuda_check.h"
 #include "kernel_traits.h"
+#include "workspace.h"
 #include "mma_utils.cuh"
 
 namespace flashmask {
@@ -191,10 +192,20 @@ void bwd_finish(const BwdParams& p, cudaStream_t stream) {
 
 }  // namespace cuda
 
-int64_t block_bounds_elems(const FwdParams& p) {
+namespace cuda {
+
+int64_t summary_elems(const FwdParams& p) {
   if (p.mask.startend_row_indices == nullptr) return 0;
-  const int64_t k_blocks = (p.seqlen_k + cuda::kMaskBlockN - 1) / cuda::kMaskBlockN;
+  const int64_t k_blocks = (p.seqlen_k + kMaskBlockN - 1) / kMaskBlockN;
   return int64_t(mask_batches(p)) * p.mask.num_heads * k_blocks * int64_t(sizeof(BlockBounds) / 4);
+}
+
+int32_t* tile_counters(const FwdParams& p) { return p.block_bounds + summary_elems(p); }
+
+}  // namespace cuda
+
+int64_t block_bounds_elems(const FwdParams& p) {
+  return cuda::summary_elems(p) + cuda::kTileCounterInts;
 }
 
 void fill_window_indices_cuda(int32_t* dst, int seqlen_q, int seqlen_k, bool causal,

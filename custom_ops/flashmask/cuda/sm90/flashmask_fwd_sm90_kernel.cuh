@@ -1,16 +1,24 @@
 // FlashMask forward for Hopper (sm90a), FA3 style.
 //
-// One CTA per (query block of 128 rows, head, batch), three warpgroups:
-//   warpgroup 0 (producer, 24 registers): one warp issues TMA bulk tensor
-//     copies of Q once and of K/V for every live key block into a 2-stage
-//     mbarrier pipeline;
+// Persistent: one CTA per SM takes (query block of 128 rows, head, batch)
+// tiles from a global counter (fwd_tile_of) until none are left, with three
+// warpgroups:
+//   warpgroup 0 (producer, 24 registers):
+//     warps 1-3 fetch the next tile and build its live key-block list from
+//       the mask's block min/max (sm90_block_list.cuh) ahead of the
+//       consumers: fully
+//       masked blocks never appear in it, partially masked ones are flagged
+//       and masked elementwise from the column bounds, the rest run with no
+//       mask work;
+//     warp 0 issues TMA bulk tensor copies of each tile's Q (two buffers) and
+//       of K/V for every live key block into a 2-stage mbarrier pipeline that
+//       runs on across tile boundaries;
 //   warpgroups 1-2 (consumers, 240 registers): 64 query rows each;
 //     S = Q K^T with wgmma from shared memory, online softmax in registers,
 //     O += P V with wgmma taking P straight from registers.
-// Before the role split one warp builds the live key-block list of this query
-// block from the mask's block min/max (sm90_block_list.cuh): fully masked
-// blocks never appear in it, partially masked ones are flagged and masked
-// elementwise from the column bounds, the rest run with no mask work.
+// So the next tile's list, Q and first K/V blocks are ready when the consumers
+// finish a tile: short live lists (documents, windows) pay no per-tile
+// prologue.
 #pragma once
 
 #include <math_constants.h>
@@ -32,6 +40,7 @@ struct FwdKernelParams {
   typename Traits::TmaKV tma_k;
   typename Traits::TmaKV tma_v;
   FwdParams p;
+  int* tile_counter;  // zeroed before the launch: tiles handed out so far past the first wave
 };
 
 // Masks a partially masked tile (query rows from r0, key columns from c0):
@@ -58,6 +67,37 @@ __device__ __forceinline__ void mask_partial_tile(Scores& scores, Coords const& 
   }
 }
 
+// Query blocks of a forward call (the persistent grid's tiles are
+// query blocks x heads x batch).
+template <typename Traits>
+__host__ __device__ __forceinline__ int fwd_query_blocks(const FwdParams& p) {
+  return (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+}
+
+struct FwdTile {
+  int m_block, head, batch;
+};
+
+// Tile t: query blocks fastest, so the CTAs running at once share one head's
+// K/V in L2, and in reverse, so the heaviest blocks under causal masks start
+// first (handed out in order, the light ones fill the gaps at the end).
+__device__ __forceinline__ FwdTile fwd_tile_of(int t, int query_blocks, int num_heads) {
+  const int m = t % query_blocks;
+  const int rest = t / query_blocks;
+  return FwdTile{query_blocks - 1 - m, rest % num_heads, rest / num_heads};
+}
+
+// mbarrier waits/arrives as compiler memory fences too: the lists and list
+// lengths they publish are plain shared-memory accesses.
+__device__ __forceinline__ void wait_published(cutlass::arch::ClusterBarrier& bar, int phase) {
+  bar.wait(phase);
+  asm volatile("" ::: "memory");
+}
+__device__ __forceinline__ void arrive_published(cutlass::arch::ClusterBarrier& bar) {
+  asm volatile("" ::: "memory");
+  bar.arrive();
+}
+
 // kColumnMask: the call has startend_row_indices. Masks without (plain
 // causal, full) get a kernel with no staging code at all, which keeps their
 // main loop's registers and schedule free of it.
@@ -75,14 +115,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 
   extern __shared__ __align__(1024) char smem_raw[];
   SharedStorage& ss = *reinterpret_cast<SharedStorage*>(smem_raw);
-  uint16_t* live_list = reinterpret_cast<uint16_t*>(smem_raw + sizeof(SharedStorage));
-
   const FwdParams& p = kp.p;
-  // Heaviest query blocks (the last ones under causal masks) start first.
-  const int m_block = gridDim.x - 1 - blockIdx.x;
-  const int head = blockIdx.y;
-  const int batch = blockIdx.z;
-  const int head_k = head / (p.num_heads / p.num_heads_k);
+  const int query_blocks = fwd_query_blocks<Traits>(p);
+  const int num_tiles = query_blocks * p.num_heads * p.batch;
+  const int list_capacity = live_list_capacity((p.seqlen_k + kBlockN - 1) / kBlockN);
+  // Slot k's live list (tiles alternate between slots 0 and 1).
+  auto live_list = [&](int slot) {
+    return reinterpret_cast<uint16_t*>(smem_raw + sizeof(SharedStorage)) + slot * list_capacity;
+  };
+
   const int warp = cutlass::canonical_warp_idx_sync();
   const int warp_group = cutlass::canonical_warp_group_idx();
   const int lane_predicate = cute::elect_one_sync();
@@ -91,7 +132,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     cute::prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
-    ss.barrier_q.init(1);
+    for (int slot = 0; slot < 2; ++slot) {
+      ss.barrier_q[slot].init(1);
+      ss.list_full[slot].init(1);
+      // Every consumer thread and every lane of the TMA warp: each thread
+      // publishes its own last reads of the slot.
+      ss.tile_empty[slot].init(Traits::kNumMmaThreads + 32);
+    }
     cutlass::arch::fence_barrier_init();
   }
   typename Pipeline::Params pipe_params;
@@ -103,10 +150,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   Pipeline pipeline_k(ss.pipeline_k, pipe_params, Shape<_1, _1, _1>{});
   Pipeline pipeline_v(ss.pipeline_v, pipe_params, Shape<_1, _1, _1>{});
   __syncthreads();  // barriers initialised
-  const int num_live = build_live_key_blocks<Traits::kNThreads, kBlockM, kBlockN>(
-      p, batch, head, m_block, live_list, ss.warp_counts);
-  if (threadIdx.x == 0) ss.num_live_blocks = num_live;
-  __syncthreads();
 
   Tensor sQ = make_tensor(make_smem_ptr(ss.smem_q.data()), typename Traits::SmemLayoutQ{});
   Tensor sK = make_tensor(make_smem_ptr(ss.smem_k.data()), typename Traits::SmemLayoutK{});
@@ -116,42 +159,92 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   if (warp_group == 0) {
     // ---------------- producer ----------------
     cutlass::arch::warpgroup_reg_dealloc<Traits::kLoadRegisters>();
-    if (warp != 0 || num_live == 0) return;
+    if (warp != 0) {
+      // List builders: tile k goes to slot k % 2 once the consumers and the
+      // TMA warp are done with tile k - 2 there. A tile index past the end
+      // tells the other roles to stop.
+      const int tid = threadIdx.x - 32;
+      auto sync = [] { asm volatile("bar.sync 3, %0;\n" ::"n"(Traits::kListThreads) : "memory"); };
+      int t = blockIdx.x;
+      for (int k = 0;; ++k) {
+        const int slot = k % 2;
+        if (k >= 2) wait_published(ss.tile_empty[slot], (k / 2 - 1) % 2);
+        if (k > 0) {
+          if (tid == 0) ss.next_tile = gridDim.x + atomicAdd(kp.tile_counter, 1);
+          sync();
+          t = ss.next_tile;
+          sync();  // read by all before thread 0 rewrites it
+        }
+        if (t >= num_tiles) {
+          if (tid == 0) {
+            ss.tile_index[slot] = t;
+            arrive_published(ss.list_full[slot]);
+          }
+          return;
+        }
+        const FwdTile tile = fwd_tile_of(t, query_blocks, p.num_heads);
+        const int num_live = build_live_key_blocks<Traits::kListThreads, kBlockM, kBlockN>(
+            p, tile.batch, tile.head, tile.m_block, live_list(slot), ss.warp_counts, tid, sync);
+        if (tid == 0) {
+          ss.tile_index[slot] = t;
+          ss.num_live_blocks[slot] = num_live;
+          arrive_published(ss.list_full[slot]);
+        }
+      }
+    }
     const auto shape_q = make_shape(p.seqlen_q, p.head_dim, p.num_heads, p.batch);
     const auto shape_k = make_shape(p.seqlen_k, p.head_dim, p.num_heads_k, p.batch);
     Tensor mQ = kp.tma_q.get_tma_tensor(shape_q);
     Tensor mK = kp.tma_k.get_tma_tensor(shape_k);
     Tensor mV = kp.tma_v.get_tma_tensor(shape_k);
-    Tensor gQ = local_tile(mQ(_, _, head, batch), select<0, 2>(TileShape{}), make_coord(m_block, _0{}));
-    Tensor gK = local_tile(mK(_, _, head_k, batch), select<1, 2>(TileShape{}), make_coord(_, _0{}));
-    Tensor gV = local_tile(mV(_, _, head_k, batch), select<1, 2>(TileShape{}), make_coord(_, _0{}));
-    auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
-                                      group_modes<0, 2>(gQ));
-    auto [tKgK, tKsK] = tma_partition(kp.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                      group_modes<0, 2>(gK));
-    auto [tVgV, tVsV] = tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
-                                      group_modes<0, 2>(gV));
-    if (lane_predicate) {
-      ss.barrier_q.arrive_and_expect_tx(Traits::kTmaBytesQ);
-      copy(kp.tma_q.with(reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(
-                             ss.barrier_q),
-                         0),
-           tQgQ, tQsQ);
-    }
     PipelineState write = cutlass::make_producer_start_state<Pipeline>();
-    for (int i = 0; i < num_live; ++i) {
-      const int n = live_block_index(live_list[i]);
-      pipeline_k.producer_acquire(write);
+    for (int k = 0;; ++k) {
+      const int slot = k % 2;
+      wait_published(ss.list_full[slot], (k / 2) % 2);
+      const int t = ss.tile_index[slot];
+      if (t >= num_tiles) break;
+      const FwdTile tile = fwd_tile_of(t, query_blocks, p.num_heads);
+      const int head_k = tile.head / (p.num_heads / p.num_heads_k);
+      const int num_live = ss.num_live_blocks[slot];
+      const uint16_t* list = live_list(slot);
+      Tensor gQ = local_tile(mQ(_, _, tile.head, tile.batch), select<0, 2>(TileShape{}),
+                             make_coord(tile.m_block, _0{}));
+      Tensor gK = local_tile(mK(_, _, head_k, tile.batch), select<1, 2>(TileShape{}), make_coord(_, _0{}));
+      Tensor gV = local_tile(mV(_, _, head_k, tile.batch), select<1, 2>(TileShape{}), make_coord(_, _0{}));
+      auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                        group_modes<0, 2>(gQ));
+      auto [tKgK, tKsK] = tma_partition(kp.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                        group_modes<0, 2>(gK));
+      auto [tVgV, tVsV] = tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                        group_modes<0, 2>(gV));
       if (lane_predicate) {
-        copy(kp.tma_k.with(*pipeline_k.producer_get_barrier(write), 0), tKgK(_, n),
-             tKsK(_, write.index()));
+        // Arriving on barrier_q also publishes the list to the consumers; a
+        // tile with nothing live loads nothing.
+        if (num_live > 0) {
+          ss.barrier_q[slot].arrive_and_expect_tx(Traits::kTmaBytesQ);
+          copy(kp.tma_q.with(reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(
+                                 ss.barrier_q[slot]),
+                             0),
+               tQgQ, tQsQ(_, slot));
+        } else {
+          ss.barrier_q[slot].arrive();
+        }
       }
-      pipeline_v.producer_acquire(write);
-      if (lane_predicate) {
-        copy(kp.tma_v.with(*pipeline_v.producer_get_barrier(write), 0), tVgV(_, n),
-             tVsV(_, write.index()));
+      for (int i = 0; i < num_live; ++i) {
+        const int n = live_block_index(list[i]);
+        pipeline_k.producer_acquire(write);
+        if (lane_predicate) {
+          copy(kp.tma_k.with(*pipeline_k.producer_get_barrier(write), 0), tKgK(_, n),
+               tKsK(_, write.index()));
+        }
+        pipeline_v.producer_acquire(write);
+        if (lane_predicate) {
+          copy(kp.tma_v.with(*pipeline_v.producer_get_barrier(write), 0), tVgV(_, n),
+               tVsV(_, write.index()));
+        }
+        ++write;
       }
-      ++write;
+      arrive_published(ss.tile_empty[slot]);  // this lane's last list read is done
     }
     return;
   }
@@ -163,29 +256,20 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   typename Traits::TiledMmaPV mma_pv;
   auto thr_qk = mma_qk.get_thread_slice(mma_tid);
   auto thr_pv = mma_pv.get_thread_slice(mma_tid);
-  Tensor tSrQ = thr_qk.partition_fragment_A(sQ);
+  Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // (MMA, MMA_M, MMA_K, slot)
   Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stage)
   Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stage)
   Tensor tOrO = partition_fragment_C(mma_pv, select<0, 2>(TileShape{}));
-  clear(tOrO);
   Tensor tOrO_rc = make_tensor(tOrO.data(), acc_as_rows_cols(tOrO.layout()));
 
   // (row, column) of every S accumulator element within the tile.
   Tensor tScS = thr_qk.partition_C(make_identity_tensor(select<0, 1>(TileShape{})));
   Tensor tScS_rc = make_tensor(tScS.data(), acc_as_rows_cols(tScS.layout()));
+  Tensor tOcO = thr_pv.partition_C(make_identity_tensor(select<0, 2>(TileShape{})));
+  Tensor tOcO_rc = make_tensor(tOcO.data(), acc_as_rows_cols(tOcO.layout()));
   constexpr int kRows = decltype(size<0>(tOrO_rc))::value;  // 2 rows per thread
-
-  const int r0 = m_block * kBlockM;
-  const int32_t* columns = kColumnMask ? mask_columns(p, batch, head) : nullptr;
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
-  float row_max[kRows], row_sum[kRows];  // row_max in the scaled log2 domain
-  CUTLASS_PRAGMA_UNROLL
-  for (int r = 0; r < kRows; ++r) {
-    row_max[r] = -CUDART_INF_F;
-    row_sum[r] = 0.f;
-  }
 
-  if (num_live > 0) ss.barrier_q.wait(0);
   PipelineState read;
   // Column bounds of partial tiles, staged per warpgroup (one column per
   // thread) in two buffers alternating over partial tiles: a buffer is
@@ -194,84 +278,105 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const int wg = mma_tid / 128;
   const int wg_tid = mma_tid % 128;
   int partial_tiles = 0;
-  for (int i = 0; i < num_live; ++i) {
-    const uint16_t entry = live_list[i];
-    const bool partial = live_block_partial(entry);
-    const int c0 = live_block_index(entry) * kBlockN;
-    ColumnBounds* staged = nullptr;
-    if (kColumnMask && partial) {
-      staged = ss.col_bounds[wg][partial_tiles % 2];
-      const int col = c0 + wg_tid;
-      staged[wg_tid] = col < p.seqlen_k ? load_column_bounds(columns + int64_t(col) * p.mask.col_stride,
-                                                             p.mask.num_cols, p.mask.causal, p.seqlen_q)
-                                        : ColumnBounds{0, 0, 0, 0};
-      ++partial_tiles;
-    }
-    Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
-    pipeline_k.consumer_wait(read);
-    warpgroup_gemm</*zero_init=*/true, /*wait=*/0>(mma_qk, tSrQ, tSrK(_, _, _, read.index()), tSrS);
-    pipeline_k.consumer_release(read);
-
-    Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
-    if (partial) {
-      if (kColumnMask) {  // this warpgroup's columns are staged
-        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-      }
-      mask_partial_tile(scores, tScS_rc, p, staged, r0, c0);
-    }
-    // Online softmax in the log2 domain; a row with nothing visible yet keeps
-    // P = 0 without NaN.
+  for (int k = 0;; ++k) {
+    const int slot = k % 2;
+    wait_published(ss.list_full[slot], (k / 2) % 2);
+    const int t = ss.tile_index[slot];
+    if (t >= num_tiles) break;
+    const FwdTile tile = fwd_tile_of(t, query_blocks, p.num_heads);
+    const int r0 = tile.m_block * kBlockM;
+    const int32_t* columns = kColumnMask ? mask_columns(p, tile.batch, tile.head) : nullptr;
+    float row_max[kRows], row_sum[kRows];  // row_max in the scaled log2 domain
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      float tile_max = -CUDART_INF_F;
-      CUTLASS_PRAGMA_UNROLL
-      for (int c = 0; c < size<1>(scores); ++c) tile_max = fmaxf(tile_max, scores(r, c));
-      const float new_max = fmaxf(row_max[r], quad_allreduce_max(tile_max) * scale_log2);
-      const float max_used = new_max == -CUDART_INF_F ? 0.f : new_max;
-      const float alpha = exp2f(row_max[r] - max_used);
-      float sum = 0.f;
-      CUTLASS_PRAGMA_UNROLL
-      for (int c = 0; c < size<1>(scores); ++c) {
-        const float prob = exp2f(scores(r, c) * scale_log2 - max_used);
-        scores(r, c) = prob;
-        sum += prob;
+      row_max[r] = -CUDART_INF_F;
+      row_sum[r] = 0.f;
+    }
+    clear(tOrO);
+
+    ss.barrier_q[slot].wait((k / 2) % 2);  // Q landed (or nothing is live)
+    const int num_live = ss.num_live_blocks[slot];
+    const uint16_t* list = live_list(slot);
+    for (int i = 0; i < num_live; ++i) {
+      const uint16_t entry = list[i];
+      const bool partial = live_block_partial(entry);
+      const int c0 = live_block_index(entry) * kBlockN;
+      ColumnBounds* staged = nullptr;
+      if (kColumnMask && partial) {
+        staged = ss.col_bounds[wg][partial_tiles % 2];
+        const int col = c0 + wg_tid;
+        staged[wg_tid] = col < p.seqlen_k ? load_column_bounds(columns + int64_t(col) * p.mask.col_stride,
+                                                               p.mask.num_cols, p.mask.causal, p.seqlen_q)
+                                          : ColumnBounds{0, 0, 0, 0};
+        ++partial_tiles;
       }
-      row_sum[r] = row_sum[r] * alpha + sum;
-      row_max[r] = new_max;
+      Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
+      pipeline_k.consumer_wait(read);
+      warpgroup_gemm</*zero_init=*/true, /*wait=*/0>(mma_qk, tSrQ(_, _, _, slot), tSrK(_, _, _, read.index()),
+                                                     tSrS);
+      pipeline_k.consumer_release(read);
+
+      Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
+      if (partial) {
+        if (kColumnMask) {  // this warpgroup's columns are staged
+          asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+        }
+        mask_partial_tile(scores, tScS_rc, p, staged, r0, c0);
+      }
+      // Online softmax in the log2 domain; a row with nothing visible yet keeps
+      // P = 0 without NaN.
       CUTLASS_PRAGMA_UNROLL
-      for (int c = 0; c < size<1>(tOrO_rc); ++c) tOrO_rc(r, c) *= alpha;
+      for (int r = 0; r < kRows; ++r) {
+        float tile_max = -CUDART_INF_F;
+        CUTLASS_PRAGMA_UNROLL
+        for (int c = 0; c < size<1>(scores); ++c) tile_max = fmaxf(tile_max, scores(r, c));
+        const float new_max = fmaxf(row_max[r], quad_allreduce_max(tile_max) * scale_log2);
+        const float max_used = new_max == -CUDART_INF_F ? 0.f : new_max;
+        const float alpha = exp2f(row_max[r] - max_used);
+        float sum = 0.f;
+        CUTLASS_PRAGMA_UNROLL
+        for (int c = 0; c < size<1>(scores); ++c) {
+          const float prob = exp2f(scores(r, c) * scale_log2 - max_used);
+          scores(r, c) = prob;
+          sum += prob;
+        }
+        row_sum[r] = row_sum[r] * alpha + sum;
+        row_max[r] = new_max;
+        CUTLASS_PRAGMA_UNROLL
+        for (int c = 0; c < size<1>(tOrO_rc); ++c) tOrO_rc(r, c) *= alpha;
+      }
+
+      auto tSrP = convert_tensor<Element>(tSrS);
+      Tensor tOrP = make_tensor(tSrP.data(), acc_as_a_operand(tSrP.layout()));
+      pipeline_v.consumer_wait(read);
+      warpgroup_gemm</*zero_init=*/false, /*wait=*/0>(mma_pv, tOrP, tOrV(_, _, _, read.index()), tOrO);
+      pipeline_v.consumer_release(read);
+      ++read;
     }
+    // This thread no longer reads the slot's Q or list: the producer may refill it.
+    arrive_published(ss.tile_empty[slot]);
 
-    auto tSrP = convert_tensor<Element>(tSrS);
-    Tensor tOrP = make_tensor(tSrP.data(), acc_as_a_operand(tSrP.layout()));
-    pipeline_v.consumer_wait(read);
-    warpgroup_gemm</*zero_init=*/false, /*wait=*/0>(mma_pv, tOrP, tOrV(_, _, _, read.index()), tOrO);
-    pipeline_v.consumer_release(read);
-    ++read;
-  }
-
-  // Normalise and write O and the LSE (natural log). Empty rows: O = 0, LSE = -inf.
-  Tensor tOcO = thr_pv.partition_C(make_identity_tensor(select<0, 2>(TileShape{})));
-  Tensor tOcO_rc = make_tensor(tOcO.data(), acc_as_rows_cols(tOcO.layout()));
-  Element* out = static_cast<Element*>(p.out) + batch * p.o_batch_stride + head * p.o_head_stride;
-  float* lse = p.softmax_lse + (int64_t(batch) * p.num_heads + head) * p.seqlen_q;
-  CUTLASS_PRAGMA_UNROLL
-  for (int r = 0; r < kRows; ++r) {
-    const float total = quad_allreduce_sum(row_sum[r]);
-    const int row = r0 + get<0>(tOcO_rc(r, 0));
-    if (row >= p.seqlen_q) continue;
-    const bool empty = !(total > 0.f);
-    const float inv = empty ? 0.f : 1.f / total;
-    Element* out_row = out + int64_t(row) * p.o_row_stride;
+    // Normalise and write O and the LSE (natural log). Empty rows: O = 0, LSE = -inf.
+    Element* out = static_cast<Element*>(p.out) + tile.batch * p.o_batch_stride + tile.head * p.o_head_stride;
+    float* lse = p.softmax_lse + (int64_t(tile.batch) * p.num_heads + tile.head) * p.seqlen_q;
     CUTLASS_PRAGMA_UNROLL
-    for (int c = 0; c < size<1>(tOrO_rc); c += 2) {
-      // Columns c and c + 1 of this thread are adjacent: one 4-byte store.
-      const uint32_t lo = Element(tOrO_rc(r, c) * inv).raw();
-      const uint32_t hi = Element(tOrO_rc(r, c + 1) * inv).raw();
-      *reinterpret_cast<uint32_t*>(out_row + get<1>(tOcO_rc(r, c))) = lo | (hi << 16);
-    }
-    if (get<1>(tOcO_rc(r, 0)) == 0) {
-      lse[row] = empty ? -CUDART_INF_F : (row_max[r] + log2f(total)) * 0.6931471805599453f;
+    for (int r = 0; r < kRows; ++r) {
+      const float total = quad_allreduce_sum(row_sum[r]);
+      const int row = r0 + get<0>(tOcO_rc(r, 0));
+      if (row >= p.seqlen_q) continue;
+      const bool empty = !(total > 0.f);
+      const float inv = empty ? 0.f : 1.f / total;
+      Element* out_row = out + int64_t(row) * p.o_row_stride;
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < size<1>(tOrO_rc); c += 2) {
+        // Columns c and c + 1 of this thread are adjacent: one 4-byte store.
+        const uint32_t lo = Element(tOrO_rc(r, c) * inv).raw();
+        const uint32_t hi = Element(tOrO_rc(r, c + 1) * inv).raw();
+        *reinterpret_cast<uint32_t*>(out_row + get<1>(tOcO_rc(r, c))) = lo | (hi << 16);
+      }
+      if (get<1>(tOcO_rc(r, 0)) == 0) {
+        lse[row] = empty ? -CUDART_INF_F : (row_max[r] + log2f(total)) * 0.6931471805599453f;
+      }
     }
   }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

@@ -30,6 +30,9 @@ bool tma_friendly(const void* ptr, int64_t row, int64_t head, int64_t batch) {
 // Longest sequences whose live-block lists still fit next to the tiles in
 // shared memory (and in the lists' 15-bit block index).
 constexpr int kMaxSeqlen = 1 << 19;
+// Tiles of a persistent forward (query blocks of 128 x heads x batch): int
+// indices handed out by an int counter.
+constexpr int64_t kMaxTiles = int64_t(1) << 30;
 
 }  // namespace
 
@@ -44,6 +47,7 @@ bool compiled() {
 bool fwd_supported(const FwdParams& p) {
   return compiled() && p.dtype != DType::kFloat32 && (p.head_dim == 64 || p.head_dim == 128) &&
          p.seqlen_k <= kMaxSeqlen && p.seqlen_q <= kMaxSeqlen &&
+         int64_t((p.seqlen_q + 127) / 128) * p.num_heads * p.batch < kMaxTiles &&
          tma_friendly(p.q, p.q_row_stride, p.q_head_stride, p.q_batch_stride) &&
          tma_friendly(p.k, p.k_row_stride, p.k_head_stride, p.k_batch_stride) &&
          tma_friendly(p.v, p.v_row_stride, p.v_head_stride, p.v_batch_stride) &&

@@ -7,9 +7,12 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include <cutlass/numeric_types.h>
 
 #include "../cuda_check.h"
+#include "../workspace.h"
 #include "flashmask_bwd_sm90_kernel.cuh"
 #include "flashmask_fwd_sm90_kernel.cuh"
 
@@ -26,11 +29,24 @@ void run_fwd_(const FwdParams& p, cudaStream_t stream);
 template <int kHeadDim, typename T>
 void run_bwd_(const BwdParams& p, cudaStream_t stream);
 
-// Shared storage plus the live-block list (one uint16 per block of the
-// streamed dimension: key blocks forward, query blocks backward).
+// Shared storage plus `num_lists` live-block lists (one uint16 per block of
+// the streamed dimension: key blocks forward, query blocks backward).
 template <typename Traits>
-int smem_bytes(int list_blocks) {
-  return int(sizeof(typename Traits::SharedStorage)) + ((list_blocks * 2 + 15) / 16) * 16;
+int smem_bytes(int list_blocks, int num_lists = 1) {
+  return int(sizeof(typename Traits::SharedStorage)) + num_lists * live_list_capacity(list_blocks) * 2;
+}
+
+// Streaming multiprocessors of the current device (the persistent forward
+// launches one CTA per SM), looked up once per device.
+inline int sm_count() {
+  static int counts[64] = {};
+  int device = 0;
+  FLASHMASK_CUDA_CHECK(cudaGetDevice(&device));
+  if (device >= 64) device = 63;
+  if (counts[device] == 0) {
+    FLASHMASK_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
+  }
+  return counts[device];
 }
 
 // (seqlen, head dim, heads, batch) view of one of q/k/v for its TMA descriptor.
@@ -54,7 +70,7 @@ void launch_fwd(const FwdParams& p, cudaStream_t stream) {
                                p.k_head_stride, p.k_batch_stride);
   auto mV = gmem_view<Element>(p.v, p.seqlen_k, p.head_dim, p.num_heads_k, p.batch, p.v_row_stride,
                                p.v_head_stride, p.v_batch_stride);
-  kp.tma_q = make_tma_copy(SM90_TMA_LOAD{}, mQ, typename Traits::SmemLayoutQ{},
+  kp.tma_q = make_tma_copy(SM90_TMA_LOAD{}, mQ, take<0, 2>(typename Traits::SmemLayoutQ{}),
                            select<0, 2>(typename Traits::TileShape{}), _1{});
   kp.tma_k = make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(typename Traits::SmemLayoutK{}),
                            select<1, 2>(typename Traits::TileShape{}), _1{});
@@ -63,10 +79,15 @@ void launch_fwd(const FwdParams& p, cudaStream_t stream) {
 
   auto kernel = p.mask.startend_row_indices != nullptr ? flashmask_fwd_sm90_kernel<Traits, true>
                                                        : flashmask_fwd_sm90_kernel<Traits, false>;
-  const int smem = smem_bytes<Traits>((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN);
+  const int smem = smem_bytes<Traits>((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, 2);
   FLASHMASK_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.num_heads, p.batch);
+  // Persistent: one CTA per SM; after the first wave the CTAs take tiles
+  // from a counter in the caller's workspace, zeroed here on the stream.
+  kp.tile_counter = cuda::tile_counters(p);
+  FLASHMASK_CUDA_CHECK(cudaMemsetAsync(kp.tile_counter, 0, sizeof(int), stream));
+  const int64_t tiles = int64_t(fwd_query_blocks<Traits>(p)) * p.num_heads * p.batch;
+  const dim3 grid(unsigned(std::min<int64_t>(tiles, sm_count())));
   kernel<<<grid, Traits::kNThreads, smem, stream>>>(kp);
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }

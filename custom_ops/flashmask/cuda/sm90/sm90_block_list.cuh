@@ -17,6 +17,9 @@ namespace sm90 {
 constexpr int kLivePartialFlag = 0x8000;  // list entry: key block | flag
 constexpr int kMaxListedKeyBlocks = 0x7fff;
 
+// Entries reserved per list in shared memory (16-byte multiples).
+__host__ __device__ constexpr int live_list_capacity(int blocks) { return (blocks + 7) / 8 * 8; }
+
 __device__ __forceinline__ int live_block_index(uint16_t entry) { return entry & 0x7fff; }
 __device__ __forceinline__ bool live_block_partial(uint16_t entry) {
   return (entry & kLivePartialFlag) != 0;
@@ -37,23 +40,25 @@ __device__ __forceinline__ BlockBounds tile_bounds(const BlockBounds* row, int n
 }
 
 // Compacts the blocks i in [begin, end) whose kind_of(i) is not kSkip into
-// `list` in ascending order (partial ones flagged), with every thread of the
-// CTA classifying one block per round: a 32K sequence takes one round.
-// Called by all kThreads threads; `warp_counts` is kThreads / 32 ints of
-// shared memory. Returns the number of entries (in every thread).
-template <int kThreads, typename KindOf>
-__device__ int compact_live_blocks(int begin, int end, KindOf kind_of, uint16_t* list,
-                                   int* warp_counts) {
+// `list` in ascending order (partial ones flagged), with each of kThreads
+// threads (`tid` 0..kThreads-1, whole warps) classifying one block per round.
+// `sync()` is a barrier over exactly those threads; `warp_counts` is
+// kThreads / 32 ints of shared memory. Returns the number of entries (in
+// every thread); the list is complete when it returns.
+template <int kThreads, typename KindOf, typename Sync>
+__device__ int compact_live_blocks(int tid, int begin, int end, KindOf kind_of, uint16_t* list,
+                                   int* warp_counts, Sync sync) {
+  static_assert(kThreads % 32 == 0, "whole warps");
   constexpr int kWarps = kThreads / 32;
-  const int lane = threadIdx.x % 32;
-  const int warp = threadIdx.x / 32;
+  const int lane = tid % 32;
+  const int warp = tid / 32;
   int total = 0;
   for (int base = begin; base < end; base += kThreads) {
-    const int i = base + threadIdx.x;
+    const int i = base + tid;
     const TileKind kind = i < end ? kind_of(i) : TileKind::kSkip;
     const unsigned live = __ballot_sync(0xffffffffu, kind != TileKind::kSkip);
     if (lane == 0) warp_counts[warp] = __popc(live);
-    __syncthreads();
+    sync();
     int before = 0, round = 0;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
@@ -66,7 +71,7 @@ __device__ int compact_live_blocks(int begin, int end, KindOf kind_of, uint16_t*
           uint16_t(i | (kind == TileKind::kPartial ? kLivePartialFlag : 0));
     }
     total += round;
-    __syncthreads();  // warp_counts is rewritten next round; the list is complete
+    sync();  // warp_counts is rewritten next round; the list is complete
   }
   return total;
 }
@@ -89,10 +94,11 @@ __device__ __forceinline__ TileKind classify_block(const FwdParams& p, const Blo
                        min(m * kBlockM + kBlockM, p.seqlen_q), n * kBlockN, n * kBlockN + kBlockN);
 }
 
-// Forward: the key blocks query block m_block attends to.
-template <int kThreads, int kBlockM, int kBlockN>
+// Forward: the key blocks query block m_block attends to (kThreads threads,
+// see compact_live_blocks).
+template <int kThreads, int kBlockM, int kBlockN, typename Sync>
 __device__ int build_live_key_blocks(const FwdParams& p, int batch, int head, int m_block,
-                                     uint16_t* list, int* warp_counts) {
+                                     uint16_t* list, int* warp_counts, int tid, Sync sync) {
   const int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
   int n_end = n_blocks;
   if (p.mask.causal) {  // the causal diagonal ends the range early
@@ -102,11 +108,11 @@ __device__ int build_live_key_blocks(const FwdParams& p, int batch, int head, in
   }
   const BlockBounds* summary = summary_row(p, batch, head);
   return compact_live_blocks<kThreads>(
-      0, n_end, [&](int n) { return classify_block<kBlockM, kBlockN>(p, summary, m_block, n); },
-      list, warp_counts);
+      tid, 0, n_end, [&](int n) { return classify_block<kBlockM, kBlockN>(p, summary, m_block, n); },
+      list, warp_counts, sync);
 }
 
-// Backward: the query blocks that see key block n_block.
+// Backward: the query blocks that see key block n_block (all threads of the CTA).
 template <int kThreads, int kBlockM, int kBlockN>
 __device__ int build_live_query_blocks(const FwdParams& p, int batch, int head, int n_block,
                                        uint16_t* list, int* warp_counts) {
@@ -118,9 +124,9 @@ __device__ int build_live_query_blocks(const FwdParams& p, int batch, int head, 
   }
   const BlockBounds* summary = summary_row(p, batch, head);
   return compact_live_blocks<kThreads>(
-      m_begin, m_blocks,
+      threadIdx.x, m_begin, m_blocks,
       [&](int m) { return classify_block<kBlockM, kBlockN>(p, summary, m, n_block); }, list,
-      warp_counts);
+      warp_counts, [] { __syncthreads(); });
 }
 
 }  // namespace sm90

@@ -26,10 +26,12 @@ struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "sm90 forward: head dim 64 or 128");
 
-  // Warpgroup 0 loads (TMA), warpgroups 1 and 2 compute 64 query rows each.
+  // Warpgroup 0 loads (warp 0 issues TMA, warps 1-3 build the next tiles'
+  // live lists), warpgroups 1 and 2 compute 64 query rows each.
   static constexpr int kNumMmaWarpGroups = 2;
   static constexpr int kNumMmaThreads = 128 * kNumMmaWarpGroups;
   static constexpr int kNThreads = kNumMmaThreads + 128;
+  static constexpr int kListThreads = 96;
   static constexpr int kBlockM = 64 * kNumMmaWarpGroups;
   static constexpr int kBlockN = 128;
   static constexpr int kStages = 2;
@@ -59,7 +61,9 @@ struct FwdTraits {
   // 128-byte swizzle (64 x 16-bit per row): what TMA writes and wgmma reads
   // without bank conflicts.
   using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
-  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, select<0, 2>(TileShape{})));
+  // Two Q buffers: the next tile's Q lands while this one computes.
+  using SmemLayoutQ = decltype(tile_to_shape(
+      SmemAtom{}, make_shape(Int<kBlockM>{}, Int<kHeadDim>{}, _2{})));
   using SmemLayoutK = decltype(tile_to_shape(
       SmemAtom{}, make_shape(Int<kBlockN>{}, Int<kHeadDim>{}, Int<kStages>{})));
   using SmemLayoutV = SmemLayoutK;
@@ -73,7 +77,7 @@ struct FwdTraits {
   using StrideQKV = Stride<int64_t, _1, int64_t, int64_t>;
   using GmemTensor =
       decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeQKV{}, StrideQKV{}));
-  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{},
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),
                                       select<0, 2>(TileShape{}), _1{}));
   using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{},
                                        take<0, 2>(SmemLayoutK{}), select<1, 2>(TileShape{}), _1{}));
@@ -83,19 +87,27 @@ struct FwdTraits {
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = cutlass::PipelineState<kStages>;
 
+  // Tiles alternate between two slots (tile index, live list and its
+  // length, Q buffer). Per slot: list_full (the builders published the tile),
+  // barrier_q (its Q landed) and tile_empty (every consumer thread and every
+  // lane of the TMA warp are done with the slot).
   struct SharedStorage {
     cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> smem_q;
     cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> smem_k;
     cute::array_aligned<Element, cosize_v<SmemLayoutV>, 1024> smem_v;
-    cutlass::arch::ClusterTransactionBarrier barrier_q;
+    cutlass::arch::ClusterTransactionBarrier barrier_q[2];
+    cutlass::arch::ClusterBarrier list_full[2];
+    cutlass::arch::ClusterBarrier tile_empty[2];
     typename Pipeline::SharedStorage pipeline_k;
     typename Pipeline::SharedStorage pipeline_v;
-    int num_live_blocks;
-    int warp_counts[kNThreads / 32];  // scratch of the live-list compaction
+    int tile_index[2];
+    int num_live_blocks[2];
+    int next_tile;  // the builders' broadcast of the tile just fetched
+    int warp_counts[kListThreads / 32];  // scratch of the live-list compaction
     // Column bounds of the partial tile, per consumer warpgroup, two buffers.
     ColumnBounds col_bounds[kNumMmaWarpGroups][2][kBlockN];
-    // Followed (dynamic shared memory) by the live key-block list
-    // (sm90_block_list.cuh): one uint16 per key block.
+    // Followed (dynamic shared memory) by the two slots' live key-block
+    // lists (sm90_block_list.cuh): one uint16 per key block each.
   };
 };
 
