@@ -6,10 +6,9 @@
 //   warpgroup 0 (producer, 24 registers):
 //     warps 1-3 fetch the next tile and build its live key-block list from
 //       the mask's block min/max (sm90_block_list.cuh) ahead of the
-//       consumers: fully
-//       masked blocks never appear in it, partially masked ones are flagged
-//       and masked elementwise from the column bounds, the rest run with no
-//       mask work;
+//       consumers: fully masked blocks never appear in it, partially masked
+//       ones are flagged and masked elementwise from the column bounds, the
+//       rest run with no mask work;
 //     warp 0 issues TMA bulk tensor copies of each tile's Q (two buffers) and
 //       of K/V for every live key block into a 2-stage mbarrier pipeline that
 //       runs on across tile boundaries;
@@ -86,6 +85,10 @@ __device__ __forceinline__ FwdTile fwd_tile_of(int t, int query_blocks, int num_
   const int rest = t / query_blocks;
   return FwdTile{query_blocks - 1 - m, rest % num_heads, rest / num_heads};
 }
+
+// Named barriers (id 0 is __syncthreads): each consumer warpgroup's staging
+// of partial-tile column bounds, and the list builders' compaction.
+enum class FwdBarrier : int { kStagedColumnsWG0 = 1, kStagedColumnsWG1 = 2, kListBuilders = 3 };
 
 // mbarrier waits/arrives as compiler memory fences too: the lists and list
 // lengths they publish are plain shared-memory accesses.
@@ -164,7 +167,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       // TMA warp are done with tile k - 2 there. A tile index past the end
       // tells the other roles to stop.
       const int tid = threadIdx.x - 32;
-      auto sync = [] { asm volatile("bar.sync 3, %0;\n" ::"n"(Traits::kListThreads) : "memory"); };
+      auto sync = [] {
+        asm volatile("bar.sync %0, %1;\n" ::"n"(int(FwdBarrier::kListBuilders)), "n"(Traits::kListThreads)
+                     : "memory");
+      };
       int t = blockIdx.x;
       for (int k = 0;; ++k) {
         const int slot = k % 2;
@@ -175,21 +181,19 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
           t = ss.next_tile;
           sync();  // read by all before thread 0 rewrites it
         }
-        if (t >= num_tiles) {
-          if (tid == 0) {
-            ss.tile_index[slot] = t;
-            arrive_published(ss.list_full[slot]);
-          }
-          return;
+        const bool done = t >= num_tiles;
+        int num_live = 0;
+        if (!done) {
+          const FwdTile tile = fwd_tile_of(t, query_blocks, p.num_heads);
+          num_live = build_live_key_blocks<Traits::kListThreads, kBlockM, kBlockN>(
+              p, tile.batch, tile.head, tile.m_block, live_list(slot), ss.warp_counts, tid, sync);
         }
-        const FwdTile tile = fwd_tile_of(t, query_blocks, p.num_heads);
-        const int num_live = build_live_key_blocks<Traits::kListThreads, kBlockM, kBlockN>(
-            p, tile.batch, tile.head, tile.m_block, live_list(slot), ss.warp_counts, tid, sync);
         if (tid == 0) {
           ss.tile_index[slot] = t;
           ss.num_live_blocks[slot] = num_live;
           arrive_published(ss.list_full[slot]);
         }
+        if (done) return;
       }
     }
     const auto shape_q = make_shape(p.seqlen_q, p.head_dim, p.num_heads, p.batch);
@@ -218,8 +222,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       auto [tVgV, tVsV] = tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
                                         group_modes<0, 2>(gV));
       if (lane_predicate) {
-        // Arriving on barrier_q also publishes the list to the consumers; a
-        // tile with nothing live loads nothing.
+        // A tile with nothing live loads nothing; the arrive still completes
+        // the phase the consumers wait on.
         if (num_live > 0) {
           ss.barrier_q[slot].arrive_and_expect_tx(Traits::kTmaBytesQ);
           copy(kp.tma_q.with(reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(
@@ -319,7 +323,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
       if (partial) {
         if (kColumnMask) {  // this warpgroup's columns are staged
-          asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+          asm volatile("bar.sync %0, 128;\n" ::"r"(int(FwdBarrier::kStagedColumnsWG0) + wg) : "memory");
         }
         mask_partial_tile(scores, tScS_rc, p, staged, r0, c0);
       }

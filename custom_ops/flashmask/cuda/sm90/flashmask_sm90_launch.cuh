@@ -37,16 +37,12 @@ int smem_bytes(int list_blocks, int num_lists = 1) {
 }
 
 // Streaming multiprocessors of the current device (the persistent forward
-// launches one CTA per SM), looked up once per device.
+// launches one CTA per SM).
 inline int sm_count() {
-  static int counts[64] = {};
-  int device = 0;
+  int device = 0, count = 0;
   FLASHMASK_CUDA_CHECK(cudaGetDevice(&device));
-  if (device >= 64) device = 63;
-  if (counts[device] == 0) {
-    FLASHMASK_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
-  }
-  return counts[device];
+  FLASHMASK_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
 }
 
 // (seqlen, head dim, heads, batch) view of one of q/k/v for its TMA descriptor.

@@ -31,7 +31,7 @@ struct FwdTraits {
   static constexpr int kNumMmaWarpGroups = 2;
   static constexpr int kNumMmaThreads = 128 * kNumMmaWarpGroups;
   static constexpr int kNThreads = kNumMmaThreads + 128;
-  static constexpr int kListThreads = 96;
+  static constexpr int kListThreads = 128 - 32;  // the producer warpgroup less the TMA warp
   static constexpr int kBlockM = 64 * kNumMmaWarpGroups;
   static constexpr int kBlockN = 128;
   static constexpr int kStages = 2;
