@@ -7,9 +7,14 @@ PyTorch peers measured by bench_gpu_peers.py in the same device call.
 
 Runs in the trimmed Paddle GPU runtime too: only our ops, host<->device
 copies and paddle.grad are used; inputs are made on the host.
+
+Times are GPU time between CUDA events recorded on Paddle's stream around each
+call (the method bench_gpu_peers.py uses for the PyTorch peers), median of the
+repeats; host time per call (wall clock to a synchronize) is recorded as well.
 """
 
 import argparse
+import ctypes
 import json
 import os
 import sys
@@ -32,15 +37,55 @@ def device_tensor(array, dtype, place):
     return host.astype(dtype)._copy_to(place, True)
 
 
-def timed(fn, repeats):
-    paddle.device.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
+class StreamEvents:
+    """CUDA events on Paddle's current stream through the driver API (Paddle
+    2.6's Event has no elapsed time)."""
+
+    def __init__(self):
+        stream = paddle.device.cuda.current_stream()
+        handle = getattr(stream, "cuda_stream", None)
+        if handle is None:
+            handle = getattr(getattr(stream, "stream_base", None), "cuda_stream", None)
+        if handle is None:
+            raise RuntimeError("no raw stream handle on this Paddle")
+        self.stream = ctypes.c_void_p(int(handle))
+        self.cuda = ctypes.CDLL("libcuda.so.1")
+        self.start, self.end = self._event(), self._event()
+
+    def _check(self, status, what):
+        if status != 0:
+            raise RuntimeError(f"{what} failed with CUresult {status}")
+
+    def _event(self):
+        event = ctypes.c_void_p()
+        self._check(self.cuda.cuEventCreate(ctypes.byref(event), 0), "cuEventCreate")
+        return event
+
+    def time_ms(self, fn):
+        self._check(self.cuda.cuEventRecord(self.start, self.stream), "cuEventRecord")
+        fn()
+        self._check(self.cuda.cuEventRecord(self.end, self.stream), "cuEventRecord")
+        self._check(self.cuda.cuEventSynchronize(self.end), "cuEventSynchronize")
+        ms = ctypes.c_float()
+        self._check(self.cuda.cuEventElapsedTime(ctypes.byref(ms), self.start, self.end),
+                    "cuEventElapsedTime")
+        return ms.value
+
+
+def timed(fn, repeats, events):
+    """(GPU seconds, median of `repeats`, or None without events; host wall seconds of
+    one more call, to a synchronize, or the median of `repeats` without events)."""
+    gpu, wall = [], []
+    for _ in range(repeats if events is not None else 0):
+        paddle.device.cuda.synchronize()
+        gpu.append(events.time_ms(fn) / 1e3)
+    for _ in range(1 if events is not None else repeats):
+        paddle.device.cuda.synchronize()
         t0 = time.perf_counter()
         fn()
         paddle.device.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+        wall.append(time.perf_counter() - t0)
+    return (float(np.median(gpu)) if gpu else None), float(np.median(wall))
 
 
 def main():
@@ -62,6 +107,11 @@ def main():
     device = paddle.device.cuda.get_device_name(0)
     start = time.time()
     pfm.build()
+    try:
+        events = StreamEvents()
+    except (RuntimeError, OSError, AttributeError) as e:
+        print(f"(no CUDA events: {e}; timing host wall clock)")
+        events = None
     rng = np.random.default_rng(0)
     out = open(args.out, "a")
     print(f"# paddle_flashmask CUDA on {device}, {args.dtype}, D={args.dim}, B=1")
@@ -92,15 +142,17 @@ def main():
                     def fwd():
                         return pfm.flashmask_attention(q, k, v, idx, causal=causal)
 
-                    fwd()  # warm-up (and op load)
-                    t_fwd = timed(fwd, args.repeats)
+                    fwd()  # warm-up (and op load, index check)
+                    gpu_fwd, wall_fwd = timed(fwd, args.repeats, events)
                     outs = [fwd()]
 
                     def bwd():
                         return paddle.grad(outs, [q, k, v], [dout], retain_graph=True)
 
                     bwd()
-                    t_bwd = timed(bwd, args.repeats)
+                    gpu_bwd, wall_bwd = timed(bwd, args.repeats, events)
+                    t_fwd = wall_fwd if gpu_fwd is None else gpu_fwd
+                    t_bwd = wall_bwd if gpu_bwd is None else gpu_bwd
                     peak = paddle.device.cuda.max_memory_allocated() / 2**30
                     outs = None  # release the graph before the next mask
                 except Exception as e:  # report and go on with the next case
@@ -109,6 +161,8 @@ def main():
                 rec = dict(impl=f"paddle_flashmask_{kernel}", mask=name, seqlen=seqlen, heads=args.heads,
                            heads_k=heads_k, dim=args.dim, dtype=args.dtype, device=device,
                            fwd_ms=t_fwd * 1e3, bwd_ms=t_bwd * 1e3,
+                           timer="cuda_events" if events is not None else "wall",
+                           fwd_wall_ms=wall_fwd * 1e3, bwd_wall_ms=wall_bwd * 1e3,
                            fwd_tflops=fwd_flops / t_fwd / 1e12, bwd_tflops=bwd_flops / t_bwd / 1e12,
                            peak_gib=peak, mask_bytes=0 if idx_np is None else int(idx_np.nbytes))
                 out.write(json.dumps(rec) + "\n")

@@ -180,6 +180,23 @@ def devices(recs):
     return names
 
 
+def timing_lines(recs):
+    """How the records were timed: CUDA events (both sides since the v7 runs) or host wall clock."""
+    parts = []
+    for impl in OURS:
+        rows = {k: r for k, r in recs.items() if k[0] == impl and ok(r)}
+        wall = [f"{k[1]} {k[2]} {k[3]}:{k[4]}" for k, r in rows.items() if r.get("timer") != "cuda_events"]
+        if wall:
+            parts.append(f"all {LABELS[impl]} rows" if len(wall) == len(rows)
+                         else f"{LABELS[impl]} " + ", ".join(sorted(wall)))
+    line = ("Times are GPU time between CUDA events recorded on the stream around each call "
+            "(median of the repeats), for our kernels and the peers alike.")
+    if parts:
+        line += (" Exception, from older runs timed by the host wall clock to a synchronize (launch "
+                 "and Python overhead included, about 0.05-0.1 ms per call): " + "; ".join(parts) + ".")
+    return [line, ""]
+
+
 def render(recs, title, sources):
     configs, masks = configs_and_masks(recs)
     lines = [
@@ -193,7 +210,7 @@ def render(recs, title, sources):
         f"backend ({FLASH_MARK}) on plain causal. sm90/Flex = Flex fwd+bwd time / sm90 fwd+bwd time, "
         f"✓ where it reaches the {SPEEDUP_TARGET}x target. n/a = the run failed, - = not measured.",
         "", "Raw data: " + ", ".join(f"`{s}`" for s in sources) + ".", "",
-    ]
+    ] + timing_lines(recs)
     if len(devices(recs)) > 1:
         lines += [f"**Warning: records from more than one device: {', '.join(devices(recs))}.**", ""]
     lines += causal16k_lines(recs)

@@ -2,6 +2,7 @@
 `paddle.nn.functional.flashmask_attention` that also runs on CPU."""
 
 import os
+import weakref
 
 import paddle
 
@@ -9,8 +10,8 @@ from . import validation
 from ._loader import _not_to_static, load_ops
 
 
-# Index values are checked before every call (one small kernel and one flag
-# read back on GPU). Turn off for speed once a data pipeline is trusted.
+# Index values are checked once per indices tensor (one small kernel and one
+# flag read back on GPU). Turn off for speed once a data pipeline is trusted.
 _validate_indices = os.environ.get("PADDLE_FLASHMASK_VALIDATE_INDICES", "1") != "0"
 
 
@@ -61,18 +62,50 @@ def _default_deterministic():
 def set_index_validation(enabled):
     """Enables/disables the value check of startend_row_indices (default on;
     env PADDLE_FLASHMASK_VALIDATE_INDICES=0 turns it off). Returns the old setting.
+    A tensor that passed is not checked again while it lives unchanged (every layer of
+    a model shares one indices tensor, so the GPU flag read-back happens once per
+    batch, not once per layer); an in-place change makes it checked again.
     With it off, out-of-range values are not detected (the kernels stay memory-safe:
     values are only compared, never used as addresses)."""
     global _validate_indices
     old, _validate_indices = _validate_indices, bool(enabled)
+    _checked_indices.clear()
     return old
+
+
+# id(indices) -> (weakref, inplace version, seqlen_q, causal) of tensors that
+# passed the value check. The weak reference tells a live tensor from a new one
+# that reuses a dead one's id; entries leave with their tensors.
+_checked_indices = {}
+
+
+def _already_checked(indices, seqlen_q, causal):
+    entry = _checked_indices.get(id(indices))
+    return (entry is not None and entry[0]() is indices
+            and entry[1:] == (_inplace_version(indices), seqlen_q, causal))
+
+
+def _remember_checked(indices, seqlen_q, causal):
+    key = id(indices)
+    try:
+        ref = weakref.ref(indices, lambda _, key=key: _checked_indices.pop(key, None))
+    except TypeError:  # a tensor type without weak references: check every call
+        return
+    _checked_indices[key] = (ref, _inplace_version(indices), seqlen_q, causal)
+
+
+def _inplace_version(t):
+    return t._inplace_version() if hasattr(t, "_inplace_version") else None
 
 
 @_not_to_static
 def _check_index_values(ops, indices, seqlen_q, causal):
     # Reads one flag back to the host: plain Python even under dynamic-to-static.
+    if _already_checked(indices, seqlen_q, causal):
+        return
     flags = ops.pfm_flashmask_check_indices(_contiguous(indices), seqlen_q, causal)
     validation.check_indices_values(int(flags.numpy()[0]), seqlen_q)
+    _remember_checked(indices, seqlen_q, causal)
 
 
 def _contiguous(t):

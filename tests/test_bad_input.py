@@ -297,6 +297,43 @@ def test_non_contiguous_bad_indices_caught(spy):
                     value_check=True)
 
 
+def test_indices_tensor_checked_once_while_unchanged(spy):
+    # Every layer of a model shares one indices tensor: one check, not one per layer.
+    q, k, v = qkv()
+    good = full_idx(4, 1)  # valid for both query lengths below
+    for _ in range(3):
+        F(q, k, v, good, causal=True)
+    assert spy.calls == [CHECK_OP] + [ATTN_OP] * 3, spy.calls
+    spy.calls.clear()
+    F(q[:, :8], k, v, good, causal=True)  # another query length: its own check
+    F(q, k, v, full_idx(4, 1), causal=True)  # another tensor, same values
+    assert spy.calls == [CHECK_OP, ATTN_OP, CHECK_OP, ATTN_OP], spy.calls
+
+
+def test_indices_changed_in_place_checked_again(spy):
+    q, k, v = qkv()
+    t = valid_idx(True, 1)
+    F(q, k, v, t, causal=True)
+    t[1, 0, 5, 0] = -1  # in place: the tensor that passed is now bad
+    spy.calls.clear()
+    assert_rejected(spy, ValueError, r"startend_row_indices values.*below 0", q, k, v, t, causal=True,
+                    value_check=True)
+
+
+def test_disabling_validation_forgets_checked_tensors(spy):
+    q, k, v = qkv()
+    t = valid_idx(True, 1)
+    F(q, k, v, t, causal=True)
+    old = pfm.set_index_validation(False)
+    try:
+        pfm.set_index_validation(True)
+        spy.calls.clear()
+        F(q, k, v, t, causal=True)
+    finally:
+        pfm.set_index_validation(old)
+    assert spy.calls == [CHECK_OP, ATTN_OP], spy.calls
+
+
 # --------------------------------------------------------------------------------------
 # query / key / value
 # --------------------------------------------------------------------------------------

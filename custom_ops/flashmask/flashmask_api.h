@@ -28,6 +28,12 @@ int32_t check_indices_cpu(const int32_t* indices, int64_t num_columns,
 // softmax_d) must be allocated by the caller: sizes below and in the params.
 bool cuda_supports(DType dtype, int head_dim);
 void run_fwd_cuda(const FwdParams& params, void* stream);
+// Fills the backward plan (bwd_head_group, accum_heads_k, dkv_accum_stored;
+// see BwdParams) from the call's shapes, flags and pointers (q/k/v/dout set);
+// run it before sizing dk_accum/dv_accum. `head_group` > 0 asks for that many
+// query heads per CTA on the sm90 path (the largest divisor of the GQA group
+// not above it is taken; tests and benchmarks), 0 means one.
+void plan_bwd_cuda(BwdParams& params, int head_group = 0);
 void run_bwd_cuda(const BwdParams& params, void* stream);
 // int32 elements of the block_bounds workspace: the mask's block summaries
 // (none without a column mask) and the persistent kernels' tile counters.

@@ -87,15 +87,25 @@ struct BwdParams : FwdParams {
   // GPU only (the CPU backward is always deterministic): make dq/dk/dv
   // bit-reproducible. The main backward kernel then does no dQ work at all (a
   // separate query-major kernel writes every dq_accum element once, no
-  // atomics) and adds dK/dV into per-query-head slots (accum_heads_k below),
+  // atomics) and dK/dV go to slots with one writer each (accum_heads_k below),
   // so every accumulator element is touched by exactly one CTA; bwd_finish
-  // sums each kv head's group slots in a fixed order.
+  // sums each kv head's slots in a fixed order.
   bool deterministic = false;
-  // Head slots of dk_accum/dv_accum, set by the caller: num_heads_k normally
-  // (the query heads of a GQA group add into their kv head's slot with
-  // atomics), num_heads when deterministic (query head h owns slot h). Kernels
-  // write slot `accum_heads_k == num_heads ? head : head_k`.
+
+  // GPU backward plan, filled by plan_bwd_cuda (flashmask_api.h) before the
+  // caller sizes dk_accum/dv_accum:
+  // - bwd_head_group: consecutive query heads of one GQA group that one CTA
+  //   covers, dK/dV summed in registers over them (the sm90 kernel; 1 else).
+  // - accum_heads_k: head slots of dk_accum/dv_accum. A CTA whose first query
+  //   head is h writes slot h / (num_heads / accum_heads_k): num_heads_k when
+  //   the group's CTAs add into their kv head's slot with atomics, or
+  //   num_heads / bwd_head_group when every slot has one writer
+  //   (deterministic, or one CTA per whole group).
+  // - dkv_accum_stored: the kernel stores every slot element (one writer, no
+  //   atomics), so the accumulators need no zeroing first.
+  int bwd_head_group = 1;
   int accum_heads_k = 0;
+  bool dkv_accum_stored = false;
 };
 
 // Bit flags reported by the index validation pass.

@@ -10,6 +10,7 @@
 // Kept to the custom-op API shared by Paddle 2.6 and 3.x. 2.6's dispatch
 // macros lack bfloat16, so dtypes are switched by hand.
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -153,6 +154,19 @@ void check_cuda_config(const flashmask::FwdParams& p) {
            "flashmask_attention on GPU takes float16/bfloat16 inputs with head_dim 32, 64 or 128");
 }
 
+// Query heads per sm90 backward CTA asked for through
+// PADDLE_FLASHMASK_SM90_BWD_HEAD_GROUP (unset or 0: one; see
+// flashmask::plan_bwd_cuda and NOTES.md for when more pays).
+int requested_bwd_head_group() {
+  const char* env = std::getenv("PADDLE_FLASHMASK_SM90_BWD_HEAD_GROUP");
+  if (env == nullptr || *env == '\0') return 0;
+  char* end = nullptr;
+  const long value = std::strtol(env, &end, 10);
+  PD_CHECK(*end == '\0' && value >= 0 && value <= 1024,
+           "PADDLE_FLASHMASK_SM90_BWD_HEAD_GROUP must be an integer in [0, 1024], got '", env, "'");
+  return int(value);
+}
+
 paddle::Tensor gpu_workspace(int64_t elems, paddle::DataType dtype, const paddle::Tensor& like) {
   return paddle::empty({elems}, dtype, like.place());
 }
@@ -212,9 +226,8 @@ std::vector<paddle::Tensor> FlashMaskBackward(const paddle::Tensor& q, const pad
   static_cast<flashmask::FwdParams&>(p) =
       make_fwd_params(q, k, v, mask ? &mask.get() : nullptr, softmax_scale, causal, gpu_kernel);
   // The CPU backward is deterministic either way; on GPU this picks the
-  // atomic-free dQ kernel and per-query-head dK/dV slots (see BwdParams).
+  // atomic-free dQ kernel and one-writer dK/dV slots (see BwdParams).
   p.deterministic = deterministic;
-  p.accum_heads_k = deterministic ? p.num_heads : p.num_heads_k;
   p.out = const_cast<void*>(out.data());
   p.softmax_lse = const_cast<float*>(lse.data<float>());
   p.dout = dout.data();
@@ -233,8 +246,9 @@ std::vector<paddle::Tensor> FlashMaskBackward(const paddle::Tensor& q, const pad
     check_cuda_config(p);
     auto bounds = gpu_workspace(std::max<int64_t>(1, flashmask::block_bounds_elems(p)),
                                 paddle::DataType::INT32, q);
+    rethrow_as_paddle_error([&] { flashmask::plan_bwd_cuda(p, requested_bwd_head_group()); });
     auto dq_accum = paddle::empty(q.shape(), paddle::DataType::FLOAT32, q.place());
-    // [B, Sk, accum_heads_k, D]: one slot per kv head, or per query head.
+    // [B, Sk, accum_heads_k, D]: slots as planned above.
     std::vector<int64_t> kv_accum_shape = k.shape();
     kv_accum_shape[2] = p.accum_heads_k;
     auto dk_accum = paddle::empty(kv_accum_shape, paddle::DataType::FLOAT32, k.place());

@@ -19,6 +19,13 @@
 #include "../../../custom_ops/flashmask/flashmask_api.h"
 #include "../../../custom_ops/flashmask/mask_bounds.h"
 
+// The backward's stages around the main kernel (cuda/mask_prep.cu), timed
+// on their own.
+namespace flashmask::cuda {
+void bwd_prepare(const BwdParams& p, cudaStream_t stream);
+void bwd_finish(const BwdParams& p, cudaStream_t stream);
+}  // namespace flashmask::cuda
+
 using flashmask::BwdParams;
 using flashmask::DType;
 using flashmask::FwdParams;
@@ -133,7 +140,8 @@ void set_bwd_strides(BwdParams& p) {
 }
 
 // One case: GPU (given family, determinism) vs CPU fp32 reference.
-bool check_case(const Case& c, GpuKernel kernel, bool deterministic, std::mt19937& rng) {
+// head_group: query heads per sm90 backward CTA asked of plan_bwd_cuda.
+bool check_case(const Case& c, GpuKernel kernel, bool deterministic, int head_group, std::mt19937& rng) {
   const size_t nq = size_t(c.b) * c.sq * c.h * c.d, nk = size_t(c.b) * c.sk * c.hk * c.d;
   Buffers q = random_buffer(nq, rng), k = random_buffer(nk, rng), v = random_buffer(nk, rng);
   Buffers dout = random_buffer(nq, rng);
@@ -188,7 +196,8 @@ bool check_case(const Case& c, GpuKernel kernel, bool deterministic, std::mt1993
   static_cast<FwdParams&>(b) = p;
   set_bwd_strides(b);
   b.deterministic = deterministic;
-  b.accum_heads_k = deterministic ? c.h : c.hk;
+  b.dout = dout.dev;  // the plan looks at its alignment
+  flashmask::plan_bwd_cuda(b, head_group);
   const size_t nk_acc = size_t(c.b) * c.sk * b.accum_heads_k * c.d;
   CHECK(cudaMalloc(&dq_dev, nq * 2));
   CHECK(cudaMalloc(&dk_dev, nk * 2));
@@ -211,9 +220,9 @@ bool check_case(const Case& c, GpuKernel kernel, bool deterministic, std::mt1993
   const double eo = rel_err(o, ref_o), el = rel_err(lse, ref_lse), edq = rel_err(dq, ref_dq),
                edk = rel_err(dk, ref_dk), edv = rel_err(dv, ref_dv);
   const bool ok = eo < 1e-2 && el < 1e-3 && edq < 2e-2 && edk < 2e-2 && edv < 2e-2 && same;
-  std::printf("%-4s %-5s %-16s B%d Sq%-5d Sk%-5d H%d:%d D%-3d out %.1e lse %.1e dq %.1e dk %.1e dv %.1e%s %s\n",
-              kernel == GpuKernel::kSm90 ? "sm90" : "fa2", deterministic ? "det" : "", c.name.c_str(),
-              c.b, c.sq, c.sk, c.h, c.hk, c.d, eo, el, edq, edk, edv,
+  std::printf("%-4s %-5s hg%d %-16s B%d Sq%-5d Sk%-5d H%d:%d D%-3d out %.1e lse %.1e dq %.1e dk %.1e dv %.1e%s %s\n",
+              kernel == GpuKernel::kSm90 ? "sm90" : "fa2", deterministic ? "det" : "", b.bwd_head_group,
+              c.name.c_str(), c.b, c.sq, c.sk, c.h, c.hk, c.d, eo, el, edq, edk, edv,
               deterministic ? (same ? " bit-identical" : " NOT-IDENTICAL") : "", ok ? "ok" : "FAIL");
   for (void* ptr : {(void*)q.dev, (void*)k.dev, (void*)v.dev, (void*)dout.dev, (void*)o_dev, (void*)lse_dev,
                     (void*)dq_dev, (void*)dk_dev, (void*)dv_dev, (void*)dq_acc, (void*)dk_acc, (void*)dv_acc,
@@ -260,7 +269,7 @@ std::vector<int32_t> timing_window(int s) {  // causal, C=1: rows j .. j + 1024 
 
 // Median of 6 timings (ms) of fwd and bwd, B=1, causal, optional C=1 mask.
 void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, std::mt19937& rng,
-               const std::vector<int32_t>& mask = {}, bool deterministic = false) {
+               const std::vector<int32_t>& mask = {}, bool deterministic = false, int head_group = 0) {
   Case c{name, 1, s, s, h, hk, d, true, 0, nullptr};
   const size_t nq = size_t(s) * h * d, nk = size_t(s) * hk * d;
   Buffers q = random_buffer(nq, rng), k = random_buffer(nk, rng), v = random_buffer(nk, rng),
@@ -286,16 +295,17 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
   CHECK(cudaMalloc(&dq, nq * 2));
   CHECK(cudaMalloc(&dk, nk * 2));
   CHECK(cudaMalloc(&dv, nk * 2));
-  CHECK(cudaMalloc(&dqa, nq * 4));
-  CHECK(cudaMalloc(&dka, nk * 4 * (deterministic ? h / hk : 1)));
-  CHECK(cudaMalloc(&dva, nk * 4 * (deterministic ? h / hk : 1)));
-  CHECK(cudaMalloc(&delta, size_t(h) * s * 4));
   p.out = o, p.softmax_lse = lse;
   BwdParams b;
   static_cast<FwdParams&>(b) = p;
   set_bwd_strides(b);
   b.deterministic = deterministic;
-  b.accum_heads_k = deterministic ? h : hk;
+  b.dout = dout.dev;
+  flashmask::plan_bwd_cuda(b, head_group);
+  CHECK(cudaMalloc(&dqa, nq * 4));
+  CHECK(cudaMalloc(&dka, size_t(s) * b.accum_heads_k * d * 4));
+  CHECK(cudaMalloc(&dva, size_t(s) * b.accum_heads_k * d * 4));
+  CHECK(cudaMalloc(&delta, size_t(h) * s * 4));
   b.dout = dout.dev, b.dq = dq, b.dk = dk, b.dv = dv, b.dq_accum = dqa, b.dk_accum = dka,
   b.dv_accum = dva, b.softmax_d = delta;
   cudaEvent_t e0, e1;
@@ -317,10 +327,15 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
   };
   const float fwd = median_ms([&] { flashmask::run_fwd_cuda(p, nullptr); });
   const float bwd = median_ms([&] { flashmask::run_bwd_cuda(b, nullptr); });
+  // Zeroing, delta and the fp32 -> bf16 conversion: the part of bwd outside
+  // the main kernel (and the mask summary).
+  const float around = median_ms([&] { flashmask::cuda::bwd_prepare(b, nullptr); }) +
+                       median_ms([&] { flashmask::cuda::bwd_finish(b, nullptr); });
   const double flops = 4.0 * unmasked_area(s, true, mask.empty() ? 0 : 1, mask) * h * d;
-  std::printf("| %s%s | %s | %d | %d:%d | %d | %.3f | %.1f | %.3f | %.1f | %.1f |\n",
+  std::printf("| %s%s | %s | %d | %d:%d | %d | %d | %.3f | %.1f | %.3f | %.1f | %.1f | %.3f |\n",
               kernel == GpuKernel::kSm90 ? "sm90" : "fa2", deterministic ? " det" : "", name, s, h, hk, d,
-              fwd, flops / fwd / 1e9, bwd, 2.5 * flops / bwd / 1e9, 3.5 * flops / (fwd + bwd) / 1e9);
+              b.bwd_head_group,
+              fwd, flops / fwd / 1e9, bwd, 2.5 * flops / bwd / 1e9, 3.5 * flops / (fwd + bwd) / 1e9, around);
   for (void* ptr : {(void*)q.dev, (void*)k.dev, (void*)v.dev, (void*)dout.dev, (void*)o, (void*)lse,
                     (void*)dq, (void*)dk, (void*)dv, (void*)dqa, (void*)dka, (void*)dva, (void*)delta,
                     (void*)dmask, (void*)bounds})
@@ -345,25 +360,32 @@ int main(int argc, char** argv) {
   };
   int failures = 0;
   for (const Case& c : cases) {
-    for (GpuKernel kernel : {GpuKernel::kFA2, GpuKernel::kSm90}) {
-      for (bool det : {false, true}) failures += !check_case(c, kernel, det, rng);
+    for (bool det : {false, true}) {
+      failures += !check_case(c, GpuKernel::kFA2, det, 1, rng);
+      // Every divisor of the GQA group as the sm90 backward's head group.
+      for (int hg = 1; hg <= c.h / c.hk; ++hg) {
+        if ((c.h / c.hk) % hg == 0) failures += !check_case(c, GpuKernel::kSm90, det, hg, rng);
+      }
     }
   }
   std::printf("%d failures\n", failures);
   if (timing) {
-    std::printf("| kernel | mask | S | H:Hk | D | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | fwd+bwd TFLOP/s |\n"
-                "|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("| kernel | mask | S | H:Hk | D | bwd heads/CTA | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | fwd+bwd TFLOP/s | bwd prep+finish ms |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int s : {8192, 16384}) {
       for (GpuKernel kernel : {GpuKernel::kFA2, GpuKernel::kSm90}) time_case("causal", s, 32, 8, 128, kernel, rng);
     }
     time_case("causal", 16384, 32, 8, 64, GpuKernel::kSm90, rng);
     time_case("causal", 16384, 32, 8, 128, GpuKernel::kSm90, rng, {}, true);
-    // Short live lists: where per-tile prologue and epilogue show.
+    // Short live lists (where per-CTA prologue and epilogue show), with 1, 2
+    // and 4 query heads per sm90 backward CTA.
     for (int s : {8192, 32768}) {
       std::mt19937 mask_rng(s);
       const std::vector<int32_t> docs = timing_docs(s, mask_rng), window = timing_window(s);
-      time_case("causal_document", s, 32, 8, 128, GpuKernel::kSm90, rng, docs);
-      time_case("sliding_window", s, 32, 8, 128, GpuKernel::kSm90, rng, window);
+      for (int hg : {1, 2, 4}) {
+        time_case("causal_document", s, 32, 8, 128, GpuKernel::kSm90, rng, docs, false, hg);
+        time_case("sliding_window", s, 32, 8, 128, GpuKernel::kSm90, rng, window, false, hg);
+      }
     }
     time_case("causal", 32768, 32, 8, 128, GpuKernel::kSm90, rng);
   }

@@ -106,6 +106,18 @@ void run_fwd_cuda(const FwdParams& params, void* stream) {
   dispatch(params, FwdLauncher{params, s});
 }
 
+void plan_bwd_cuda(BwdParams& params, int head_group) {
+  const int group = params.num_heads / params.num_heads_k;
+  const bool sm90_bwd = use_sm90(params, sm90::bwd_supported(params));
+  params.bwd_head_group = sm90_bwd ? sm90::bwd_head_group(params, head_group) : 1;
+  // One writer per slot: each CTA owns its slot (no zeroing, no atomics).
+  const bool one_writer = params.deterministic || params.bwd_head_group == group;
+  params.accum_heads_k = one_writer ? params.num_heads / params.bwd_head_group : params.num_heads_k;
+  // The sm90 epilogue stores its whole slot even where no query block was
+  // live; the FA2-class one only adds what it computed.
+  params.dkv_accum_stored = one_writer && sm90_bwd;
+}
+
 void run_bwd_cuda(const BwdParams& params, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   cuda::compute_block_bounds(params, s);

@@ -70,48 +70,82 @@ __global__ void check_indices_kernel(const int32_t* indices, int64_t num_columns
   if (local) atomicOr(flags, local);
 }
 
-// delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d]; one warp per row.
-template <typename T>
-__global__ void softmax_d_kernel(BwdParams p) {
-  const int64_t row_id = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+// kVec consecutive elements, loaded or stored as one access.
+template <typename T, int kVec>
+struct alignas(sizeof(T) * kVec) Pack {
+  T x[kVec];
+};
+
+// delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d]; one warp per row,
+// kVec elements per lane and load. The same warp zeroes the row's dq_accum
+// (when the dQ atomics add into it), so that buffer is written once here
+// instead of by a separate memset pass.
+template <typename T, int kVec>
+__global__ void softmax_d_kernel(BwdParams p, bool zero_dq_accum) {
   const int lane = threadIdx.x % 32;
   const int64_t rows = int64_t(p.batch) * p.num_heads * p.seqlen_q;
-  if (row_id >= rows) return;
-  const int i = int(row_id % p.seqlen_q);
-  const int h = int((row_id / p.seqlen_q) % p.num_heads);
-  const int b = int(row_id / (int64_t(p.seqlen_q) * p.num_heads));
-  const T* o = static_cast<const T*>(p.out) + b * p.o_batch_stride + i * p.o_row_stride +
-               h * p.o_head_stride;
-  const T* g = static_cast<const T*>(p.dout) + b * p.do_batch_stride + i * p.do_row_stride +
-               h * p.do_head_stride;
-  float sum = 0.f;
-  for (int d = lane; d < p.head_dim; d += 32) sum += to_float(o[d]) * to_float(g[d]);
+  const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
+  for (int64_t row_id = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; row_id < rows;
+       row_id += warps) {
+    const int i = int(row_id % p.seqlen_q);
+    const int h = int((row_id / p.seqlen_q) % p.num_heads);
+    const int b = int(row_id / (int64_t(p.seqlen_q) * p.num_heads));
+    const T* o = static_cast<const T*>(p.out) + b * p.o_batch_stride + i * p.o_row_stride +
+                 h * p.o_head_stride;
+    const T* g = static_cast<const T*>(p.dout) + b * p.do_batch_stride + i * p.do_row_stride +
+                 h * p.do_head_stride;
+    float sum = 0.f;
+    for (int d = lane * kVec; d < p.head_dim; d += 32 * kVec) {
+      const Pack<T, kVec> ov = *reinterpret_cast<const Pack<T, kVec>*>(o + d);
+      const Pack<T, kVec> gv = *reinterpret_cast<const Pack<T, kVec>*>(g + d);
 #pragma unroll
-  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  if (lane == 0) p.softmax_d[row_id] = sum;
-}
-
-template <typename T>
-__global__ void convert_grad_kernel(const float* src, T* dst, int64_t n, float scale) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    dst[i] = from_float<T>(src[i] * scale);
+      for (int e = 0; e < kVec; ++e) sum += to_float(ov.x[e]) * to_float(gv.x[e]);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (lane == 0) p.softmax_d[row_id] = sum;
+    if (zero_dq_accum) {  // dq_accum is [B, Sq, H, D], contiguous
+      float* dq = p.dq_accum + ((int64_t(b) * p.seqlen_q + i) * p.num_heads + h) * p.head_dim;
+      for (int d = lane * kVec; d < p.head_dim; d += 32 * kVec) {
+        *reinterpret_cast<Pack<float, kVec>*>(dq + d) = Pack<float, kVec>{};
+      }
+    }
   }
 }
 
-// dK/dV from per-query-head slots (deterministic mode): src [rows, Hk * group,
-// D], dst [rows, Hk, D]; each output sums its kv head's `group` slots in slot
-// order, so the result does not depend on scheduling.
-template <typename T>
+// dst = src * scale over n elements (both contiguous), kVec per thread and step.
+template <typename T, int kVec>
+__global__ void convert_grad_kernel(const float* src, T* dst, int64_t n, float scale) {
+  for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * kVec; i < n;
+       i += int64_t(gridDim.x) * blockDim.x * kVec) {
+    const Pack<float, kVec> v = *reinterpret_cast<const Pack<float, kVec>*>(src + i);
+    Pack<T, kVec> out;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) out.x[e] = from_float<T>(v.x[e] * scale);
+    *reinterpret_cast<Pack<T, kVec>*>(dst + i) = out;
+  }
+}
+
+// dK/dV from several head slots per kv head: src [rows, Hk * group, D], dst
+// [rows, Hk, D]; each output sums its kv head's `group` slots in slot order,
+// so the result does not depend on scheduling. kVec elements per thread.
+template <typename T, int kVec>
 __global__ void reduce_group_convert_kernel(const float* src, T* dst, int64_t n, int head_dim,
                                             int group, float scale) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * kVec; i < n;
+       i += int64_t(gridDim.x) * blockDim.x * kVec) {
     const int64_t row_head = i / head_dim;  // (row, kv head), row-major
     const float* s = src + row_head * group * head_dim + i % head_dim;
-    float sum = 0.f;
-    for (int g = 0; g < group; ++g) sum += s[int64_t(g) * head_dim];
-    dst[i] = from_float<T>(sum * scale);
+    Pack<float, kVec> sum{};
+    for (int g = 0; g < group; ++g) {
+      const Pack<float, kVec> v = *reinterpret_cast<const Pack<float, kVec>*>(s + int64_t(g) * head_dim);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) sum.x[e] += v.x[e];
+    }
+    Pack<T, kVec> out;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) out.x[e] = from_float<T>(sum.x[e] * scale);
+    *reinterpret_cast<Pack<T, kVec>*>(dst + i) = out;
   }
 }
 
@@ -120,15 +154,57 @@ int grid_for(int64_t n, int threads) {
   return int(blocks < 65535 * 32 ? (blocks > 0 ? blocks : 1) : 65535 * 32);
 }
 
-// dK/dV accumulator layout check: the caller picks the slots (see BwdParams).
+// Elements per vector access in the conversions: 4 where the head dim (hence
+// every row of the contiguous buffers) allows it.
+constexpr int kConvertVec = 4;
+
+bool aligned_to(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
+
+// softmax_d's loads of O and dO rows as kConvertVec-element packs.
+template <typename T>
+bool rows_vectorizable(const BwdParams& p) {
+  const int64_t v = kConvertVec;
+  return p.head_dim % v == 0 && aligned_to(p.out, sizeof(T) * v) && aligned_to(p.dout, sizeof(T) * v) &&
+         p.o_row_stride % v == 0 && p.o_head_stride % v == 0 && p.o_batch_stride % v == 0 &&
+         p.do_row_stride % v == 0 && p.do_head_stride % v == 0 && p.do_batch_stride % v == 0;
+}
+
+template <typename T>
+void launch_convert(const float* src, void* dst, int64_t n, float scale, cudaStream_t stream) {
+  if (n % kConvertVec == 0 && aligned_to(src, 16) && aligned_to(dst, sizeof(T) * kConvertVec)) {
+    convert_grad_kernel<T, kConvertVec><<<grid_for(n / kConvertVec, 256), 256, 0, stream>>>(
+        src, static_cast<T*>(dst), n, scale);
+  } else {
+    convert_grad_kernel<T, 1><<<grid_for(n, 256), 256, 0, stream>>>(src, static_cast<T*>(dst), n, scale);
+  }
+  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T>
+void launch_reduce_group(const float* src, void* dst, int64_t n, int head_dim, int group, float scale,
+                         cudaStream_t stream) {
+  if (head_dim % kConvertVec == 0 && aligned_to(src, 16) && aligned_to(dst, sizeof(T) * kConvertVec)) {
+    reduce_group_convert_kernel<T, kConvertVec><<<grid_for(n / kConvertVec, 256), 256, 0, stream>>>(
+        src, static_cast<T*>(dst), n, head_dim, group, scale);
+  } else {
+    reduce_group_convert_kernel<T, 1><<<grid_for(n, 256), 256, 0, stream>>>(
+        src, static_cast<T*>(dst), n, head_dim, group, scale);
+  }
+  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+}
+
+// dK/dV accumulator plan check (see BwdParams and plan_bwd_cuda).
 void check_accum_heads(const BwdParams& p) {
-  const bool ok = p.deterministic ? p.accum_heads_k == p.num_heads
-                                  : (p.accum_heads_k == p.num_heads_k ||
-                                     p.accum_heads_k == p.num_heads);
+  const int group = p.num_heads / p.num_heads_k;
+  const int hg = p.bwd_head_group;
+  const bool one_writer = p.accum_heads_k > 0 && int64_t(p.accum_heads_k) * hg == p.num_heads;
+  const bool ok = hg >= 1 && group % hg == 0 &&
+                  (one_writer || (!p.deterministic && p.accum_heads_k == p.num_heads_k)) &&
+                  (!p.dkv_accum_stored || one_writer);
   if (!ok) {
     throw std::invalid_argument(
-        "flashmask backward: accum_heads_k must be num_heads_k, or num_heads (required when "
-        "deterministic), got " + std::to_string(p.accum_heads_k));
+        "flashmask backward: inconsistent dK/dV plan (bwd_head_group " + std::to_string(hg) +
+        ", accum_heads_k " + std::to_string(p.accum_heads_k) + "); fill it with plan_bwd_cuda");
   }
 }
 
@@ -139,30 +215,30 @@ void bwd_pre_post(const BwdParams& p, cudaStream_t stream, bool pre) {
   const int64_t kv_accum_elems = kv_elems / p.num_heads_k * p.accum_heads_k;
   if (pre) {
     check_accum_heads(p);
-    // Deterministic: run_bwd_dq_ writes every dq_accum element, nothing adds.
-    if (!p.deterministic) {
-      FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, q_elems * sizeof(float), stream));
+    if (!p.dkv_accum_stored) {  // else the kernel stores every element
+      FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dk_accum, 0, kv_accum_elems * sizeof(float), stream));
+      FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dv_accum, 0, kv_accum_elems * sizeof(float), stream));
     }
-    FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dk_accum, 0, kv_accum_elems * sizeof(float), stream));
-    FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dv_accum, 0, kv_accum_elems * sizeof(float), stream));
+    // Deterministic: run_bwd_dq_ writes every dq_accum element, nothing adds,
+    // so it needs no zeroing.
+    const bool zero_dq = !p.deterministic;
     const int64_t rows = int64_t(p.batch) * p.num_heads * p.seqlen_q;
-    softmax_d_kernel<T><<<grid_for(rows * 32, 256), 256, 0, stream>>>(p);
+    if (rows_vectorizable<T>(p)) {
+      softmax_d_kernel<T, kConvertVec><<<grid_for(rows * 32, 256), 256, 0, stream>>>(p, zero_dq);
+    } else {
+      softmax_d_kernel<T, 1><<<grid_for(rows * 32, 256), 256, 0, stream>>>(p, zero_dq);
+    }
     FLASHMASK_CUDA_CHECK(cudaGetLastError());
     return;
   }
-  convert_grad_kernel<T><<<grid_for(q_elems, 256), 256, 0, stream>>>(
-      p.dq_accum, static_cast<T*>(p.dq), q_elems, p.softmax_scale);
+  launch_convert<T>(p.dq_accum, p.dq, q_elems, p.softmax_scale, stream);
   const int group = p.accum_heads_k / p.num_heads_k;
   if (group == 1) {
-    convert_grad_kernel<T><<<grid_for(kv_elems, 256), 256, 0, stream>>>(
-        p.dk_accum, static_cast<T*>(p.dk), kv_elems, p.softmax_scale);
-    convert_grad_kernel<T><<<grid_for(kv_elems, 256), 256, 0, stream>>>(
-        p.dv_accum, static_cast<T*>(p.dv), kv_elems, 1.f);
+    launch_convert<T>(p.dk_accum, p.dk, kv_elems, p.softmax_scale, stream);
+    launch_convert<T>(p.dv_accum, p.dv, kv_elems, 1.f, stream);
   } else {
-    reduce_group_convert_kernel<T><<<grid_for(kv_elems, 256), 256, 0, stream>>>(
-        p.dk_accum, static_cast<T*>(p.dk), kv_elems, p.head_dim, group, p.softmax_scale);
-    reduce_group_convert_kernel<T><<<grid_for(kv_elems, 256), 256, 0, stream>>>(
-        p.dv_accum, static_cast<T*>(p.dv), kv_elems, p.head_dim, group, 1.f);
+    launch_reduce_group<T>(p.dk_accum, p.dk, kv_elems, p.head_dim, group, p.softmax_scale, stream);
+    launch_reduce_group<T>(p.dv_accum, p.dv, kv_elems, p.head_dim, group, 1.f, stream);
   }
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }

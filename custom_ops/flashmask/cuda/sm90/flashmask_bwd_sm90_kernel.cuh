@@ -1,18 +1,23 @@
 // FlashMask backward for Hopper (sm90a), FA3 style.
 //
-// One CTA per (key block of 128, query head, batch), three warpgroups:
-//   warpgroup 0 (producer): TMA loads K and V once, then Q and dO tiles of 64
-//     query rows into a 2-stage mbarrier pipeline, for the live query blocks
-//     only;
+// One CTA per (key block of 128, group of query heads, batch); the group is
+// `bwd_head_group` consecutive heads of one GQA group, which share K/V and the
+// mask, so the CTA loads K/V, lists the live query blocks and writes dK/dV
+// once for all of them. Three warpgroups:
+//   warpgroup 0 (producer): TMA loads K and V once, then, head by head, Q and
+//     dO tiles of 64 query rows into a 2-stage mbarrier pipeline, for the
+//     live query blocks only;
 //   warpgroups 1-2 (consumers): 64 keys each. Per query block:
 //     S^T = K Q^T and dP^T = V dO^T (wgmma, shared-memory operands),
 //     P^T = exp(S^T - LSE), dS^T = P^T (dP^T - delta) in registers,
 //     dV += P^T dO and dK += dS^T Q (wgmma with P^T/dS^T from registers),
 //     dS^T to shared memory, then dQ = dS K (head dim split over the two
 //     warpgroups) added to the fp32 dq accumulator with atomics.
-// dK/dV stay in registers for the whole CTA. In deterministic mode the dQ
-// step is skipped (a query-major kernel computes dQ) and dK/dV go to the
-// query head's own slot, so no accumulator element sees two writers.
+// dK/dV stay in registers for the whole CTA (summed over its heads) and go to
+// the slot of the plan (BwdParams::accum_heads_k): stored where the CTA is
+// the slot's one writer, added with atomics where the GQA group spans several
+// CTAs. In deterministic mode the dQ step is skipped (a query-major kernel
+// computes dQ) and the plan always gives one writer per slot.
 // FlashMask: one warp lists the live query blocks of this key block from the
 // block min/max before the role split (sm90_block_list.cuh); fully masked
 // blocks, including middle bands, are never loaded.
@@ -92,9 +97,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 
   const BwdParams& p = kp.p;
   const int n_block = blockIdx.x;
-  const int head = blockIdx.y;
+  const int head_group = p.bwd_head_group;
+  const int first_head = blockIdx.y * head_group;
   const int batch = blockIdx.z;
-  const int head_k = head / (p.num_heads / p.num_heads_k);
+  const int head_k = first_head / (p.num_heads / p.num_heads_k);
   const int warp = cutlass::canonical_warp_idx_sync();
   const int warp_group = cutlass::canonical_warp_group_idx();
   const int lane_predicate = cute::elect_one_sync();
@@ -115,8 +121,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   pipe_params.num_consumers = Traits::kNumMmaThreads;
   Pipeline pipeline(ss.pipeline_qdo, pipe_params, Shape<_1, _1, _1>{});
   __syncthreads();  // barriers initialised
+  // The heads of the group share the mask head, hence the list.
   const int num_live = build_live_query_blocks<Traits::kNThreads, kBlockM, kBlockN>(
-      p, batch, head, n_block, live_list, ss.warp_counts);
+      p, batch, first_head, n_block, live_list, ss.warp_counts);
   if (threadIdx.x == 0) ss.num_live_blocks = num_live;
   __syncthreads();
 
@@ -138,8 +145,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       // reduced into dq_accum one 512-byte row per bulk copy.
       const int lane = threadIdx.x % 32;
       constexpr int kFull = Traits::kNumMmaThreads + 32;
-      for (int i = 0; i < ss.num_live_blocks; ++i) {
-        const int m0 = live_block_index(live_list[i]) * kBlockM;
+      const int steps = head_group * num_live;
+      for (int step = 0; step < steps; ++step) {
+        const int head = first_head + step / num_live;
+        const int m0 = live_block_index(live_list[step % num_live]) * kBlockM;
         barrier_sync<kFull>(BwdBarrier::kdQFull);
         for (int r = lane; r < kBlockM && m0 + r < p.seqlen_q; r += 32) {
           float* dst = p.dq_accum + ((int64_t(batch) * p.seqlen_q + m0 + r) * p.num_heads + head) * kDim;
@@ -148,7 +157,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
         asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");  // tile read out
         __syncwarp();
-        if (i + 1 < ss.num_live_blocks) barrier_arrive<kFull>(BwdBarrier::kdQEmpty);
+        if (step + 1 < steps) barrier_arrive<kFull>(BwdBarrier::kdQEmpty);
       }
       asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
       return;
@@ -158,16 +167,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     const auto shape_k = make_shape(p.seqlen_k, p.head_dim, p.num_heads_k, p.batch);
     const auto tile_q = make_shape(Int<kBlockM>{}, Int<kDim>{});
     const auto tile_k = make_shape(Int<kBlockN>{}, Int<kDim>{});
-    Tensor gQ = local_tile(kp.tma_q.get_tma_tensor(shape_q)(_, _, head, batch), tile_q, make_coord(_, _0{}));
-    Tensor gdO = local_tile(kp.tma_do.get_tma_tensor(shape_q)(_, _, head, batch), tile_q, make_coord(_, _0{}));
     Tensor gK = local_tile(kp.tma_k.get_tma_tensor(shape_k)(_, _, head_k, batch), tile_k,
                            make_coord(n_block, _0{}));
     Tensor gV = local_tile(kp.tma_v.get_tma_tensor(shape_k)(_, _, head_k, batch), tile_k,
                            make_coord(n_block, _0{}));
-    auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
-                                      group_modes<0, 2>(gQ));
-    auto [tdOgdO, tdOsdO] = tma_partition(kp.tma_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sdO),
-                                          group_modes<0, 2>(gdO));
     auto [tKgK, tKsK] = tma_partition(kp.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
                                       group_modes<0, 2>(gK));
     auto [tVgV, tVsV] = tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
@@ -179,15 +182,23 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       copy(kp.tma_v.with(bar, 0), tVgV, tVsV);
     }
     PipelineState write = cutlass::make_producer_start_state<Pipeline>();
-    for (int i = 0; i < num_live; ++i) {
-      const int m = live_block_index(live_list[i]);
-      pipeline.producer_acquire(write);
-      if (lane_predicate) {
-        copy(kp.tma_q.with(*pipeline.producer_get_barrier(write), 0), tQgQ(_, m), tQsQ(_, write.index()));
-        copy(kp.tma_do.with(*pipeline.producer_get_barrier(write), 0), tdOgdO(_, m),
-             tdOsdO(_, write.index()));
+    for (int head = first_head; head < first_head + head_group; ++head) {
+      Tensor gQ = local_tile(kp.tma_q.get_tma_tensor(shape_q)(_, _, head, batch), tile_q, make_coord(_, _0{}));
+      Tensor gdO = local_tile(kp.tma_do.get_tma_tensor(shape_q)(_, _, head, batch), tile_q, make_coord(_, _0{}));
+      auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                        group_modes<0, 2>(gQ));
+      auto [tdOgdO, tdOsdO] = tma_partition(kp.tma_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sdO),
+                                            group_modes<0, 2>(gdO));
+      for (int i = 0; i < num_live; ++i) {
+        const int m = live_block_index(live_list[i]);
+        pipeline.producer_acquire(write);
+        if (lane_predicate) {
+          copy(kp.tma_q.with(*pipeline.producer_get_barrier(write), 0), tQgQ(_, m), tQsQ(_, write.index()));
+          copy(kp.tma_do.with(*pipeline.producer_get_barrier(write), 0), tdOgdO(_, m),
+               tdOsdO(_, write.index()));
+        }
+        ++write;
       }
-      ++write;
     }
     return;
   }
@@ -225,11 +236,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const int c0 = n_block * kBlockN;
   const int causal_offset = p.seqlen_k - p.seqlen_q;
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
-  const int64_t row_stats = (int64_t(batch) * p.num_heads + head) * p.seqlen_q;
-  const float* lse = p.softmax_lse + row_stats;
-  const float* delta = p.softmax_d + row_stats;
-  // The column bounds of this thread's keys, loaded once.
-  const int32_t* columns = mask_columns(p, batch, head);
+  // The column bounds of this thread's keys, loaded once (one mask head for
+  // the CTA's heads).
+  const int32_t* columns = mask_columns(p, batch, first_head);
   ColumnBounds key_bounds[kRows];
   CUTLASS_PRAGMA_UNROLL
   for (int r = 0; r < kRows; ++r) {
@@ -243,128 +252,134 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 
   if (num_live > 0) ss.barrier_kv.wait(0);
   PipelineState read;
-  // The count is re-read from shared memory (the barriers' memory clobbers
-  // force it) rather than held in a register across the loop.
-  for (int i = 0; i < ss.num_live_blocks; ++i) {
-    const uint16_t entry = live_list[i];
-    const int m0 = live_block_index(entry) * kBlockM;
-    const int stage = read.index();
-    const int buf = i % 2;
-    Tensor tSrS = partition_fragment_C(mma_sdp, make_shape(Int<kBlockN>{}, Int<kBlockM>{}));
-    Tensor tdPrdP = partition_fragment_C(mma_sdp, make_shape(Int<kBlockN>{}, Int<kBlockM>{}));
-    pipeline.consumer_wait(read);
-    warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), tSrS);
-    warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), tdPrdP);
+  int step = 0;  // over heads and live blocks: the dS buffer and dQ hand-over
+  for (int head = first_head; head < first_head + head_group; ++head) {
+    const int64_t row_stats = (int64_t(batch) * p.num_heads + head) * p.seqlen_q;
+    const float* lse = p.softmax_lse + row_stats;
+    const float* delta = p.softmax_d + row_stats;
+    // The count is re-read from shared memory (the barriers' memory clobbers
+    // force it) rather than held in a register across the loop.
+    for (int i = 0; i < ss.num_live_blocks; ++i, ++step) {
+      const uint16_t entry = live_list[i];
+      const int m0 = live_block_index(entry) * kBlockM;
+      const int stage = read.index();
+      const int buf = step % 2;
+      Tensor tSrS = partition_fragment_C(mma_sdp, make_shape(Int<kBlockN>{}, Int<kBlockM>{}));
+      Tensor tdPrdP = partition_fragment_C(mma_sdp, make_shape(Int<kBlockN>{}, Int<kBlockM>{}));
+      pipeline.consumer_wait(read);
+      warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), tSrS);
+      warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), tdPrdP);
 
-    Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
-    Tensor dp = make_tensor(tdPrdP.data(), acc_as_rows_cols(tdPrdP.layout()));
-    constexpr int kCols = decltype(size<1>(scores))::value;
-    // LSE of this thread's query columns (loaded under the GEMMs). A row with
-    // every key masked (LSE -inf) and rows past the end get +inf: P = 0 there.
-    const int col0 = get<1>(tScS_rc(0, 0));  // this thread's first query column
-    const int rows_left = p.seqlen_q - m0 - col0;
-    const float* lse_cols = lse + m0 + col0;
-    const float* delta_cols = delta + m0 + col0;
-    float lse_log2[kCols];
-    CUTLASS_PRAGMA_UNROLL
-    for (int c = 0; c < kCols; ++c) {
-      const float l = acc_col_offset(c) < rows_left ? lse_cols[acc_col_offset(c)] : -CUDART_INF_F;
-      lse_log2[c] = l == -CUDART_INF_F ? CUDART_INF_F : l * 1.4426950408889634f;
-    }
+      Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
+      Tensor dp = make_tensor(tdPrdP.data(), acc_as_rows_cols(tdPrdP.layout()));
+      constexpr int kCols = decltype(size<1>(scores))::value;
+      // LSE of this thread's query columns (loaded under the GEMMs). A row with
+      // every key masked (LSE -inf) and rows past the end get +inf: P = 0 there.
+      const int col0 = get<1>(tScS_rc(0, 0));  // this thread's first query column
+      const int rows_left = p.seqlen_q - m0 - col0;
+      const float* lse_cols = lse + m0 + col0;
+      const float* delta_cols = delta + m0 + col0;
+      float lse_log2[kCols];
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < kCols; ++c) {
+        const float l = acc_col_offset(c) < rows_left ? lse_cols[acc_col_offset(c)] : -CUDART_INF_F;
+        lse_log2[c] = l == -CUDART_INF_F ? CUDART_INF_F : l * 1.4426950408889634f;
+      }
 
-    warpgroup_wait<1>();  // S^T is ready
-    if (live_block_partial(entry)) {
+      warpgroup_wait<1>();  // S^T is ready
+      if (live_block_partial(entry)) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+          const int key = c0 + get<0>(tScS_rc(r, 0));
+          CUTLASS_PRAGMA_UNROLL
+          for (int c = 0; c < kCols; ++c) {
+            // Branch-free (bitwise) so the mask adds no control flow per element.
+            const int row = m0 + col0 + acc_col_offset(c);
+            const ColumnBounds& b = key_bounds[r];
+            const bool masked = (key >= p.seqlen_k) | (p.mask.causal & (key > row + causal_offset)) |
+                                ((row >= b.lts) & (row < b.lte)) | ((row >= b.uts) & (row < b.ute));
+            if (masked) scores(r, c) = -CUDART_INF_F;
+          }
+        }
+      }
       CUTLASS_PRAGMA_UNROLL
       for (int r = 0; r < kRows; ++r) {
-        const int key = c0 + get<0>(tScS_rc(r, 0));
         CUTLASS_PRAGMA_UNROLL
-        for (int c = 0; c < kCols; ++c) {
-          // Branch-free (bitwise) so the mask adds no control flow per element.
-          const int row = m0 + col0 + acc_col_offset(c);
-          const ColumnBounds& b = key_bounds[r];
-          const bool masked = (key >= p.seqlen_k) | (p.mask.causal & (key > row + causal_offset)) |
-                              ((row >= b.lts) & (row < b.lte)) | ((row >= b.uts) & (row < b.ute));
-          if (masked) scores(r, c) = -CUDART_INF_F;
-        }
+        for (int c = 0; c < kCols; ++c) scores(r, c) = exp2f(scores(r, c) * scale_log2 - lse_log2[c]);
       }
-    }
-    CUTLASS_PRAGMA_UNROLL
-    for (int r = 0; r < kRows; ++r) {
+      warpgroup_wait<0>();  // dP^T is ready
       CUTLASS_PRAGMA_UNROLL
-      for (int c = 0; c < kCols; ++c) scores(r, c) = exp2f(scores(r, c) * scale_log2 - lse_log2[c]);
-    }
-    warpgroup_wait<0>();  // dP^T is ready
-    CUTLASS_PRAGMA_UNROLL
-    for (int c = 0; c < kCols; ++c) {
-      const float row_delta = acc_col_offset(c) < rows_left ? delta_cols[acc_col_offset(c)] : 0.f;
-      CUTLASS_PRAGMA_UNROLL
-      for (int r = 0; r < kRows; ++r) dp(r, c) = scores(r, c) * (dp(r, c) - row_delta);
-    }
+      for (int c = 0; c < kCols; ++c) {
+        const float row_delta = acc_col_offset(c) < rows_left ? delta_cols[acc_col_offset(c)] : 0.f;
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kRows; ++r) dp(r, c) = scores(r, c) * (dp(r, c) - row_delta);
+      }
 
-    auto rP = convert_tensor<Element>(tSrS);
-    auto rdS = convert_tensor<Element>(tdPrdP);
-    if (!p.deterministic) {
-      // dS^T to shared memory for dQ; the tensor cores read it next, through
-      // the async proxy. Two buffers: the one written here was last read by
-      // the dQ GEMM two steps ago, finished before the last barrier.
-      Tensor tdSsdS_buf = tdSsdS(_, _, _, buf);
-      cute::copy(rdS, tdSsdS_buf);
-      cutlass::arch::fence_view_async_shared();
-    }
-    Tensor tdVrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
-    Tensor tdKrdS = make_tensor(rdS.data(), acc_as_a_operand(rdS.layout()));
-    warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dkv, tdVrP, tdVrdO(_, _, _, stage), tdVrdV);
-    warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dkv, tdKrdS, tdKrQ(_, _, _, stage), tdKrdK);
-    if (!p.deterministic) {
-      barrier_sync<Traits::kNumMmaThreads>(BwdBarrier::kdS);  // both halves of dS^T stored
-      Tensor tdQrdQ = partition_fragment_C(mma_dq, make_shape(Int<kBlockM>{}, Int<kDim>{}));
-      warpgroup_gemm</*zero_init=*/true, /*wait=*/0>(mma_dq, tdQrdS(_, _, _, buf), tdQrK, tdQrdQ);
-      pipeline.consumer_release(read);  // Q and dO of this stage are no longer read
-      Tensor dq_rc = make_tensor(tdQrdQ.data(), acc_as_rows_cols(tdQrdQ.layout()));
-      Tensor cdq_rc = make_tensor(tdQcdQ.data(), acc_as_rows_cols(tdQcdQ.layout()));
-      const int dcol0 = get<1>(cdq_rc(0, 0));
-      if constexpr (Traits::kDQBulkReduce) {
-        // dQ to shared memory for the writer warp (which drained the previous
-        // tile before signalling kdQEmpty).
-        constexpr int kFull = Traits::kNumMmaThreads + 32;
-        if (i > 0) barrier_sync<kFull>(BwdBarrier::kdQEmpty);
-        CUTLASS_PRAGMA_UNROLL
-        for (int r = 0; r < size<0>(dq_rc); ++r) {
-          float* dst = ss.smem_dq.data() + get<0>(cdq_rc(r, 0)) * Traits::kDQRowFloats + dcol0;
-          CUTLASS_PRAGMA_UNROLL
-          for (int c = 0; c < size<1>(dq_rc); c += 2) {
-            *reinterpret_cast<float2*>(dst + acc_col_offset(c)) = make_float2(dq_rc(r, c), dq_rc(r, c + 1));
-          }
-        }
-        cutlass::arch::fence_view_async_shared();  // the copy engine reads it next
-        barrier_arrive<kFull>(BwdBarrier::kdQFull);
-      } else {
-        // Short rows: float2 atomics straight from the accumulators.
-        CUTLASS_PRAGMA_UNROLL
-        for (int r = 0; r < size<0>(dq_rc); ++r) {
-          const int row = m0 + get<0>(cdq_rc(r, 0));
-          if (row >= p.seqlen_q) continue;
-          float* dst = p.dq_accum + ((int64_t(batch) * p.seqlen_q + row) * p.num_heads + head) * kDim + dcol0;
-          CUTLASS_PRAGMA_UNROLL
-          for (int c = 0; c < size<1>(dq_rc); c += 2) {
-            accumulate_pair(dst + acc_col_offset(c), dq_rc(r, c), dq_rc(r, c + 1), false);
-          }
-        }
+      auto rP = convert_tensor<Element>(tSrS);
+      auto rdS = convert_tensor<Element>(tdPrdP);
+      if (!p.deterministic) {
+        // dS^T to shared memory for dQ; the tensor cores read it next, through
+        // the async proxy. Two buffers: the one written here was last read by
+        // the dQ GEMM two steps ago, finished before the last barrier.
+        Tensor tdSsdS_buf = tdSsdS(_, _, _, buf);
+        cute::copy(rdS, tdSsdS_buf);
+        cutlass::arch::fence_view_async_shared();
       }
-    } else {
-      warpgroup_wait<0>();
-      pipeline.consumer_release(read);
+      Tensor tdVrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
+      Tensor tdKrdS = make_tensor(rdS.data(), acc_as_a_operand(rdS.layout()));
+      warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dkv, tdVrP, tdVrdO(_, _, _, stage), tdVrdV);
+      warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dkv, tdKrdS, tdKrQ(_, _, _, stage), tdKrdK);
+      if (!p.deterministic) {
+        barrier_sync<Traits::kNumMmaThreads>(BwdBarrier::kdS);  // both halves of dS^T stored
+        Tensor tdQrdQ = partition_fragment_C(mma_dq, make_shape(Int<kBlockM>{}, Int<kDim>{}));
+        warpgroup_gemm</*zero_init=*/true, /*wait=*/0>(mma_dq, tdQrdS(_, _, _, buf), tdQrK, tdQrdQ);
+        pipeline.consumer_release(read);  // Q and dO of this stage are no longer read
+        Tensor dq_rc = make_tensor(tdQrdQ.data(), acc_as_rows_cols(tdQrdQ.layout()));
+        Tensor cdq_rc = make_tensor(tdQcdQ.data(), acc_as_rows_cols(tdQcdQ.layout()));
+        const int dcol0 = get<1>(cdq_rc(0, 0));
+        if constexpr (Traits::kDQBulkReduce) {
+          // dQ to shared memory for the writer warp (which drained the previous
+          // tile before signalling kdQEmpty).
+          constexpr int kFull = Traits::kNumMmaThreads + 32;
+          if (step > 0) barrier_sync<kFull>(BwdBarrier::kdQEmpty);
+          CUTLASS_PRAGMA_UNROLL
+          for (int r = 0; r < size<0>(dq_rc); ++r) {
+            float* dst = ss.smem_dq.data() + get<0>(cdq_rc(r, 0)) * Traits::kDQRowFloats + dcol0;
+            CUTLASS_PRAGMA_UNROLL
+            for (int c = 0; c < size<1>(dq_rc); c += 2) {
+              *reinterpret_cast<float2*>(dst + acc_col_offset(c)) = make_float2(dq_rc(r, c), dq_rc(r, c + 1));
+            }
+          }
+          cutlass::arch::fence_view_async_shared();  // the copy engine reads it next
+          barrier_arrive<kFull>(BwdBarrier::kdQFull);
+        } else {
+          // Short rows: float2 atomics straight from the accumulators.
+          CUTLASS_PRAGMA_UNROLL
+          for (int r = 0; r < size<0>(dq_rc); ++r) {
+            const int row = m0 + get<0>(cdq_rc(r, 0));
+            if (row >= p.seqlen_q) continue;
+            float* dst = p.dq_accum + ((int64_t(batch) * p.seqlen_q + row) * p.num_heads + head) * kDim + dcol0;
+            CUTLASS_PRAGMA_UNROLL
+            for (int c = 0; c < size<1>(dq_rc); c += 2) {
+              accumulate_pair(dst + acc_col_offset(c), dq_rc(r, c), dq_rc(r, c + 1), false);
+            }
+          }
+        }
+      } else {
+        warpgroup_wait<0>();
+        pipeline.consumer_release(read);
+      }
+      ++read;
     }
-    ++read;
-  }
+  }  // heads
 
   // dK and dV (unscaled; bwd_finish applies the softmax scale to dK).
   Tensor tdKVcdKV = thr_dkv.partition_C(make_identity_tensor(make_shape(Int<kBlockN>{}, Int<kDim>{})));
   Tensor c_rc = make_tensor(tdKVcdKV.data(), acc_as_rows_cols(tdKVcdKV.layout()));
   Tensor dk_rc = make_tensor(tdKrdK.data(), acc_as_rows_cols(tdKrdK.layout()));
   Tensor dv_rc = make_tensor(tdVrdV.data(), acc_as_rows_cols(tdVrdV.layout()));
-  const bool sole_writer = p.accum_heads_k == p.num_heads;  // one query head per slot
-  const int slot = sole_writer ? head : head_k;
+  const bool sole_writer = int64_t(p.accum_heads_k) * head_group == p.num_heads;
+  const int slot = first_head / (p.num_heads / p.accum_heads_k);
   CUTLASS_PRAGMA_UNROLL
   for (int r = 0; r < size<0>(dk_rc); ++r) {
     const int key = c0 + get<0>(c_rc(r, 0));

@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "flashmask_sm90_api.h"
@@ -35,6 +36,19 @@ constexpr int kMaxSeqlen = 1 << 19;
 constexpr int64_t kMaxTiles = int64_t(1) << 30;
 
 }  // namespace
+
+int bwd_head_group(const BwdParams& p, int requested) {
+  // Default 1: grouping helps masks whose key blocks carry equal work (H200,
+  // 32K sliding window bwd +6% with 2 heads per CTA) but stretches the few
+  // heavy CTAs of unbalanced ones into a long tail (32K global + sliding
+  // window: 181 -> 116 TFLOP/s with 4), and the host cannot tell which is
+  // which (NOTES.md, sm90 v7).
+  const int group = p.num_heads / p.num_heads_k;
+  for (int g = std::min(requested, group); g > 1; --g) {
+    if (group % g == 0) return g;
+  }
+  return 1;
+}
 
 bool compiled() {
 #if defined(FLASHMASK_WITH_SM90)

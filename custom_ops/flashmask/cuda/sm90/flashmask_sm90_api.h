@@ -16,10 +16,14 @@ bool compiled();
 // True when the Hopper kernels take this call (dtype, head dim, strides).
 bool fwd_supported(const FwdParams& p);
 bool bwd_supported(const BwdParams& p);
+// Query heads per backward CTA (BwdParams::bwd_head_group): a divisor of the
+// GQA group, the largest not above `requested`; 1 when `requested` is 0.
+int bwd_head_group(const BwdParams& p, int requested);
 // Both expect the mask block summary (cuda::compute_block_bounds) to be done;
 // the backward also expects cuda::bwd_prepare and leaves cuda::bwd_finish to
 // the caller, like the FA2-class backward, and follows the same deterministic
-// contract (BwdParams::deterministic: no dQ work, dK/dV in accum_heads_k slots).
+// contract (BwdParams::deterministic: no dQ work, dK/dV in accum_heads_k slots),
+// with the plan of cuda::plan_bwd_cuda.
 void run_fwd(const FwdParams& p, cudaStream_t stream);
 void run_bwd(const BwdParams& p, cudaStream_t stream);
 

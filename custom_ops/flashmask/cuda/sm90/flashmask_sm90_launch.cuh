@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 #include <cutlass/numeric_types.h>
 
@@ -113,7 +114,12 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
   const int smem = smem_bytes<Traits>((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM);
   FLASHMASK_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.num_heads, p.batch);
+  const int group = p.num_heads / p.num_heads_k;
+  if (p.bwd_head_group < 1 || group % p.bwd_head_group != 0) {
+    throw std::invalid_argument("flashmask sm90 backward: bwd_head_group must divide the GQA group");
+  }
+  const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.num_heads / p.bwd_head_group,
+                  p.batch);
   kernel<<<grid, Traits::kNThreads, smem, stream>>>(kp);
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }
