@@ -10,13 +10,14 @@
 //   warpgroups 1-2 (consumers): 64 keys each. Per query block:
 //     S^T = K Q^T and dP^T = V dO^T (wgmma, shared-memory operands),
 //     P^T = exp(S^T - LSE), dS^T = P^T (dP^T - delta) in registers,
-//     dV += P^T dO and dK += dS^T Q (wgmma with P^T/dS^T from registers),
-//     dS^T to shared memory, then dQ = dS K (head dim split over the two
-//     warpgroups) added to the fp32 dq accumulator with atomics.
+//     dS^T to shared memory, dV += P^T dO (wgmma, P^T from registers),
+//     dQ = dS K (head dim split over the two warpgroups), dK += dS^T Q (dS^T
+//     from registers); dQ leaves for the fp32 dq accumulator (bulk
+//     reduce-add or atomics) while the dK GEMM runs.
 // dK/dV stay in registers for the whole CTA (summed over its heads) and go to
 // the slot of the plan (BwdParams::accum_heads_k): stored where the CTA is
 // the slot's one writer, added with atomics where the GQA group spans several
-// CTAs. In deterministic mode the dQ step is skipped (a query-major kernel
+// CTAs (the default: one head per CTA, see bwd_head_group). In deterministic mode the dQ step is skipped (a query-major kernel
 // computes dQ) and the plan always gives one writer per slot.
 // FlashMask: one warp lists the live query blocks of this key block from the
 // block min/max before the role split (sm90_block_list.cuh); fully masked
@@ -328,12 +329,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       Tensor tdVrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
       Tensor tdKrdS = make_tensor(rdS.data(), acc_as_a_operand(rdS.layout()));
       warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dkv, tdVrP, tdVrdO(_, _, _, stage), tdVrdV);
-      warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dkv, tdKrdS, tdKrQ(_, _, _, stage), tdKrdK);
       if (!p.deterministic) {
         barrier_sync<Traits::kNumMmaThreads>(BwdBarrier::kdS);  // both halves of dS^T stored
+        // dQ before dK, so dQ's trip to shared memory (or the atomics) runs
+        // under the dK GEMM: wgmma groups retire in order, so waiting until
+        // one is left in flight means dV and dQ are done and only dK runs.
         Tensor tdQrdQ = partition_fragment_C(mma_dq, make_shape(Int<kBlockM>{}, Int<kDim>{}));
-        warpgroup_gemm</*zero_init=*/true, /*wait=*/0>(mma_dq, tdQrdS(_, _, _, buf), tdQrK, tdQrdQ);
-        pipeline.consumer_release(read);  // Q and dO of this stage are no longer read
+        warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_dq, tdQrdS(_, _, _, buf), tdQrK, tdQrdQ);
+        warpgroup_gemm</*zero_init=*/false, /*wait=*/1>(mma_dkv, tdKrdS, tdKrQ(_, _, _, stage), tdKrdK);
+        warpgroup_fence_operand(tdQrdQ);
         Tensor dq_rc = make_tensor(tdQrdQ.data(), acc_as_rows_cols(tdQrdQ.layout()));
         Tensor cdq_rc = make_tensor(tdQcdQ.data(), acc_as_rows_cols(tdQcdQ.layout()));
         const int dcol0 = get<1>(cdq_rc(0, 0));
@@ -365,8 +369,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
             }
           }
         }
+        warpgroup_wait<0>();  // dK has read Q
+        pipeline.consumer_release(read);  // Q and dO of this stage are no longer read
       } else {
-        warpgroup_wait<0>();
+        warpgroup_gemm</*zero_init=*/false, /*wait=*/0>(mma_dkv, tdKrdS, tdKrQ(_, _, _, stage), tdKrdK);
         pipeline.consumer_release(read);
       }
       ++read;
