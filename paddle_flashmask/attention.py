@@ -75,8 +75,10 @@ def set_index_validation(enabled):
 
 # id(indices) -> (weakref, inplace version, seqlen_q, causal) of tensors that
 # passed the value check. The weak reference tells a live tensor from a new one
-# that reuses a dead one's id; entries leave with their tensors.
+# that reuses a dead one's id. Dead entries are dropped when a tensor is added
+# (no weakref callbacks: nothing of ours runs when Paddle frees a tensor).
 _checked_indices = {}
+_CHECKED_PRUNE_AT = 64
 
 
 def _already_checked(indices, seqlen_q, causal):
@@ -86,12 +88,16 @@ def _already_checked(indices, seqlen_q, causal):
 
 
 def _remember_checked(indices, seqlen_q, causal):
-    key = id(indices)
     try:
-        ref = weakref.ref(indices, lambda _, key=key: _checked_indices.pop(key, None))
+        ref = weakref.ref(indices)
     except TypeError:  # a tensor type without weak references: check every call
         return
-    _checked_indices[key] = (ref, _inplace_version(indices), seqlen_q, causal)
+    if len(_checked_indices) >= _CHECKED_PRUNE_AT:
+        for key in [k for k, entry in _checked_indices.items() if entry[0]() is None]:
+            del _checked_indices[key]
+        if len(_checked_indices) >= _CHECKED_PRUNE_AT:  # all alive: start over
+            _checked_indices.clear()
+    _checked_indices[id(indices)] = (ref, _inplace_version(indices), seqlen_q, causal)
 
 
 def _inplace_version(t):

@@ -320,6 +320,14 @@ def test_indices_changed_in_place_checked_again(spy):
                     value_check=True)
 
 
+def test_checked_tensors_do_not_pile_up(spy):
+    q, k, v = qkv()
+    for _ in range(3 * attention_mod._CHECKED_PRUNE_AT):
+        F(q, k, v, full_idx(4, 1), causal=True)  # each dies after its call
+    assert len(attention_mod._checked_indices) <= attention_mod._CHECKED_PRUNE_AT
+    assert spy.calls.count(CHECK_OP) == 3 * attention_mod._CHECKED_PRUNE_AT
+
+
 def test_disabling_validation_forgets_checked_tensors(spy):
     q, k, v = qkv()
     t = valid_idx(True, 1)
