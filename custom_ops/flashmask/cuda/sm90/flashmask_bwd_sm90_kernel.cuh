@@ -17,8 +17,9 @@
 // dK/dV stay in registers for the whole CTA (summed over its heads) and go to
 // the slot of the plan (BwdParams::accum_heads_k): stored where the CTA is
 // the slot's one writer, added with atomics where the GQA group spans several
-// CTAs (the default: one head per CTA, see bwd_head_group). In deterministic mode the dQ step is skipped (a query-major kernel
-// computes dQ) and the plan always gives one writer per slot.
+// CTAs (the default: one head per CTA, see bwd_head_group). In deterministic
+// mode the dQ step is skipped (a query-major kernel computes dQ) and the plan
+// always gives one writer per slot.
 // FlashMask: one warp lists the live query blocks of this key block from the
 // block min/max before the role split (sm90_block_list.cuh); fully masked
 // blocks, including middle bands, are never loaded.
