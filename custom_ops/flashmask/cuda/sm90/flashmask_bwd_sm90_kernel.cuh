@@ -185,8 +185,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     }
     PipelineState write = cutlass::make_producer_start_state<Pipeline>();
     for (int head = first_head; head < first_head + head_group; ++head) {
-      Tensor gQ = local_tile(kp.tma_q.get_tma_tensor(shape_q)(_, _, head, batch), tile_q, make_coord(_, _0{}));
-      Tensor gdO = local_tile(kp.tma_do.get_tma_tensor(shape_q)(_, _, head, batch), tile_q, make_coord(_, _0{}));
+      Tensor gQ = local_tile(kp.tma_q.get_tma_tensor(shape_q)(_, _, head, batch), tile_q,
+                             make_coord(_, _0{}));
+      Tensor gdO = local_tile(kp.tma_do.get_tma_tensor(shape_q)(_, _, head, batch), tile_q,
+                              make_coord(_, _0{}));
       auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                                         group_modes<0, 2>(gQ));
       auto [tdOgdO, tdOsdO] = tma_partition(kp.tma_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sdO),
