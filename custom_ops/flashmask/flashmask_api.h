@@ -29,7 +29,8 @@ int32_t check_indices_cpu(const int32_t* indices, int64_t num_columns,
 bool cuda_supports(DType dtype, int head_dim);
 void run_fwd_cuda(const FwdParams& params, void* stream);
 // Fills the backward plan (bwd_head_group, accum_heads_k, dkv_accum_stored;
-// see BwdParams) from the call's shapes, flags and pointers (q/k/v/dout set);
+// see BwdParams) from the call's shapes, flags and pointers (q/k/v/dout set),
+// and resolves gpu_kernel to the family planned for;
 // run it before sizing dk_accum/dv_accum. `head_group` > 0 asks for that many
 // query heads per CTA on the sm90 path (the largest divisor of the GQA group
 // not above it is taken; tests and benchmarks), 0 means one.

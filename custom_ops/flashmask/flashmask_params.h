@@ -93,7 +93,8 @@ struct BwdParams : FwdParams {
   bool deterministic = false;
 
   // GPU backward plan, filled by plan_bwd_cuda (flashmask_api.h) before the
-  // caller sizes dk_accum/dv_accum:
+  // caller sizes dk_accum/dv_accum (it also resolves gpu_kernel to the
+  // family these fields are planned for):
   // - bwd_head_group: consecutive query heads of one GQA group that one CTA
   //   covers, dK/dV summed in registers over them (the sm90 kernel; 1 else).
   // - accum_heads_k: head slots of dk_accum/dv_accum. A CTA whose first query

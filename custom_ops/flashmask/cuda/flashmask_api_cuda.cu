@@ -116,6 +116,9 @@ void plan_bwd_cuda(BwdParams& params, int head_group) {
   // The sm90 epilogue stores its whole slot even where no query block was
   // live; the FA2-class one only adds what it computed.
   params.dkv_accum_stored = one_writer && sm90_bwd;
+  // The accumulator layout above belongs to this family: pin it, so the run
+  // (run_bwd_cuda) cannot take the other one.
+  params.gpu_kernel = sm90_bwd ? GpuKernel::kSm90 : GpuKernel::kFA2;
 }
 
 void run_bwd_cuda(const BwdParams& params, void* stream) {
