@@ -242,24 +242,36 @@ def test_deterministic_unequal_lengths(gpu_kernel, causal, cols, seqlen_q, seqle
 
 # --------------------------------------------------------------------------------------
 # sm90 backward with several query heads of a GQA group per CTA (dK/dV summed in
-# registers; stored when one CTA covers the whole group, added with atomics when not)
+# registers; stored when one CTA covers the whole group, added with atomics when not),
+# every key block alike or fitted per key block (fewer heads where it has more work)
 # --------------------------------------------------------------------------------------
 
 BWD_HEAD_GROUP_ENV = "PADDLE_FLASHMASK_SM90_BWD_HEAD_GROUP"
+BWD_GROUP_MAX_STEPS_ENV = "PADDLE_FLASHMASK_SM90_BWD_GROUP_MAX_STEPS"
+FWD_PINGPONG_ENV = "PADDLE_FLASHMASK_SM90_FWD_PINGPONG"
 
 
 @pytest.fixture
 def sm90_bwd_head_group(request, monkeypatch):
-    """Forces the sm90 kernels and the backward's query heads per CTA (request.param)."""
+    """Forces the sm90 kernels and the backward's grouping: request.param is (query heads
+    per CTA, most steps of a grouped CTA or None for the default; 0 = every key block alike)."""
     if not is_sm90():
         pytest.skip(f"the sm90 kernels need compute capability 9.0, GPU 0 is {device_capability()}")
-    monkeypatch.setenv(BWD_HEAD_GROUP_ENV, str(request.param))
+    head_group, max_steps = request.param
+    monkeypatch.setenv(BWD_HEAD_GROUP_ENV, str(head_group))
+    if max_steps is not None:
+        monkeypatch.setenv(BWD_GROUP_MAX_STEPS_ENV, str(max_steps))
     old = pfm.set_gpu_kernel("sm90")
     yield request.param
     pfm.set_gpu_kernel(old)
 
 
-@pytest.mark.parametrize("sm90_bwd_head_group", [2, 4, 8], indirect=True)
+# At 333 rows (6 query blocks of 64), 6 steps mixes key blocks of 4, 2 and 1 heads
+# per CTA; the default (80) groups every key block.
+HEAD_GROUP_PLANS = [(2, 0), (4, 0), (8, 0), (4, 6), (8, 6), (4, None)]
+
+
+@pytest.mark.parametrize("sm90_bwd_head_group", HEAD_GROUP_PLANS, indirect=True, ids=str)
 @pytest.mark.parametrize("heads,heads_k,hm", [(8, 2, 1), (8, 2, 2), (8, 1, 1)])
 @pytest.mark.parametrize("causal,cols", [(True, 0), (True, 1), (False, 4)])
 @pytest.mark.parametrize("deterministic", [False, True])
@@ -270,17 +282,49 @@ def test_sm90_bwd_head_groups(sm90_bwd_head_group, heads, heads_k, hm, causal, c
                  heads_k, 128, causal, idx, deterministic=deterministic)
 
 
-@pytest.mark.parametrize("sm90_bwd_head_group", [4], indirect=True)
+@pytest.mark.parametrize("sm90_bwd_head_group", [(4, 0), (4, 6)], indirect=True, ids=str)
 def test_sm90_bwd_head_group_fully_masked_and_reproducible(sm90_bwd_head_group):
     idx = np.zeros((1, 1, 300, 4), dtype=np.int32)
     idx[..., 1] = 130  # rows [0, 130) see nothing
     idx[..., 2], idx[..., 3] = 200, 260
     run_gpu_case(seed_of("hg-empty"), 1, 300, 300, 8, 2, 128, False, idx, deterministic=True)
+    run_gpu_case(seed_of("hg-empty-nd"), 1, 300, 300, 8, 2, 128, False, idx, deterministic=False)
     q, k, v, dout = gpu_inputs(seed_of("hg-repro"), 1, 300, 300, 8, 2, 128, "bfloat16")
     first = gpu_run(q, k, v, dout, idx, False, deterministic=True)
     again = gpu_run(q, k, v, dout, idx, False, deterministic=True)
     for key in ("out", "lse", "dq", "dk", "dv"):
         np.testing.assert_array_equal(again[key], first[key], err_msg=f"{key} differs between runs")
+
+
+# --------------------------------------------------------------------------------------
+# sm90 forward with pingpong between the consumer warpgroups (turns at issuing QK^T)
+# --------------------------------------------------------------------------------------
+
+@pytest.fixture
+def sm90_fwd_pingpong(monkeypatch):
+    if not is_sm90():
+        pytest.skip(f"the sm90 kernels need compute capability 9.0, GPU 0 is {device_capability()}")
+    monkeypatch.setenv(FWD_PINGPONG_ENV, "1")
+    old = pfm.set_gpu_kernel("sm90")
+    yield
+    pfm.set_gpu_kernel(old)
+
+
+@pytest.mark.parametrize("dim", [64, 128])
+@pytest.mark.parametrize("causal,cols", FORMS)
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(77, 77), (1000, 1000), (300, 517)])
+def test_sm90_fwd_pingpong(sm90_fwd_pingpong, dim, causal, cols, seqlen_q, seqlen_k):
+    rng = np.random.default_rng(seed_of("pp-idx", causal, cols, seqlen_q, seqlen_k))
+    idx = None if cols == 0 else random_indices(rng, 2, 2, seqlen_q, seqlen_k, causal, cols)
+    run_gpu_case(seed_of("pp", dim, causal, cols, seqlen_q, seqlen_k), 2, seqlen_q, seqlen_k, 4, 2, dim, causal,
+                 idx)
+
+
+def test_sm90_fwd_pingpong_fully_masked_rows(sm90_fwd_pingpong):
+    idx = np.zeros((1, 1, 300, 4), dtype=np.int32)
+    idx[..., 1] = 130  # rows [0, 130) see nothing
+    idx[..., 2], idx[..., 3] = 200, 260
+    run_gpu_case(seed_of("pp-empty"), 1, 300, 300, 8, 2, 128, False, idx)
 
 
 REPRO_CASES = {

@@ -28,13 +28,15 @@ int32_t check_indices_cpu(const int32_t* indices, int64_t num_columns,
 // softmax_d) must be allocated by the caller: sizes below and in the params.
 bool cuda_supports(DType dtype, int head_dim);
 void run_fwd_cuda(const FwdParams& params, void* stream);
-// Fills the backward plan (bwd_head_group, accum_heads_k, dkv_accum_stored;
-// see BwdParams) from the call's shapes, flags and pointers (q/k/v/dout set),
-// and resolves gpu_kernel to the family planned for;
-// run it before sizing dk_accum/dv_accum. `head_group` > 0 asks for that many
-// query heads per CTA on the sm90 path (the largest divisor of the GQA group
-// not above it is taken; tests and benchmarks), 0 means one.
-void plan_bwd_cuda(BwdParams& params, int head_group = 0);
+// Fills the backward plan (bwd_head_group, bwd_group_max_steps,
+// accum_heads_k, dkv_accum_stored; see BwdParams) from the call's shapes,
+// flags and pointers (q/k/v/dout set), and resolves gpu_kernel to the family
+// planned for; run it before sizing dk_accum/dv_accum. On the sm90 path
+// `head_group` > 0 asks for that many query heads per CTA (the largest
+// divisor of the GQA group not above it is taken), 0 for the default;
+// `group_max_steps` >= 0 overrides the per-key-block fitting (0: uniform
+// groups), < 0 takes the default. Tests and benchmarks set them.
+void plan_bwd_cuda(BwdParams& params, int head_group = 0, int group_max_steps = -1);
 void run_bwd_cuda(const BwdParams& params, void* stream);
 // int32 elements of the block_bounds workspace: the mask's block summaries
 // (none without a column mask) and the persistent kernels' tile counters.

@@ -104,9 +104,19 @@ struct BwdParams : FwdParams {
   //   (deterministic, or one CTA per whole group).
   // - dkv_accum_stored: the kernel stores every slot element (one writer, no
   //   atomics), so the accumulators need no zeroing first.
+  // - bwd_group_max_steps (sm90, bwd_head_group > 1): 0 groups every key
+  //   block alike. Above 0 the grouping follows each key block's work: its
+  //   CTA covers the largest divisor d of bwd_head_group with d x (live
+  //   query blocks) <= bwd_group_max_steps (at least 1 head), so light key
+  //   blocks share their prologue and epilogue over several heads while heavy
+  //   ones keep one head per CTA and no CTA becomes a long tail. The grid then
+  //   has a CTA per head and those not first in their sub-group leave after
+  //   listing; dK/dV go to num_heads_k slots (zeroed, added with atomics
+  //   unless one CTA covers the whole GQA group).
   int bwd_head_group = 1;
   int accum_heads_k = 0;
   bool dkv_accum_stored = false;
+  int bwd_group_max_steps = 0;
 };
 
 // Bit flags reported by the index validation pass.

@@ -154,17 +154,26 @@ void check_cuda_config(const flashmask::FwdParams& p) {
            "flashmask_attention on GPU takes float16/bfloat16 inputs with head_dim 32, 64 or 128");
 }
 
-// Query heads per sm90 backward CTA asked for through
-// PADDLE_FLASHMASK_SM90_BWD_HEAD_GROUP (unset or 0: one; see
-// flashmask::plan_bwd_cuda and NOTES.md for when more pays).
-int requested_bwd_head_group() {
-  const char* env = std::getenv("PADDLE_FLASHMASK_SM90_BWD_HEAD_GROUP");
-  if (env == nullptr || *env == '\0') return 0;
+// An integer in [lo, hi] from the environment variable `name`; `unset` when
+// it is unset or empty.
+int env_int(const char* name, int unset, int lo, int hi) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return unset;
   char* end = nullptr;
   const long value = std::strtol(env, &end, 10);
-  PD_CHECK(*end == '\0' && value >= 0 && value <= 1024,
-           "PADDLE_FLASHMASK_SM90_BWD_HEAD_GROUP must be an integer in [0, 1024], got '", env, "'");
+  PD_CHECK(*end == '\0' && value >= lo && value <= hi, name, " must be an integer in [", lo, ", ", hi,
+           "], got '", env, "'");
   return int(value);
+}
+
+// The sm90 backward's head grouping (flashmask::plan_bwd_cuda; NOTES.md says
+// when it pays): PADDLE_FLASHMASK_SM90_BWD_HEAD_GROUP query heads per CTA at
+// most (unset or 0: the default), and PADDLE_FLASHMASK_SM90_BWD_GROUP_MAX_STEPS
+// the most steps of 64 query rows a grouped CTA may take (0: every key block
+// grouped alike; unset: the default).
+int requested_bwd_head_group() { return env_int("PADDLE_FLASHMASK_SM90_BWD_HEAD_GROUP", 0, 0, 1024); }
+int requested_bwd_group_max_steps() {
+  return env_int("PADDLE_FLASHMASK_SM90_BWD_GROUP_MAX_STEPS", -1, 0, 1 << 20);
 }
 
 paddle::Tensor gpu_workspace(int64_t elems, paddle::DataType dtype, const paddle::Tensor& like) {
@@ -246,7 +255,9 @@ std::vector<paddle::Tensor> FlashMaskBackward(const paddle::Tensor& q, const pad
     check_cuda_config(p);
     auto bounds = gpu_workspace(std::max<int64_t>(1, flashmask::block_bounds_elems(p)),
                                 paddle::DataType::INT32, q);
-    rethrow_as_paddle_error([&] { flashmask::plan_bwd_cuda(p, requested_bwd_head_group()); });
+    rethrow_as_paddle_error([&] {
+      flashmask::plan_bwd_cuda(p, requested_bwd_head_group(), requested_bwd_group_max_steps());
+    });
     auto dq_accum = paddle::empty(q.shape(), paddle::DataType::FLOAT32, q.place());
     // [B, Sk, accum_heads_k, D]: slots as planned above.
     std::vector<int64_t> kv_accum_shape = k.shape();

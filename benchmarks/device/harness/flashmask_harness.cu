@@ -140,8 +140,9 @@ void set_bwd_strides(BwdParams& p) {
 }
 
 // One case: GPU (given family, determinism) vs CPU fp32 reference.
-// head_group: query heads per sm90 backward CTA asked of plan_bwd_cuda.
-bool check_case(const Case& c, GpuKernel kernel, bool deterministic, int head_group, std::mt19937& rng) {
+// head_group, max_steps: the sm90 backward's grouping asked of plan_bwd_cuda.
+bool check_case(const Case& c, GpuKernel kernel, bool deterministic, int head_group, int max_steps,
+                std::mt19937& rng) {
   const size_t nq = size_t(c.b) * c.sq * c.h * c.d, nk = size_t(c.b) * c.sk * c.hk * c.d;
   Buffers q = random_buffer(nq, rng), k = random_buffer(nk, rng), v = random_buffer(nk, rng);
   Buffers dout = random_buffer(nq, rng);
@@ -197,7 +198,7 @@ bool check_case(const Case& c, GpuKernel kernel, bool deterministic, int head_gr
   set_bwd_strides(b);
   b.deterministic = deterministic;
   b.dout = dout.dev;  // the plan looks at its alignment
-  flashmask::plan_bwd_cuda(b, head_group);
+  flashmask::plan_bwd_cuda(b, head_group, max_steps);
   const size_t nk_acc = size_t(c.b) * c.sk * b.accum_heads_k * c.d;
   CHECK(cudaMalloc(&dq_dev, nq * 2));
   CHECK(cudaMalloc(&dk_dev, nk * 2));
@@ -220,9 +221,9 @@ bool check_case(const Case& c, GpuKernel kernel, bool deterministic, int head_gr
   const double eo = rel_err(o, ref_o), el = rel_err(lse, ref_lse), edq = rel_err(dq, ref_dq),
                edk = rel_err(dk, ref_dk), edv = rel_err(dv, ref_dv);
   const bool ok = eo < 1e-2 && el < 1e-3 && edq < 2e-2 && edk < 2e-2 && edv < 2e-2 && same;
-  std::printf("%-4s %-5s hg%d %-16s B%d Sq%-5d Sk%-5d H%d:%d D%-3d out %.1e lse %.1e dq %.1e dk %.1e dv %.1e%s %s\n",
+  std::printf("%-4s %-5s hg%d/%-3d %-16s B%d Sq%-5d Sk%-5d H%d:%d D%-3d out %.1e lse %.1e dq %.1e dk %.1e dv %.1e%s %s\n",
               kernel == GpuKernel::kSm90 ? "sm90" : "fa2", deterministic ? "det" : "", b.bwd_head_group,
-              c.name.c_str(), c.b, c.sq, c.sk, c.h, c.hk, c.d, eo, el, edq, edk, edv,
+              b.bwd_group_max_steps, c.name.c_str(), c.b, c.sq, c.sk, c.h, c.hk, c.d, eo, el, edq, edk, edv,
               deterministic ? (same ? " bit-identical" : " NOT-IDENTICAL") : "", ok ? "ok" : "FAIL");
   for (void* ptr : {(void*)q.dev, (void*)k.dev, (void*)v.dev, (void*)dout.dev, (void*)o_dev, (void*)lse_dev,
                     (void*)dq_dev, (void*)dk_dev, (void*)dv_dev, (void*)dq_acc, (void*)dk_acc, (void*)dv_acc,
@@ -269,7 +270,8 @@ std::vector<int32_t> timing_window(int s) {  // causal, C=1: rows j .. j + 1024 
 
 // Median of 6 timings (ms) of fwd and bwd, B=1, causal, optional C=1 mask.
 void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, std::mt19937& rng,
-               const std::vector<int32_t>& mask = {}, bool deterministic = false, int head_group = 0) {
+               const std::vector<int32_t>& mask = {}, bool deterministic = false, int head_group = 0,
+               int max_steps = -1) {
   Case c{name, 1, s, s, h, hk, d, true, 0, nullptr};
   const size_t nq = size_t(s) * h * d, nk = size_t(s) * hk * d;
   Buffers q = random_buffer(nq, rng), k = random_buffer(nk, rng), v = random_buffer(nk, rng),
@@ -301,7 +303,7 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
   set_bwd_strides(b);
   b.deterministic = deterministic;
   b.dout = dout.dev;
-  flashmask::plan_bwd_cuda(b, head_group);
+  flashmask::plan_bwd_cuda(b, head_group, max_steps);
   CHECK(cudaMalloc(&dqa, nq * 4));
   CHECK(cudaMalloc(&dka, size_t(s) * b.accum_heads_k * d * 4));
   CHECK(cudaMalloc(&dva, size_t(s) * b.accum_heads_k * d * 4));
@@ -332,9 +334,9 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
   const float around = median_ms([&] { flashmask::cuda::bwd_prepare(b, nullptr); }) +
                        median_ms([&] { flashmask::cuda::bwd_finish(b, nullptr); });
   const double flops = 4.0 * unmasked_area(s, true, mask.empty() ? 0 : 1, mask) * h * d;
-  std::printf("| %s%s | %s | %d | %d:%d | %d | %d | %.3f | %.1f | %.3f | %.1f | %.1f | %.3f |\n",
+  std::printf("| %s%s | %s | %d | %d:%d | %d | %d/%d | %.3f | %.1f | %.3f | %.1f | %.1f | %.3f |\n",
               kernel == GpuKernel::kSm90 ? "sm90" : "fa2", deterministic ? " det" : "", name, s, h, hk, d,
-              b.bwd_head_group,
+              b.bwd_head_group, b.bwd_group_max_steps,
               fwd, flops / fwd / 1e9, bwd, 2.5 * flops / bwd / 1e9, 3.5 * flops / (fwd + bwd) / 1e9, around);
   for (void* ptr : {(void*)q.dev, (void*)k.dev, (void*)v.dev, (void*)dout.dev, (void*)o, (void*)lse,
                     (void*)dq, (void*)dk, (void*)dv, (void*)dqa, (void*)dka, (void*)dva, (void*)delta,
@@ -361,32 +363,42 @@ int main(int argc, char** argv) {
   int failures = 0;
   for (const Case& c : cases) {
     for (bool det : {false, true}) {
-      failures += !check_case(c, GpuKernel::kFA2, det, 1, rng);
-      // Every divisor of the GQA group as the sm90 backward's head group.
+      failures += !check_case(c, GpuKernel::kFA2, det, 1, 0, rng);
+      // Every divisor of the GQA group as the sm90 backward's head group,
+      // every key block grouped alike (0), and fitted per key block: 12 steps
+      // mixes grouped and one-head key blocks in these small cases; -1 is the
+      // default (every key block of these fits in 80).
       for (int hg = 1; hg <= c.h / c.hk; ++hg) {
-        if ((c.h / c.hk) % hg == 0) failures += !check_case(c, GpuKernel::kSm90, det, hg, rng);
+        if ((c.h / c.hk) % hg != 0) continue;
+        for (int steps : {0, 12, -1}) {
+          if (steps != 0 && (det || hg == 1)) continue;  // the plan ignores it there
+          failures += !check_case(c, GpuKernel::kSm90, det, hg, steps, rng);
+        }
       }
     }
   }
   std::printf("%d failures\n", failures);
   if (timing) {
-    std::printf("| kernel | mask | S | H:Hk | D | bwd heads/CTA | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | fwd+bwd TFLOP/s | bwd prep+finish ms |\n"
+    std::printf("| kernel | mask | S | H:Hk | D | bwd heads/CTA / max steps | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | fwd+bwd TFLOP/s | bwd prep+finish ms |\n"
                 "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int s : {8192, 16384}) {
       for (GpuKernel kernel : {GpuKernel::kFA2, GpuKernel::kSm90}) time_case("causal", s, 32, 8, 128, kernel, rng);
     }
     time_case("causal", 16384, 32, 8, 64, GpuKernel::kSm90, rng);
     time_case("causal", 16384, 32, 8, 128, GpuKernel::kSm90, rng, {}, true);
-    // Short live lists (where per-CTA prologue and epilogue show), with 1, 2
-    // and 4 query heads per sm90 backward CTA.
+    // Short live lists (where per-CTA prologue and epilogue show): one query
+    // head per sm90 backward CTA, 4 for every key block, and 4 fitted per key
+    // block (the default, 80 steps; and 40).
     for (int s : {8192, 32768}) {
       std::mt19937 mask_rng(s);
       const std::vector<int32_t> docs = timing_docs(s, mask_rng), window = timing_window(s);
-      for (int hg : {1, 2, 4}) {
-        time_case("causal_document", s, 32, 8, 128, GpuKernel::kSm90, rng, docs, false, hg);
-        time_case("sliding_window", s, 32, 8, 128, GpuKernel::kSm90, rng, window, false, hg);
+      for (auto [hg, steps] : {std::pair{1, 0}, std::pair{4, 0}, std::pair{4, -1}, std::pair{4, 40}}) {
+        time_case("causal_document", s, 32, 8, 128, GpuKernel::kSm90, rng, docs, false, hg, steps);
+        time_case("sliding_window", s, 32, 8, 128, GpuKernel::kSm90, rng, window, false, hg, steps);
       }
     }
+    // Causal with one query head per backward CTA, against the default above.
+    for (int s : {8192, 16384}) time_case("causal", s, 32, 8, 128, GpuKernel::kSm90, rng, {}, false, 1, 0);
     time_case("causal", 32768, 32, 8, 128, GpuKernel::kSm90, rng);
   }
   return failures ? 1 : 0;

@@ -106,16 +106,20 @@ void run_fwd_cuda(const FwdParams& params, void* stream) {
   dispatch(params, FwdLauncher{params, s});
 }
 
-void plan_bwd_cuda(BwdParams& params, int head_group) {
+void plan_bwd_cuda(BwdParams& params, int head_group, int group_max_steps) {
   const int group = params.num_heads / params.num_heads_k;
   const bool sm90_bwd = use_sm90(params, sm90::bwd_supported(params));
   params.bwd_head_group = sm90_bwd ? sm90::bwd_head_group(params, head_group) : 1;
+  params.bwd_group_max_steps = sm90_bwd ? sm90::bwd_group_max_steps(params, group_max_steps) : 0;
   // One writer per slot: each CTA owns its slot (no zeroing, no atomics).
+  // Grouping fitted per key block writes kv-head slots, zeroed and added to.
+  const bool fitted = params.bwd_group_max_steps > 0;
   const bool one_writer = params.deterministic || params.bwd_head_group == group;
-  params.accum_heads_k = one_writer ? params.num_heads / params.bwd_head_group : params.num_heads_k;
+  params.accum_heads_k =
+      one_writer && !fitted ? params.num_heads / params.bwd_head_group : params.num_heads_k;
   // The sm90 epilogue stores its whole slot even where no query block was
   // live; the FA2-class one only adds what it computed.
-  params.dkv_accum_stored = one_writer && sm90_bwd;
+  params.dkv_accum_stored = one_writer && sm90_bwd && !fitted;
   // The accumulator layout above belongs to this family: pin it, so the run
   // (run_bwd_cuda) cannot take the other one.
   params.gpu_kernel = sm90_bwd ? GpuKernel::kSm90 : GpuKernel::kFA2;

@@ -198,13 +198,17 @@ void check_accum_heads(const BwdParams& p) {
   const int group = p.num_heads / p.num_heads_k;
   const int hg = p.bwd_head_group;
   const bool one_writer = p.accum_heads_k > 0 && int64_t(p.accum_heads_k) * hg == p.num_heads;
-  const bool ok = hg >= 1 && group % hg == 0 &&
+  // Groups fitted per key block vary from CTA to CTA: kv-head slots, added to.
+  const bool fitted = p.bwd_group_max_steps > 0 && hg > 1;
+  const bool ok = hg >= 1 && group % hg == 0 && p.bwd_group_max_steps >= 0 &&
                   (one_writer || (!p.deterministic && p.accum_heads_k == p.num_heads_k)) &&
-                  (!p.dkv_accum_stored || one_writer);
+                  (!p.dkv_accum_stored || one_writer) &&
+                  (!fitted || (!p.deterministic && !p.dkv_accum_stored && p.accum_heads_k == p.num_heads_k));
   if (!ok) {
     throw std::invalid_argument(
         "flashmask backward: inconsistent dK/dV plan (bwd_head_group " + std::to_string(hg) +
-        ", accum_heads_k " + std::to_string(p.accum_heads_k) + "); fill it with plan_bwd_cuda");
+        ", bwd_group_max_steps " + std::to_string(p.bwd_group_max_steps) + ", accum_heads_k " +
+        std::to_string(p.accum_heads_k) + "); fill it with plan_bwd_cuda");
   }
 }
 

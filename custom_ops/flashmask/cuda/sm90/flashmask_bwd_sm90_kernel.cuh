@@ -3,7 +3,9 @@
 // One CTA per (key block of 128, group of query heads, batch); the group is
 // `bwd_head_group` consecutive heads of one GQA group, which share K/V and the
 // mask, so the CTA loads K/V, lists the live query blocks and writes dK/dV
-// once for all of them. Three warpgroups:
+// once for all of them. With fitted grouping (bwd_group_max_steps) the group
+// shrinks where the key block has much work, down to one head per CTA. Three
+// warpgroups:
 //   warpgroup 0 (producer): TMA loads K and V once, then, head by head, Q and
 //     dO tiles of 64 query rows into a 2-stage mbarrier pipeline, for the
 //     live query blocks only;
@@ -17,11 +19,12 @@
 // dK/dV stay in registers for the whole CTA (summed over its heads) and go to
 // the slot of the plan (BwdParams::accum_heads_k): stored where the CTA is
 // the slot's one writer, added with atomics where the GQA group spans several
-// CTAs (the default: one head per CTA, see bwd_head_group). In deterministic
-// mode the dQ step is skipped (a query-major kernel computes dQ) and the plan
-// always gives one writer per slot.
-// FlashMask: one warp lists the live query blocks of this key block from the
-// block min/max before the role split (sm90_block_list.cuh); fully masked
+// CTAs (a heavy key block under fitted grouping, or uniform groups smaller
+// than the GQA group). In deterministic mode the dQ step is skipped (a
+// query-major kernel computes dQ) and the plan always gives one writer per
+// slot.
+// FlashMask: the whole CTA lists the live query blocks of this key block from
+// the block min/max before the role split (sm90_block_list.cuh); fully masked
 // blocks, including middle bands, are never loaded.
 #pragma once
 
@@ -81,6 +84,31 @@ __device__ __forceinline__ void accumulate_pair(float* dst, float a, float b, bo
 #endif
 }
 
+// Fitted grouping (BwdParams::bwd_group_max_steps): heads per CTA for a key
+// block with `num_live` live query blocks, the largest divisor of head_group
+// whose steps fit in max_steps (every CTA of the key block computes the same).
+__device__ __forceinline__ int fitted_head_count(int head_group, int num_live, int max_steps) {
+  for (int d = head_group; d > 1; --d) {
+    if (head_group % d == 0 && d * num_live <= max_steps) return d;
+  }
+  return 1;
+}
+
+// Fitted grouping's grid row -> query head. Row y = rank x groups + g is head
+// g x head_group + j(rank), where j runs 0, head_group / 2, ... (ranks
+// bit-reversed for power-of-two groups): the heads that lead the largest
+// sub-groups come first, so the long grouped CTAs start in the first waves and
+// the one-head CTAs of heavy key blocks and the CTAs that leave at once fill
+// in behind them.
+__device__ __forceinline__ int fitted_head_of(int y, int num_heads, int head_group) {
+  const int groups = num_heads / head_group;
+  const int g = y % groups, rank = y / groups;
+  const bool pow2 = (head_group & (head_group - 1)) == 0;
+  const int bits = __ffs(head_group) - 1;  // head_group > 1 here
+  const int j = pow2 ? int(__brev(unsigned(rank)) >> (32 - bits)) : rank;
+  return g * head_group + j;
+}
+
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     flashmask_bwd_sm90_kernel(CUTE_GRID_CONSTANT BwdKernelParams<Traits> const kp) {
@@ -99,8 +127,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 
   const BwdParams& p = kp.p;
   const int n_block = blockIdx.x;
-  const int head_group = p.bwd_head_group;
-  const int first_head = blockIdx.y * head_group;
+  const bool fitted = p.bwd_group_max_steps > 0 && p.bwd_head_group > 1;
+  // Fitted: this row's head (its sub-group is known once the list is built).
+  const int first_head = fitted ? fitted_head_of(blockIdx.y, p.num_heads, p.bwd_head_group)
+                                : blockIdx.y * p.bwd_head_group;
   const int batch = blockIdx.z;
   const int head_k = first_head / (p.num_heads / p.num_heads_k);
   const int warp = cutlass::canonical_warp_idx_sync();
@@ -126,8 +156,16 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   // The heads of the group share the mask head, hence the list.
   const int num_live = build_live_query_blocks<Traits::kNThreads, kBlockM, kBlockN>(
       p, batch, first_head, n_block, live_list, ss.warp_counts);
-  if (threadIdx.x == 0) ss.num_live_blocks = num_live;
+  // Heads of this CTA. Fitted: the key block's sub-group size follows its
+  // work, and only each sub-group's first head keeps its CTA (uniform exit,
+  // nothing issued yet).
+  if (threadIdx.x == 0) {
+    ss.num_live_blocks = num_live;
+    ss.cta_heads =
+        fitted ? fitted_head_count(p.bwd_head_group, num_live, p.bwd_group_max_steps) : p.bwd_head_group;
+  }
   __syncthreads();
+  if (fitted && first_head % ss.cta_heads != 0) return;
 
   Tensor sK = make_tensor(make_smem_ptr(ss.smem_k.data()), typename Traits::SmemLayoutK{});
   Tensor sV = make_tensor(make_smem_ptr(ss.smem_v.data()), typename Traits::SmemLayoutK{});
@@ -147,7 +185,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       // reduced into dq_accum one 512-byte row per bulk copy.
       const int lane = threadIdx.x % 32;
       constexpr int kFull = Traits::kNumMmaThreads + 32;
-      const int steps = head_group * num_live;
+      const int steps = ss.cta_heads * num_live;
       for (int step = 0; step < steps; ++step) {
         const int head = first_head + step / num_live;
         const int m0 = live_block_index(live_list[step % num_live]) * kBlockM;
@@ -184,7 +222,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       copy(kp.tma_v.with(bar, 0), tVgV, tVsV);
     }
     PipelineState write = cutlass::make_producer_start_state<Pipeline>();
-    for (int head = first_head; head < first_head + head_group; ++head) {
+    for (int head = first_head; head < first_head + ss.cta_heads; ++head) {
       Tensor gQ = local_tile(kp.tma_q.get_tma_tensor(shape_q)(_, _, head, batch), tile_q,
                              make_coord(_, _0{}));
       Tensor gdO = local_tile(kp.tma_do.get_tma_tensor(shape_q)(_, _, head, batch), tile_q,
@@ -257,7 +295,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   if (num_live > 0) ss.barrier_kv.wait(0);
   PipelineState read;
   int step = 0;  // over heads and live blocks: the dS buffer and dQ hand-over
-  for (int head = first_head; head < first_head + head_group; ++head) {
+  for (int head = first_head; head < first_head + ss.cta_heads; ++head) {
     const int64_t row_stats = (int64_t(batch) * p.num_heads + head) * p.seqlen_q;
     const float* lse = p.softmax_lse + row_stats;
     const float* delta = p.softmax_d + row_stats;
@@ -387,7 +425,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   Tensor c_rc = make_tensor(tdKVcdKV.data(), acc_as_rows_cols(tdKVcdKV.layout()));
   Tensor dk_rc = make_tensor(tdKrdK.data(), acc_as_rows_cols(tdKrdK.layout()));
   Tensor dv_rc = make_tensor(tdVrdV.data(), acc_as_rows_cols(tdVrdV.layout()));
-  const bool sole_writer = int64_t(p.accum_heads_k) * head_group == p.num_heads;
+  const bool sole_writer = int64_t(p.accum_heads_k) * ss.cta_heads == p.num_heads;
   const int slot = first_head / (p.num_heads / p.accum_heads_k);
   CUTLASS_PRAGMA_UNROLL
   for (int r = 0; r < size<0>(dk_rc); ++r) {

@@ -87,8 +87,27 @@ __device__ __forceinline__ FwdTile fwd_tile_of(int t, int query_blocks, int num_
 }
 
 // Named barriers (id 0 is __syncthreads): each consumer warpgroup's staging
-// of partial-tile column bounds, and the list builders' compaction.
-enum class FwdBarrier : int { kStagedColumnsWG0 = 1, kStagedColumnsWG1 = 2, kListBuilders = 3 };
+// of partial-tile column bounds, the list builders' compaction, and the
+// consumer warpgroups' turns at issuing S = QK^T (pingpong).
+enum class FwdBarrier : int {
+  kStagedColumnsWG0 = 1,
+  kStagedColumnsWG1 = 2,
+  kListBuilders = 3,
+  kSchedulerWG0 = 4,
+  kSchedulerWG1 = 5
+};
+
+// Pingpong: a consumer warpgroup issues its S = QK^T only after the other one
+// issued its own, so one warpgroup's softmax runs under the other's GEMMs
+// rather than both waiting on the tensor cores at once. Both warpgroups take
+// the same steps (one list per tile), so the turns alternate over the whole
+// kernel; warpgroup 1 grants warpgroup 0 the first turn.
+__device__ __forceinline__ void scheduler_wait_turn(int wg) {
+  asm volatile("bar.sync %0, 256;\n" ::"r"(int(FwdBarrier::kSchedulerWG0) + wg) : "memory");
+}
+__device__ __forceinline__ void scheduler_pass_turn(int wg) {
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(int(FwdBarrier::kSchedulerWG0) + 1 - wg) : "memory");
+}
 
 // mbarrier waits/arrives as compiler memory fences too: the lists and list
 // lengths they publish are plain shared-memory accesses.
@@ -103,8 +122,9 @@ __device__ __forceinline__ void arrive_published(cutlass::arch::ClusterBarrier& 
 
 // kColumnMask: the call has startend_row_indices. Masks without (plain
 // causal, full) get a kernel with no staging code at all, which keeps their
-// main loop's registers and schedule free of it.
-template <typename Traits, bool kColumnMask>
+// main loop's registers and schedule free of it. kPingPong: see
+// scheduler_wait_turn.
+template <typename Traits, bool kColumnMask, bool kPingPong>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     flashmask_fwd_sm90_kernel(CUTE_GRID_CONSTANT FwdKernelParams<Traits> const kp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -282,6 +302,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const int wg = mma_tid / 128;
   const int wg_tid = mma_tid % 128;
   int partial_tiles = 0;
+  if (kPingPong && wg == 1) scheduler_pass_turn(wg);
   for (int k = 0;; ++k) {
     const int slot = k % 2;
     wait_published(ss.list_full[slot], (k / 2) % 2);
@@ -316,8 +337,17 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       }
       Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
       pipeline_k.consumer_wait(read);
-      warpgroup_gemm</*zero_init=*/true, /*wait=*/0>(mma_qk, tSrQ(_, _, _, slot), tSrK(_, _, _, read.index()),
-                                                     tSrS);
+      if constexpr (kPingPong) {
+        scheduler_wait_turn(wg);
+        warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_qk, tSrQ(_, _, _, slot), tSrK(_, _, _, read.index()),
+                                                        tSrS);
+        scheduler_pass_turn(wg);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tSrS);  // S is read only after the wait
+      } else {
+        warpgroup_gemm</*zero_init=*/true, /*wait=*/0>(mma_qk, tSrQ(_, _, _, slot), tSrK(_, _, _, read.index()),
+                                                       tSrS);
+      }
       pipeline_k.consumer_release(read);
 
       Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));

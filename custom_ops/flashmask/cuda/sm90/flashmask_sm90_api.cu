@@ -34,20 +34,31 @@ constexpr int kMaxSeqlen = 1 << 19;
 // Tiles of a persistent forward (query blocks of 128 x heads x batch): int
 // indices handed out by an int counter.
 constexpr int64_t kMaxTiles = int64_t(1) << 30;
+// Backward head grouping: at most 4 query heads per CTA, and a grouped CTA at
+// most 80 steps of 64 query rows (a 1024-token window's key block, 18 live
+// blocks, still takes 4 heads; a key block that sees 1280+ rows keeps fewer).
+constexpr int kDefaultBwdHeadGroup = 4;
+constexpr int kDefaultBwdGroupMaxSteps = 80;
 
 }  // namespace
 
 int bwd_head_group(const BwdParams& p, int requested) {
-  // Default 1: grouping helps masks whose key blocks carry equal work (H200,
-  // 32K sliding window bwd +6% with 2 heads per CTA) but stretches the few
-  // heavy CTAs of unbalanced ones into a long tail (32K global + sliding
-  // window: 181 -> 116 TFLOP/s with 4), and the host cannot tell which is
-  // which (NOTES.md, sm90 v7).
+  // Default: up to 4 heads, with the grouping fitted to each key block's work
+  // (bwd_group_max_steps), so light key blocks (windows, ends of documents)
+  // share their prologue and epilogue and heavy ones keep a CTA per head.
+  // Deterministic runs need a fixed slot per CTA, hence uniform grouping,
+  // and there the default stays 1 (NOTES.md, sm90 v7a/v8).
+  if (requested <= 0) requested = p.deterministic ? 1 : kDefaultBwdHeadGroup;
   const int group = p.num_heads / p.num_heads_k;
   for (int g = std::min(requested, group); g > 1; --g) {
     if (group % g == 0) return g;
   }
   return 1;
+}
+
+int bwd_group_max_steps(const BwdParams& p, int requested) {
+  if (p.deterministic || p.bwd_head_group <= 1) return 0;
+  return requested < 0 ? kDefaultBwdGroupMaxSteps : requested;
 }
 
 bool compiled() {

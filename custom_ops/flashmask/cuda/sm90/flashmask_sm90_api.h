@@ -17,8 +17,13 @@ bool compiled();
 bool fwd_supported(const FwdParams& p);
 bool bwd_supported(const BwdParams& p);
 // Query heads per backward CTA (BwdParams::bwd_head_group): a divisor of the
-// GQA group, the largest not above `requested`; 1 when `requested` is 0.
+// GQA group, the largest not above `requested` (0: the default, 4, or 1 in
+// deterministic mode).
 int bwd_head_group(const BwdParams& p, int requested);
+// BwdParams::bwd_group_max_steps for a plan whose bwd_head_group is set:
+// `requested` < 0 takes the default; always 0 (uniform groups) in
+// deterministic mode or with one head per CTA.
+int bwd_group_max_steps(const BwdParams& p, int requested);
 // Both expect the mask block summary (cuda::compute_block_bounds) to be done;
 // the backward also expects cuda::bwd_prepare and leaves cuda::bwd_finish to
 // the caller, like the FA2-class backward, and follows the same deterministic

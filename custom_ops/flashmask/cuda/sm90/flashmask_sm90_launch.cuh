@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 
 #include <cutlass/numeric_types.h>
@@ -46,6 +47,16 @@ inline int sm_count() {
   return count;
 }
 
+// Pingpong between the forward's consumer warpgroups (scheduler_wait_turn),
+// opt-in with PADDLE_FLASHMASK_SM90_FWD_PINGPONG=1. Off by default: on the
+// H200 it cost 5-8% (causal 16K forward 632 -> 584 TFLOP/s), since without
+// the intra-warpgroup overlap (NOTES.md, v6) each warpgroup still waits on its
+// own S, and the turns only add barrier latency (NOTES.md, v8).
+inline bool fwd_pingpong() {
+  const char* env = std::getenv("PADDLE_FLASHMASK_SM90_FWD_PINGPONG");
+  return env != nullptr && env[0] == '1' && env[1] == '\0';
+}
+
 // (seqlen, head dim, heads, batch) view of one of q/k/v for its TMA descriptor.
 template <typename Element>
 auto gmem_view(const void* ptr, int seqlen, int head_dim, int heads, int batch, int64_t row_stride,
@@ -74,8 +85,11 @@ void launch_fwd(const FwdParams& p, cudaStream_t stream) {
   kp.tma_v = make_tma_copy(SM90_TMA_LOAD{}, mV, take<0, 2>(typename Traits::SmemLayoutV{}),
                            select<1, 2>(typename Traits::TileShape{}), _1{});
 
-  auto kernel = p.mask.startend_row_indices != nullptr ? flashmask_fwd_sm90_kernel<Traits, true>
-                                                       : flashmask_fwd_sm90_kernel<Traits, false>;
+  const bool column_mask = p.mask.startend_row_indices != nullptr;
+  auto kernel = fwd_pingpong() ? (column_mask ? flashmask_fwd_sm90_kernel<Traits, true, true>
+                                              : flashmask_fwd_sm90_kernel<Traits, false, true>)
+                               : (column_mask ? flashmask_fwd_sm90_kernel<Traits, true, false>
+                                              : flashmask_fwd_sm90_kernel<Traits, false, false>);
   const int smem = smem_bytes<Traits>((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, 2);
   FLASHMASK_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -118,8 +132,10 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
   if (p.bwd_head_group < 1 || group % p.bwd_head_group != 0) {
     throw std::invalid_argument("flashmask sm90 backward: bwd_head_group must divide the GQA group");
   }
-  const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.num_heads / p.bwd_head_group,
-                  p.batch);
+  // Fitted grouping: a CTA per head, sub-groups formed in the kernel.
+  const bool fitted = p.bwd_group_max_steps > 0 && p.bwd_head_group > 1;
+  const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN,
+                  fitted ? p.num_heads : p.num_heads / p.bwd_head_group, p.batch);
   kernel<<<grid, Traits::kNThreads, smem, stream>>>(kp);
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }

@@ -209,6 +209,10 @@ struct BwdTraits {
     cutlass::arch::ClusterTransactionBarrier barrier_kv;
     typename Pipeline::SharedStorage pipeline_qdo;
     int num_live_blocks;
+    // Query heads this CTA covers (bwd_head_group, or fewer where grouping is
+    // fitted to the key block); re-read where used, like num_live_blocks,
+    // rather than held in a register across the role split.
+    int cta_heads;
     int warp_counts[kNThreads / 32];  // scratch of the live-list compaction
     // Followed by the live query-block list (sm90_block_list.cuh).
   };
