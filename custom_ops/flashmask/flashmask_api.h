@@ -38,6 +38,9 @@ void run_fwd_cuda(const FwdParams& params, void* stream);
 // groups), < 0 takes the default. Tests and benchmarks set them.
 void plan_bwd_cuda(BwdParams& params, int head_group = 0, int group_max_steps = -1);
 void run_bwd_cuda(const BwdParams& params, void* stream);
+// fp32 elements of BwdParams::row_stats for a planned call (0: the planned
+// kernel family does not use it, leave row_stats null).
+int64_t bwd_row_stats_elems(const BwdParams& params);
 // int32 elements of the block_bounds workspace: the mask's block summaries
 // (none without a column mask) and the persistent kernels' tile counters.
 int64_t block_bounds_elems(const FwdParams& params);

@@ -78,11 +78,20 @@ struct BwdParams : FwdParams {
   // GPU only: fp32 workspaces, then scaled and converted by bwd_finish.
   // dq_accum: [batch, seqlen_q, num_heads, head_dim] (contiguous).
   // dk_accum/dv_accum: [batch, seqlen_k, accum_heads_k, head_dim] (contiguous).
-  // softmax_d: rowsum(dO * O) as [batch, num_heads, seqlen_q].
+  // softmax_d: rowsum(dO * O) as [batch, num_heads, seqlen_q], for the
+  // FA2-class kernels (an sm90 backward reads row_stats and fills softmax_d
+  // only in deterministic mode, for the FA2-class dQ pass).
   float* dq_accum = nullptr;
   float* dk_accum = nullptr;
   float* dv_accum = nullptr;
   float* softmax_d = nullptr;
+  // sm90 backward only (null for the FA2-class one; plan_bwd_cuda decides):
+  // per query row, each (batch, head) padded to whole 64-row blocks,
+  // [2, batch, num_heads, bwd_row_stats_padded(seqlen_q)] fp32: LSE x log2(e)
+  // (+inf where a row sees no key, and in the padding) and delta (0 in the
+  // padding). bwd_prepare writes it; the kernel loads each step's rows into
+  // shared memory next to its Q/dO tile. Size: bwd_row_stats_elems.
+  float* row_stats = nullptr;
 
   // GPU only (the CPU backward is always deterministic): make dq/dk/dv
   // bit-reproducible. The main backward kernel then does no dQ work at all (a

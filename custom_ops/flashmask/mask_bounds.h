@@ -54,6 +54,41 @@ FLASHMASK_HOST_DEVICE bool row_masked(const ColumnBounds& b, int row) {
   return (row >= b.lts && row < b.lte) || (row >= b.uts && row < b.ute);
 }
 
+// A key column's masked query rows as two intervals [start, start + len),
+// each tested with one subtraction and one unsigned compare (kernels mask
+// partial tiles elementwise with it). Built per column from its bounds, with
+// the causal diagonal (rows < col - causal_offset; causal masks leave the
+// upper interval unused, C = 1 or 2) and columns past seqlen_k (every row)
+// folded in. Causal calls with C = 4 do not fit; the kernels that use this
+// refuse them (sm90::fwd_supported).
+struct MaskedRows {
+  int lo_start;
+  unsigned lo_len;
+  int hi_start;
+  unsigned hi_len;
+};
+
+FLASHMASK_HOST_DEVICE MaskedRows masked_rows(const ColumnBounds& b, int col, bool causal,
+                                             int causal_offset, int seqlen_k) {
+  if (col >= seqlen_k) return MaskedRows{0, 0xffffffffu, 0, 0u};
+  MaskedRows m;
+  m.lo_start = b.lts;
+  m.lo_len = b.lte > b.lts ? unsigned(b.lte - b.lts) : 0u;
+  if (causal) {
+    const int limit = col - causal_offset;
+    m.hi_start = 0;
+    m.hi_len = limit > 0 ? unsigned(limit) : 0u;
+  } else {
+    m.hi_start = b.uts;
+    m.hi_len = b.ute > b.uts ? unsigned(b.ute - b.uts) : 0u;
+  }
+  return m;
+}
+
+FLASHMASK_HOST_DEVICE bool row_masked(const MaskedRows& m, int row) {
+  return (unsigned(row - m.lo_start) < m.lo_len) | (unsigned(row - m.hi_start) < m.hi_len);
+}
+
 // Min and max of each bound over one block of key columns.
 struct BlockBounds {
   int lts_min, lts_max, lte_min, lte_max;

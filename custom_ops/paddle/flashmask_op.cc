@@ -265,11 +265,14 @@ std::vector<paddle::Tensor> FlashMaskBackward(const paddle::Tensor& q, const pad
     auto dk_accum = paddle::empty(kv_accum_shape, paddle::DataType::FLOAT32, k.place());
     auto dv_accum = paddle::empty(kv_accum_shape, paddle::DataType::FLOAT32, v.place());
     auto softmax_d = paddle::empty(lse.shape(), paddle::DataType::FLOAT32, q.place());
+    const int64_t row_stats_elems = flashmask::bwd_row_stats_elems(p);
+    auto row_stats = gpu_workspace(std::max<int64_t>(1, row_stats_elems), paddle::DataType::FLOAT32, q);
     p.block_bounds = bounds.data<int32_t>();
     p.dq_accum = dq_accum.data<float>();
     p.dk_accum = dk_accum.data<float>();
     p.dv_accum = dv_accum.data<float>();
     p.softmax_d = softmax_d.data<float>();
+    p.row_stats = row_stats_elems > 0 ? row_stats.data<float>() : nullptr;
     rethrow_as_paddle_error([&] { flashmask::run_bwd_cuda(p, q.stream()); });
 #else
     unsupported_place(q);

@@ -207,8 +207,11 @@ bool check_case(const Case& c, GpuKernel kernel, bool deterministic, int head_gr
   CHECK(cudaMalloc(&dk_acc, nk_acc * 4));
   CHECK(cudaMalloc(&dv_acc, nk_acc * 4));
   CHECK(cudaMalloc(&delta, ref_lse.size() * 4));
+  float* row_stats = nullptr;
+  if (const int64_t n = flashmask::bwd_row_stats_elems(b)) CHECK(cudaMalloc(&row_stats, n * 4));
   b.out = o_dev, b.dout = dout.dev, b.dq = dq_dev, b.dk = dk_dev, b.dv = dv_dev;
   b.dq_accum = dq_acc, b.dk_accum = dk_acc, b.dv_accum = dv_acc, b.softmax_d = delta;
+  b.row_stats = row_stats;
   flashmask::run_bwd_cuda(b, nullptr);
   CHECK(cudaDeviceSynchronize());
   std::vector<float> dq = download(dq_dev, nq), dk = download(dk_dev, nk), dv = download(dv_dev, nk);
@@ -227,7 +230,7 @@ bool check_case(const Case& c, GpuKernel kernel, bool deterministic, int head_gr
               deterministic ? (same ? " bit-identical" : " NOT-IDENTICAL") : "", ok ? "ok" : "FAIL");
   for (void* ptr : {(void*)q.dev, (void*)k.dev, (void*)v.dev, (void*)dout.dev, (void*)o_dev, (void*)lse_dev,
                     (void*)dq_dev, (void*)dk_dev, (void*)dv_dev, (void*)dq_acc, (void*)dk_acc, (void*)dv_acc,
-                    (void*)delta, (void*)bounds, (void*)dmask})
+                    (void*)delta, (void*)bounds, (void*)dmask, (void*)row_stats})
     if (ptr) CHECK(cudaFree(ptr));
   return ok;
 }
@@ -308,8 +311,10 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
   CHECK(cudaMalloc(&dka, size_t(s) * b.accum_heads_k * d * 4));
   CHECK(cudaMalloc(&dva, size_t(s) * b.accum_heads_k * d * 4));
   CHECK(cudaMalloc(&delta, size_t(h) * s * 4));
+  float* row_stats = nullptr;
+  if (const int64_t n = flashmask::bwd_row_stats_elems(b)) CHECK(cudaMalloc(&row_stats, n * 4));
   b.dout = dout.dev, b.dq = dq, b.dk = dk, b.dv = dv, b.dq_accum = dqa, b.dk_accum = dka,
-  b.dv_accum = dva, b.softmax_d = delta;
+  b.dv_accum = dva, b.softmax_d = delta, b.row_stats = row_stats;
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
@@ -340,7 +345,7 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
               fwd, flops / fwd / 1e9, bwd, 2.5 * flops / bwd / 1e9, 3.5 * flops / (fwd + bwd) / 1e9, around);
   for (void* ptr : {(void*)q.dev, (void*)k.dev, (void*)v.dev, (void*)dout.dev, (void*)o, (void*)lse,
                     (void*)dq, (void*)dk, (void*)dv, (void*)dqa, (void*)dka, (void*)dva, (void*)delta,
-                    (void*)dmask, (void*)bounds})
+                    (void*)dmask, (void*)bounds, (void*)row_stats})
     if (ptr) CHECK(cudaFree(ptr));
 }
 
@@ -350,6 +355,14 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("# %s, cc %d.%d\n", prop.name, prop.major, prop.minor);
+  if (argc > 1 && std::string(argv[1]) == "--profile") {
+    // Only causal document, then sliding window, at 8K (sm90, defaults): for
+    // Nsight Compute, each kernel launched 7 times per case.
+    std::mt19937 mask_rng(8192);
+    time_case("causal_document", 8192, 32, 8, 128, GpuKernel::kSm90, rng, timing_docs(8192, mask_rng));
+    time_case("sliding_window", 8192, 32, 8, 128, GpuKernel::kSm90, rng, timing_window(8192));
+    return 0;
+  }
   const Case cases[] = {
       {"causal", 1, 1000, 1000, 4, 2, 128, true, 0, nullptr},
       {"none", 2, 77, 77, 2, 2, 64, false, 0, nullptr},

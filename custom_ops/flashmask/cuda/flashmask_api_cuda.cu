@@ -9,6 +9,7 @@
 
 #include "../flashmask_api.h"
 #include "flashmask_launch.cuh"
+#include "workspace.h"
 #include "sm90/flashmask_sm90_api.h"
 
 namespace flashmask {
@@ -123,6 +124,11 @@ void plan_bwd_cuda(BwdParams& params, int head_group, int group_max_steps) {
   // The accumulator layout above belongs to this family: pin it, so the run
   // (run_bwd_cuda) cannot take the other one.
   params.gpu_kernel = sm90_bwd ? GpuKernel::kSm90 : GpuKernel::kFA2;
+}
+
+int64_t bwd_row_stats_elems(const BwdParams& params) {
+  if (params.gpu_kernel != GpuKernel::kSm90) return 0;
+  return 2 * int64_t(params.batch) * params.num_heads * cuda::bwd_row_stats_padded(params.seqlen_q);
 }
 
 void run_bwd_cuda(const BwdParams& params, void* stream) {

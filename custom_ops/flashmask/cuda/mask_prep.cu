@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <math_constants.h>
 
 #include <stdexcept>
 #include <string>
@@ -94,6 +95,9 @@ __global__ void softmax_d_kernel(BwdParams p, bool zero_dq_accum) {
                  h * p.o_head_stride;
     const T* g = static_cast<const T*>(p.dout) + b * p.do_batch_stride + i * p.do_row_stride +
                  h * p.do_head_stride;
+    // The row's LSE for row_stats, loaded before the O/dO loads so their
+    // latencies overlap.
+    const float lse = p.row_stats != nullptr && lane == 0 ? p.softmax_lse[row_id] : 0.f;
     float sum = 0.f;
     for (int d = lane * kVec; d < p.head_dim; d += 32 * kVec) {
       const Pack<T, kVec> ov = *reinterpret_cast<const Pack<T, kVec>*>(o + d);
@@ -103,7 +107,24 @@ __global__ void softmax_d_kernel(BwdParams p, bool zero_dq_accum) {
     }
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    if (lane == 0) p.softmax_d[row_id] = sum;
+    // softmax_d feeds the FA2-class kernels (also the deterministic dQ pass
+    // after an sm90 backward); the sm90 backward reads row_stats instead.
+    if (lane == 0 && (p.row_stats == nullptr || p.deterministic)) p.softmax_d[row_id] = sum;
+    if (p.row_stats != nullptr) {  // the sm90 backward's padded copy (BwdParams::row_stats)
+      const int64_t padded = bwd_row_stats_padded(p.seqlen_q);
+      const int64_t plane = int64_t(p.batch) * p.num_heads * padded;
+      float* stats = p.row_stats + (int64_t(b) * p.num_heads + h) * padded;
+      if (lane == 0) {
+        stats[i] = lse == -CUDART_INF_F ? CUDART_INF_F : lse * 1.4426950408889634f;
+        stats[plane + i] = sum;
+      }
+      if (i == p.seqlen_q - 1) {  // the last row's warp fills the padding: P = 0, delta = 0
+        for (int64_t k = p.seqlen_q + lane; k < padded; k += 32) {
+          stats[k] = CUDART_INF_F;
+          stats[plane + k] = 0.f;
+        }
+      }
+    }
     if (zero_dq_accum) {  // dq_accum is [B, Sq, H, D], contiguous
       float* dq = p.dq_accum + ((int64_t(b) * p.seqlen_q + i) * p.num_heads + h) * p.head_dim;
       for (int d = lane * kVec; d < p.head_dim; d += 32 * kVec) {

@@ -7,8 +7,9 @@
 // shrinks where the key block has much work, down to one head per CTA. Three
 // warpgroups:
 //   warpgroup 0 (producer): TMA loads K and V once, then, head by head, Q and
-//     dO tiles of 64 query rows into a 2-stage mbarrier pipeline, for the
-//     live query blocks only;
+//     dO tiles of 64 query rows, with those rows' LSE and delta
+//     (BwdParams::row_stats), into a 2-stage mbarrier pipeline, for the live
+//     query blocks only;
 //   warpgroups 1-2 (consumers): 64 keys each. Per query block:
 //     S^T = K Q^T and dP^T = V dO^T (wgmma, shared-memory operands),
 //     P^T = exp(S^T - LSE), dS^T = P^T (dP^T - delta) in registers,
@@ -34,6 +35,7 @@
 
 #include "../../flashmask_params.h"
 #include "../../mask_bounds.h"
+#include "../workspace.h"
 #include "sm90_block_list.cuh"
 #include "sm90_kernel_traits.h"
 #include "sm90_utils.cuh"
@@ -70,6 +72,18 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* sm
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gmem),
                "r"(saddr), "r"(bytes)
                : "memory");
+}
+
+// Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from
+// global to shared memory with the copy engine, completing on `bar`'s
+// transaction count like a TMA tile load.
+__device__ __forceinline__ void bulk_copy_g2s(void* smem, const void* gmem, int bytes, uint64_t* bar) {
+  const uint32_t saddr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t baddr = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(saddr),
+      "l"(gmem), "r"(bytes), "r"(baddr)
+      : "memory");
 }
 
 // Adds (or stores, when this CTA is the element's only writer) a pair of
@@ -120,6 +134,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kDim = Traits::kHeadDim;
+  static_assert(cuda::kRowStatsBlock % kBlockM == 0, "row_stats padding covers whole steps");
 
   extern __shared__ __align__(1024) char smem_raw[];
   SharedStorage& ss = *reinterpret_cast<SharedStorage*>(smem_raw);
@@ -146,7 +161,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     cutlass::arch::fence_barrier_init();
   }
   typename Pipeline::Params pipe_params;
-  pipe_params.transaction_bytes = 2 * Traits::kTmaBytesQ;  // Q and dO share a stage
+  // Q and dO share a stage, with the rows' LSE and delta.
+  pipe_params.transaction_bytes = 2 * Traits::kTmaBytesQ + 2 * Traits::kRowStatsBytes;
   pipe_params.role = warp_group == 0 ? Pipeline::ThreadCategory::Producer
                                      : Pipeline::ThreadCategory::Consumer;
   pipe_params.is_leader = threadIdx.x % 128 == 0;
@@ -156,6 +172,20 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   // The heads of the group share the mask head, hence the list.
   const int num_live = build_live_query_blocks<Traits::kNThreads, kBlockM, kBlockN>(
       p, batch, first_head, n_block, live_list, ss.warp_counts);
+  // The masked query rows of each key (one mask head for the CTA's heads),
+  // with the causal diagonal and keys past the end folded in: partial steps
+  // read them from shared memory (MaskedRows: two unsigned compares per
+  // element; held in registers they pushed the consumers into spilling).
+  if (threadIdx.x < kBlockN) {
+    const int key = n_block * kBlockN + threadIdx.x;
+    const int32_t* columns = mask_columns(p, batch, first_head);
+    ColumnBounds bounds{0, 0, 0, 0};
+    if (columns != nullptr && key < p.seqlen_k) {
+      bounds = load_column_bounds(columns + int64_t(key) * p.mask.col_stride, p.mask.num_cols,
+                                  p.mask.causal, p.seqlen_q);
+    }
+    ss.key_rows[threadIdx.x] = masked_rows(bounds, key, p.mask.causal, p.seqlen_k - p.seqlen_q, p.seqlen_k);
+  }
   // Heads of this CTA. Fitted: the key block's sub-group size follows its
   // work, and only each sub-group's first head keeps its CTA (uniform exit,
   // nothing issued yet).
@@ -222,6 +252,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       copy(kp.tma_v.with(bar, 0), tVgV, tVsV);
     }
     PipelineState write = cutlass::make_producer_start_state<Pipeline>();
+    const int64_t stats_padded = cuda::bwd_row_stats_padded(p.seqlen_q);
+    const int64_t stats_plane = int64_t(p.batch) * p.num_heads * stats_padded;
     for (int head = first_head; head < first_head + ss.cta_heads; ++head) {
       Tensor gQ = local_tile(kp.tma_q.get_tma_tensor(shape_q)(_, _, head, batch), tile_q,
                              make_coord(_, _0{}));
@@ -231,13 +263,18 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
                                         group_modes<0, 2>(gQ));
       auto [tdOgdO, tdOsdO] = tma_partition(kp.tma_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sdO),
                                             group_modes<0, 2>(gdO));
+      const float* stats = p.row_stats + (int64_t(batch) * p.num_heads + head) * stats_padded;
       for (int i = 0; i < num_live; ++i) {
         const int m = live_block_index(live_list[i]);
         pipeline.producer_acquire(write);
         if (lane_predicate) {
-          copy(kp.tma_q.with(*pipeline.producer_get_barrier(write), 0), tQgQ(_, m), tQsQ(_, write.index()));
-          copy(kp.tma_do.with(*pipeline.producer_get_barrier(write), 0), tdOgdO(_, m),
-               tdOsdO(_, write.index()));
+          uint64_t* bar = pipeline.producer_get_barrier(write);
+          copy(kp.tma_q.with(*bar, 0), tQgQ(_, m), tQsQ(_, write.index()));
+          copy(kp.tma_do.with(*bar, 0), tdOgdO(_, m), tdOsdO(_, write.index()));
+          const float* rows = stats + int64_t(m) * kBlockM;
+          bulk_copy_g2s(ss.smem_lse.data() + write.index() * kBlockM, rows, Traits::kRowStatsBytes, bar);
+          bulk_copy_g2s(ss.smem_delta.data() + write.index() * kBlockM, rows + stats_plane,
+                        Traits::kRowStatsBytes, bar);
         }
         ++write;
       }
@@ -278,27 +315,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const int c0 = n_block * kBlockN;
   const int causal_offset = p.seqlen_k - p.seqlen_q;
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
-  // The column bounds of this thread's keys, loaded once (one mask head for
-  // the CTA's heads).
-  const int32_t* columns = mask_columns(p, batch, first_head);
-  ColumnBounds key_bounds[kRows];
-  CUTLASS_PRAGMA_UNROLL
-  for (int r = 0; r < kRows; ++r) {
-    const int key = c0 + get<0>(tScS_rc(r, 0));
-    key_bounds[r] = ColumnBounds{0, 0, 0, 0};
-    if (columns != nullptr && key < p.seqlen_k) {
-      key_bounds[r] = load_column_bounds(columns + int64_t(key) * p.mask.col_stride,
-                                         p.mask.num_cols, p.mask.causal, p.seqlen_q);
-    }
-  }
 
   if (num_live > 0) ss.barrier_kv.wait(0);
   PipelineState read;
   int step = 0;  // over heads and live blocks: the dS buffer and dQ hand-over
   for (int head = first_head; head < first_head + ss.cta_heads; ++head) {
-    const int64_t row_stats = (int64_t(batch) * p.num_heads + head) * p.seqlen_q;
-    const float* lse = p.softmax_lse + row_stats;
-    const float* delta = p.softmax_d + row_stats;
     // The count is re-read from shared memory (the barriers' memory clobbers
     // force it) rather than held in a register across the loop.
     for (int i = 0; i < ss.num_live_blocks; ++i, ++step) {
@@ -308,39 +329,32 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       const int buf = step % 2;
       Tensor tSrS = partition_fragment_C(mma_sdp, make_shape(Int<kBlockN>{}, Int<kBlockM>{}));
       Tensor tdPrdP = partition_fragment_C(mma_sdp, make_shape(Int<kBlockN>{}, Int<kBlockM>{}));
-      pipeline.consumer_wait(read);
-      warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), tSrS);
-      warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), tdPrdP);
-
       Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
       Tensor dp = make_tensor(tdPrdP.data(), acc_as_rows_cols(tdPrdP.layout()));
       constexpr int kCols = decltype(size<1>(scores))::value;
-      // LSE of this thread's query columns (loaded under the GEMMs). A row with
-      // every key masked (LSE -inf) and rows past the end get +inf: P = 0 there.
+      pipeline.consumer_wait(read);
+      warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), tSrS);
+      warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), tdPrdP);
+      // LSE (x log2 e; +inf for rows that see no key and past the end, so P =
+      // 0 there) and delta of this thread's query columns: staged in shared
+      // memory with the stage's Q/dO (v9; loaded from global memory here, the
+      // LSE's latency stalled the step, 10% of the consumers' samples in v8).
       const int col0 = get<1>(tScS_rc(0, 0));  // this thread's first query column
-      const int rows_left = p.seqlen_q - m0 - col0;
-      const float* lse_cols = lse + m0 + col0;
-      const float* delta_cols = delta + m0 + col0;
+      const float* stage_lse = ss.smem_lse.data() + stage * kBlockM + col0;
+      const float* stage_delta = ss.smem_delta.data() + stage * kBlockM + col0;
       float lse_log2[kCols];
       CUTLASS_PRAGMA_UNROLL
-      for (int c = 0; c < kCols; ++c) {
-        const float l = acc_col_offset(c) < rows_left ? lse_cols[acc_col_offset(c)] : -CUDART_INF_F;
-        lse_log2[c] = l == -CUDART_INF_F ? CUDART_INF_F : l * 1.4426950408889634f;
-      }
+      for (int c = 0; c < kCols; ++c) lse_log2[c] = stage_lse[acc_col_offset(c)];
 
       warpgroup_wait<1>();  // S^T is ready
       if (live_block_partial(entry)) {
         CUTLASS_PRAGMA_UNROLL
         for (int r = 0; r < kRows; ++r) {
-          const int key = c0 + get<0>(tScS_rc(r, 0));
+          const MaskedRows key_rows = ss.key_rows[get<0>(tScS_rc(r, 0))];
           CUTLASS_PRAGMA_UNROLL
           for (int c = 0; c < kCols; ++c) {
             // Branch-free (bitwise) so the mask adds no control flow per element.
-            const int row = m0 + col0 + acc_col_offset(c);
-            const ColumnBounds& b = key_bounds[r];
-            const bool masked = (key >= p.seqlen_k) | (p.mask.causal & (key > row + causal_offset)) |
-                                ((row >= b.lts) & (row < b.lte)) | ((row >= b.uts) & (row < b.ute));
-            if (masked) scores(r, c) = -CUDART_INF_F;
+            if (row_masked(key_rows, m0 + col0 + acc_col_offset(c))) scores(r, c) = -CUDART_INF_F;
           }
         }
       }
@@ -352,7 +366,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       warpgroup_wait<0>();  // dP^T is ready
       CUTLASS_PRAGMA_UNROLL
       for (int c = 0; c < kCols; ++c) {
-        const float row_delta = acc_col_offset(c) < rows_left ? delta_cols[acc_col_offset(c)] : 0.f;
+        const float row_delta = stage_delta[acc_col_offset(c)];
         CUTLASS_PRAGMA_UNROLL
         for (int r = 0; r < kRows; ++r) dp(r, c) = scores(r, c) * (dp(r, c) - row_delta);
       }

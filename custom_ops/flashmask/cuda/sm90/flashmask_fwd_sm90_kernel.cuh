@@ -42,26 +42,42 @@ struct FwdKernelParams {
   int* tile_counter;  // zeroed before the launch: tiles handed out so far past the first wave
 };
 
-// Masks a partially masked tile (query rows from r0, key columns from c0):
-// S viewed (rows, cols), `coords` the tile coordinates of each element,
-// `cols` the tile's column bounds staged in shared memory (null: no column
-// mask, only the causal diagonal and the ragged end). Branch-free.
+// Masks a partially masked tile (query rows from r0, key columns from c0) of
+// a call without column bounds: the causal diagonal and the ragged end. S
+// viewed (rows, cols), `coords` the tile coordinates of each element.
+// Branch-free.
 template <typename Scores, typename Coords>
 __device__ __forceinline__ void mask_partial_tile(Scores& scores, Coords const& coords,
-                                                  const FwdParams& p, const ColumnBounds* cols,
-                                                  int r0, int c0) {
+                                                  const FwdParams& p, int r0, int c0) {
   const int causal_offset = p.seqlen_k - p.seqlen_q;
   const int col0 = get<1>(coords(0, 0));  // this thread's first column in the tile
   CUTLASS_PRAGMA_UNROLL
   for (int c = 0; c < size<1>(scores); ++c) {
     const int col = c0 + col0 + acc_col_offset(c);
-    const ColumnBounds b = cols != nullptr ? cols[col0 + acc_col_offset(c)] : ColumnBounds{0, 0, 0, 0};
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < size<0>(scores); ++r) {
       const int row = r0 + get<0>(coords(r, 0));
-      const bool masked = (col >= p.seqlen_k) | (p.mask.causal & (col > row + causal_offset)) |
-                          ((row >= b.lts) & (row < b.lte)) | ((row >= b.uts) & (row < b.ute));
+      const bool masked = (col >= p.seqlen_k) | (p.mask.causal & (col > row + causal_offset));
       if (masked) scores(r, c) = -CUDART_INF_F;
+    }
+  }
+}
+
+// The same with column bounds: `cols` holds the tile's columns as
+// MaskedRows (diagonal and ragged end folded in), staged in shared memory;
+// two subtractions and two unsigned compares per element (v9: the four
+// bounds compared directly cost 21% of the consumers' samples on causal
+// document 8K).
+template <typename Scores, typename Coords>
+__device__ __forceinline__ void mask_partial_tile(Scores& scores, Coords const& coords,
+                                                  const MaskedRows* cols, int r0) {
+  const int col0 = get<1>(coords(0, 0));  // this thread's first column in the tile
+  CUTLASS_PRAGMA_UNROLL
+  for (int c = 0; c < size<1>(scores); ++c) {
+    const MaskedRows m = cols[col0 + acc_col_offset(c)];
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < size<0>(scores); ++r) {
+      if (row_masked(m, r0 + get<0>(coords(r, 0)))) scores(r, c) = -CUDART_INF_F;
     }
   }
 }
@@ -326,13 +342,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       const uint16_t entry = list[i];
       const bool partial = live_block_partial(entry);
       const int c0 = live_block_index(entry) * kBlockN;
-      ColumnBounds* staged = nullptr;
+      MaskedRows* staged = nullptr;
       if (kColumnMask && partial) {
         staged = ss.col_bounds[wg][partial_tiles % 2];
         const int col = c0 + wg_tid;
-        staged[wg_tid] = col < p.seqlen_k ? load_column_bounds(columns + int64_t(col) * p.mask.col_stride,
-                                                               p.mask.num_cols, p.mask.causal, p.seqlen_q)
-                                          : ColumnBounds{0, 0, 0, 0};
+        const ColumnBounds b = col < p.seqlen_k ? load_column_bounds(columns + int64_t(col) * p.mask.col_stride,
+                                                                     p.mask.num_cols, p.mask.causal, p.seqlen_q)
+                                                : ColumnBounds{0, 0, 0, 0};
+        staged[wg_tid] = masked_rows(b, col, p.mask.causal, p.seqlen_k - p.seqlen_q, p.seqlen_k);
         ++partial_tiles;
       }
       Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
@@ -355,7 +372,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         if (kColumnMask) {  // this warpgroup's columns are staged
           asm volatile("bar.sync %0, 128;\n" ::"r"(int(FwdBarrier::kStagedColumnsWG0) + wg) : "memory");
         }
-        mask_partial_tile(scores, tScS_rc, p, staged, r0, c0);
+        if constexpr (kColumnMask) {
+          mask_partial_tile(scores, tScS_rc, staged, r0);
+        } else {
+          mask_partial_tile(scores, tScS_rc, p, r0, c0);
+        }
       }
       // Online softmax in the log2 domain; a row with nothing visible yet keeps
       // P = 0 without NaN.

@@ -132,6 +132,10 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
   if (p.bwd_head_group < 1 || group % p.bwd_head_group != 0) {
     throw std::invalid_argument("flashmask sm90 backward: bwd_head_group must divide the GQA group");
   }
+  if (p.row_stats == nullptr) {
+    throw std::invalid_argument(
+        "flashmask sm90 backward: row_stats is null (allocate bwd_row_stats_elems floats after plan_bwd_cuda)");
+  }
   // Fitted grouping: a CTA per head, sub-groups formed in the kernel.
   const bool fitted = p.bwd_group_max_steps > 0 && p.bwd_head_group > 1;
   const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN,

@@ -104,8 +104,8 @@ struct FwdTraits {
     int num_live_blocks[2];
     int next_tile;  // the builders' broadcast of the tile just fetched
     int warp_counts[kListThreads / 32];  // scratch of the live-list compaction
-    // Column bounds of the partial tile, per consumer warpgroup, two buffers.
-    ColumnBounds col_bounds[kNumMmaWarpGroups][2][kBlockN];
+    // Masked rows of the partial tile's columns, per consumer warpgroup, two buffers.
+    MaskedRows col_bounds[kNumMmaWarpGroups][2][kBlockN];
     // Followed (dynamic shared memory) by the two slots' live key-block
     // lists (sm90_block_list.cuh): one uint16 per key block each.
   };
@@ -186,6 +186,7 @@ struct BwdTraits {
                                        make_shape(Int<kBlockN>{}, Int<kHeadDim>{}), _1{}));
   static constexpr uint32_t kTmaBytesQ = kBlockM * kHeadDim * sizeof(Element);  // Q or dO tile
   static constexpr uint32_t kTmaBytesKV = kBlockN * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kRowStatsBytes = kBlockM * sizeof(float);  // LSE or delta of a step
 
   static constexpr int kDQRowFloats = kHeadDim + 8;  // 16-byte aligned rows
   // dQ leaves through shared memory and bulk reduce-adds (512-byte rows at
@@ -206,9 +207,14 @@ struct BwdTraits {
     // over the banks; the producer warpgroup reduces it into dq_accum row by
     // row with bulk async copies.
     cute::array_aligned<float, kBlockM * kDQRowFloats, 128> smem_dq;
+    // Per stage, the step's rows of BwdParams::row_stats (LSE x log2(e) and
+    // delta), loaded with the Q/dO tiles.
+    cute::array_aligned<float, kStages * kBlockM, 128> smem_lse;
+    cute::array_aligned<float, kStages * kBlockM, 128> smem_delta;
     cutlass::arch::ClusterTransactionBarrier barrier_kv;
     typename Pipeline::SharedStorage pipeline_qdo;
     int num_live_blocks;
+    MaskedRows key_rows[kBlockN];  // each key's masked query rows (mask_bounds.h)
     // Query heads this CTA covers (bwd_head_group, or fewer where grouping is
     // fitted to the key block); re-read where used, like num_live_blocks,
     // rather than held in a register across the role split.
