@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
 
 #include <cutlass/numeric_types.h>
 
@@ -54,7 +55,9 @@ inline int sm_count() {
 // own S, and the turns only add barrier latency (NOTES.md, v8).
 inline bool fwd_pingpong() {
   const char* env = std::getenv("PADDLE_FLASHMASK_SM90_FWD_PINGPONG");
-  return env != nullptr && env[0] == '1' && env[1] == '\0';
+  if (env == nullptr || *env == '\0' || std::string(env) == "0") return false;
+  if (std::string(env) == "1") return true;
+  throw std::invalid_argument(std::string("PADDLE_FLASHMASK_SM90_FWD_PINGPONG must be 0 or 1, got '") + env + "'");
 }
 
 // (seqlen, head dim, heads, batch) view of one of q/k/v for its TMA descriptor.
