@@ -8,6 +8,12 @@
 
 #include <cstdint>
 
+#if defined(__CUDACC__)
+#define FLASHMASK_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define FLASHMASK_HOST_DEVICE inline
+#endif
+
 namespace flashmask {
 
 enum class DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
@@ -126,6 +132,12 @@ struct BwdParams : FwdParams {
   int accum_heads_k = 0;
   bool dkv_accum_stored = false;
   int bwd_group_max_steps = 0;
+
+  // Grouping fitted per key block is in force (the planner, the launch's
+  // grid and the kernel's head mapping must all agree on it).
+  FLASHMASK_HOST_DEVICE bool fitted_head_groups() const {
+    return bwd_group_max_steps > 0 && bwd_head_group > 1;
+  }
 };
 
 // Bit flags reported by the index validation pass.

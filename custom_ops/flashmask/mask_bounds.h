@@ -8,11 +8,6 @@
 
 #include "flashmask_params.h"
 
-#if defined(__CUDACC__)
-#define FLASHMASK_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define FLASHMASK_HOST_DEVICE inline
-#endif
 
 namespace flashmask {
 

@@ -114,7 +114,7 @@ void plan_bwd_cuda(BwdParams& params, int head_group, int group_max_steps) {
   params.bwd_group_max_steps = sm90_bwd ? sm90::bwd_group_max_steps(params, group_max_steps) : 0;
   // One writer per slot: each CTA owns its slot (no zeroing, no atomics).
   // Grouping fitted per key block writes kv-head slots, zeroed and added to.
-  const bool fitted = params.bwd_group_max_steps > 0;
+  const bool fitted = params.fitted_head_groups();
   const bool one_writer = params.deterministic || params.bwd_head_group == group;
   params.accum_heads_k =
       one_writer && !fitted ? params.num_heads / params.bwd_head_group : params.num_heads_k;

@@ -220,7 +220,7 @@ void check_accum_heads(const BwdParams& p) {
   const int hg = p.bwd_head_group;
   const bool one_writer = p.accum_heads_k > 0 && int64_t(p.accum_heads_k) * hg == p.num_heads;
   // Groups fitted per key block vary from CTA to CTA: kv-head slots, added to.
-  const bool fitted = p.bwd_group_max_steps > 0 && hg > 1;
+  const bool fitted = p.fitted_head_groups();
   const bool ok = hg >= 1 && group % hg == 0 && p.bwd_group_max_steps >= 0 &&
                   (one_writer || (!p.deterministic && p.accum_heads_k == p.num_heads_k)) &&
                   (!p.dkv_accum_stored || one_writer) &&

@@ -8,7 +8,6 @@
 #include <cstdint>
 
 #include "../flashmask_params.h"
-#include "../mask_bounds.h"  // FLASHMASK_HOST_DEVICE
 
 namespace flashmask {
 namespace cuda {

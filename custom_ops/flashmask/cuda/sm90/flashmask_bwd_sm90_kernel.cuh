@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 
   const BwdParams& p = kp.p;
   const int n_block = blockIdx.x;
-  const bool fitted = p.bwd_group_max_steps > 0 && p.bwd_head_group > 1;
+  const bool fitted = p.fitted_head_groups();
   // Fitted: this row's head (its sub-group is known once the list is built).
   const int first_head = fitted ? fitted_head_of(blockIdx.y, p.num_heads, p.bwd_head_group)
                                 : blockIdx.y * p.bwd_head_group;
@@ -313,7 +313,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   constexpr int kRows = decltype(size<0>(tScS_rc))::value;  // this thread's keys (2)
 
   const int c0 = n_block * kBlockN;
-  const int causal_offset = p.seqlen_k - p.seqlen_q;
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
 
   if (num_live > 0) ss.barrier_kv.wait(0);

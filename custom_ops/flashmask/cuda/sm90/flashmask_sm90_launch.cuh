@@ -140,9 +140,8 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
         "flashmask sm90 backward: row_stats is null (allocate bwd_row_stats_elems floats after plan_bwd_cuda)");
   }
   // Fitted grouping: a CTA per head, sub-groups formed in the kernel.
-  const bool fitted = p.bwd_group_max_steps > 0 && p.bwd_head_group > 1;
   const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN,
-                  fitted ? p.num_heads : p.num_heads / p.bwd_head_group, p.batch);
+                  p.fitted_head_groups() ? p.num_heads : p.num_heads / p.bwd_head_group, p.batch);
   kernel<<<grid, Traits::kNThreads, smem, stream>>>(kp);
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }
