@@ -38,11 +38,15 @@ void run_fwd_cuda(const FwdParams& params, void* stream);
 // groups), < 0 takes the default. Tests and benchmarks set them.
 void plan_bwd_cuda(BwdParams& params, int head_group = 0, int group_max_steps = -1);
 void run_bwd_cuda(const BwdParams& params, void* stream);
+// fp32 elements of BwdParams::dq_accum for a planned call (B x Sq x H x D,
+// or whole 64-row tiles when dq_accum_tiled).
+int64_t bwd_dq_accum_elems(const BwdParams& params);
 // fp32 elements of BwdParams::row_stats for a planned call (0: the planned
 // kernel family does not use it, leave row_stats null).
 int64_t bwd_row_stats_elems(const BwdParams& params);
 // int32 elements of the block_bounds workspace: the mask's block summaries
-// (none without a column mask) and the persistent kernels' tile counters.
+// (none without a column mask), the persistent kernels' tile counters and the
+// sm90 backward's per-key-block dK/dV flags (cuda/workspace.h).
 int64_t block_bounds_elems(const FwdParams& params);
 void fill_window_indices_cuda(int32_t* dst, int seqlen_q, int seqlen_k, bool causal,
                               int window_left, int window_right, void* stream);

@@ -258,7 +258,7 @@ std::vector<paddle::Tensor> FlashMaskBackward(const paddle::Tensor& q, const pad
     rethrow_as_paddle_error([&] {
       flashmask::plan_bwd_cuda(p, requested_bwd_head_group(), requested_bwd_group_max_steps());
     });
-    auto dq_accum = paddle::empty(q.shape(), paddle::DataType::FLOAT32, q.place());
+    auto dq_accum = gpu_workspace(flashmask::bwd_dq_accum_elems(p), paddle::DataType::FLOAT32, q);
     // [B, Sk, accum_heads_k, D]: slots as planned above.
     std::vector<int64_t> kv_accum_shape = k.shape();
     kv_accum_shape[2] = p.accum_heads_k;

@@ -203,7 +203,7 @@ bool check_case(const Case& c, GpuKernel kernel, bool deterministic, int head_gr
   CHECK(cudaMalloc(&dq_dev, nq * 2));
   CHECK(cudaMalloc(&dk_dev, nk * 2));
   CHECK(cudaMalloc(&dv_dev, nk * 2));
-  CHECK(cudaMalloc(&dq_acc, nq * 4));
+  CHECK(cudaMalloc(&dq_acc, flashmask::bwd_dq_accum_elems(b) * 4));
   CHECK(cudaMalloc(&dk_acc, nk_acc * 4));
   CHECK(cudaMalloc(&dv_acc, nk_acc * 4));
   CHECK(cudaMalloc(&delta, ref_lse.size() * 4));
@@ -307,7 +307,7 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
   b.deterministic = deterministic;
   b.dout = dout.dev;
   flashmask::plan_bwd_cuda(b, head_group, max_steps);
-  CHECK(cudaMalloc(&dqa, nq * 4));
+  CHECK(cudaMalloc(&dqa, flashmask::bwd_dq_accum_elems(b) * 4));
   CHECK(cudaMalloc(&dka, size_t(s) * b.accum_heads_k * d * 4));
   CHECK(cudaMalloc(&dva, size_t(s) * b.accum_heads_k * d * 4));
   CHECK(cudaMalloc(&delta, size_t(h) * s * 4));

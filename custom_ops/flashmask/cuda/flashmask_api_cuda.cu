@@ -121,14 +121,21 @@ void plan_bwd_cuda(BwdParams& params, int head_group, int group_max_steps) {
   // The sm90 epilogue stores its whole slot even where no query block was
   // live; the FA2-class one only adds what it computed.
   params.dkv_accum_stored = one_writer && sm90_bwd && !fitted;
+  // The deterministic dQ pass (FA2-class, query-major) writes the row layout.
+  params.dq_accum_tiled = sm90_bwd && !params.deterministic;
   // The accumulator layout above belongs to this family: pin it, so the run
   // (run_bwd_cuda) cannot take the other one.
   params.gpu_kernel = sm90_bwd ? GpuKernel::kSm90 : GpuKernel::kFA2;
 }
 
+int64_t bwd_dq_accum_elems(const BwdParams& params) {
+  const int64_t rows = params.dq_accum_tiled ? cuda::bwd_padded_rows(params.seqlen_q) : params.seqlen_q;
+  return int64_t(params.batch) * rows * params.num_heads * params.head_dim;
+}
+
 int64_t bwd_row_stats_elems(const BwdParams& params) {
   if (params.gpu_kernel != GpuKernel::kSm90) return 0;
-  return 2 * int64_t(params.batch) * params.num_heads * cuda::bwd_row_stats_padded(params.seqlen_q);
+  return 2 * int64_t(params.batch) * params.num_heads * cuda::bwd_padded_rows(params.seqlen_q);
 }
 
 void run_bwd_cuda(const BwdParams& params, void* stream) {

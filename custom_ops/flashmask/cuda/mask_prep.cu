@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <math_constants.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -77,49 +78,62 @@ struct alignas(sizeof(T) * kVec) Pack {
   T x[kVec];
 };
 
-// delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d]; one warp per row,
-// kVec elements per lane and load. The same warp zeroes the row's dq_accum
-// (when the dQ atomics add into it), so that buffer is written once here
-// instead of by a separate memset pass.
-template <typename T, int kVec>
+// delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d], kLanes lanes per
+// row (32 / kLanes rows per warp and pass), kVec elements per load. A grid of
+// a few waves strides over the rows so that every SM keeps many rows' loads in
+// flight: one warp per row and a block per 8 rows was latency-bound (v9's one
+// extra LSE load per row cost 0.1 ms at 32K). The same lanes zero the row's
+// dq_accum (when the dQ atomics add into it), so that buffer is written once
+// here instead of by a separate memset pass, and write row_stats for the sm90
+// backward.
+template <typename T, int kVec, int kLanes>
 __global__ void softmax_d_kernel(BwdParams p, bool zero_dq_accum) {
+  static_assert(32 % kLanes == 0, "a row's lanes lie in one warp");
+  constexpr int kRowsPerWarp = 32 / kLanes;
   const int lane = threadIdx.x % 32;
+  const int sub = lane % kLanes;  // this lane's part of its row
   const int64_t rows = int64_t(p.batch) * p.num_heads * p.seqlen_q;
-  const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
-  for (int64_t row_id = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; row_id < rows;
-       row_id += warps) {
+  const int64_t first_warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t num_warps = int64_t(gridDim.x) * blockDim.x / 32;
+  const int64_t padded = bwd_padded_rows(p.seqlen_q);
+  const int64_t plane = int64_t(p.batch) * p.num_heads * padded;
+  // `base` is uniform over the warp, so every lane runs the shuffles below.
+  for (int64_t base = first_warp * kRowsPerWarp; base < rows; base += num_warps * kRowsPerWarp) {
+    const int64_t row_id = base + lane / kLanes;
+    const bool active = row_id < rows;
     const int i = int(row_id % p.seqlen_q);
     const int h = int((row_id / p.seqlen_q) % p.num_heads);
     const int b = int(row_id / (int64_t(p.seqlen_q) * p.num_heads));
-    const T* o = static_cast<const T*>(p.out) + b * p.o_batch_stride + i * p.o_row_stride +
-                 h * p.o_head_stride;
-    const T* g = static_cast<const T*>(p.dout) + b * p.do_batch_stride + i * p.do_row_stride +
-                 h * p.do_head_stride;
     // The row's LSE for row_stats, loaded before the O/dO loads so their
     // latencies overlap.
-    const float lse = p.row_stats != nullptr && lane == 0 ? p.softmax_lse[row_id] : 0.f;
+    const float lse = active && p.row_stats != nullptr && sub == 0 ? p.softmax_lse[row_id] : 0.f;
     float sum = 0.f;
-    for (int d = lane * kVec; d < p.head_dim; d += 32 * kVec) {
-      const Pack<T, kVec> ov = *reinterpret_cast<const Pack<T, kVec>*>(o + d);
-      const Pack<T, kVec> gv = *reinterpret_cast<const Pack<T, kVec>*>(g + d);
+    if (active) {
+      const T* o = static_cast<const T*>(p.out) + b * p.o_batch_stride + i * p.o_row_stride +
+                   h * p.o_head_stride;
+      const T* g = static_cast<const T*>(p.dout) + b * p.do_batch_stride + i * p.do_row_stride +
+                   h * p.do_head_stride;
+      for (int d = sub * kVec; d < p.head_dim; d += kLanes * kVec) {
+        const Pack<T, kVec> ov = *reinterpret_cast<const Pack<T, kVec>*>(o + d);
+        const Pack<T, kVec> gv = *reinterpret_cast<const Pack<T, kVec>*>(g + d);
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) sum += to_float(ov.x[e]) * to_float(gv.x[e]);
+        for (int e = 0; e < kVec; ++e) sum += to_float(ov.x[e]) * to_float(gv.x[e]);
+      }
     }
 #pragma unroll
-    for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    for (int off = kLanes / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (!active) continue;  // the warp's last pass; no shuffle follows
     // softmax_d feeds the FA2-class kernels (also the deterministic dQ pass
     // after an sm90 backward); the sm90 backward reads row_stats instead.
-    if (lane == 0 && (p.row_stats == nullptr || p.deterministic)) p.softmax_d[row_id] = sum;
+    if (sub == 0 && (p.row_stats == nullptr || p.deterministic)) p.softmax_d[row_id] = sum;
     if (p.row_stats != nullptr) {  // the sm90 backward's padded copy (BwdParams::row_stats)
-      const int64_t padded = bwd_row_stats_padded(p.seqlen_q);
-      const int64_t plane = int64_t(p.batch) * p.num_heads * padded;
       float* stats = p.row_stats + (int64_t(b) * p.num_heads + h) * padded;
-      if (lane == 0) {
+      if (sub == 0) {
         stats[i] = lse == -CUDART_INF_F ? CUDART_INF_F : lse * 1.4426950408889634f;
         stats[plane + i] = sum;
       }
-      if (i == p.seqlen_q - 1) {  // the last row's warp fills the padding: P = 0, delta = 0
-        for (int64_t k = p.seqlen_q + lane; k < padded; k += 32) {
+      if (i == p.seqlen_q - 1) {  // the last row's lanes fill the padding: P = 0, delta = 0
+        for (int64_t k = p.seqlen_q + sub; k < padded; k += kLanes) {
           stats[k] = CUDART_INF_F;
           stats[plane + k] = 0.f;
         }
@@ -127,7 +141,7 @@ __global__ void softmax_d_kernel(BwdParams p, bool zero_dq_accum) {
     }
     if (zero_dq_accum) {  // dq_accum is [B, Sq, H, D], contiguous
       float* dq = p.dq_accum + ((int64_t(b) * p.seqlen_q + i) * p.num_heads + h) * p.head_dim;
-      for (int d = lane * kVec; d < p.head_dim; d += 32 * kVec) {
+      for (int d = sub * kVec; d < p.head_dim; d += kLanes * kVec) {
         *reinterpret_cast<Pack<float, kVec>*>(dq + d) = Pack<float, kVec>{};
       }
     }
@@ -144,6 +158,37 @@ __global__ void convert_grad_kernel(const float* src, T* dst, int64_t n, float s
 #pragma unroll
     for (int e = 0; e < kVec; ++e) out.x[e] = from_float<T>(v.x[e] * scale);
     *reinterpret_cast<Pack<T, kVec>*>(dst + i) = out;
+  }
+}
+
+// dK and dV from kv-head slots ([B, Sk, Hk, D], contiguous) where the sm90
+// backward left them there: key blocks whose flag in `written` (per batch, kv
+// head and kDkvBlock keys; see dkv_written_flags) says the kernel already
+// wrote dk/dv directly are skipped. kVec elements per thread and step (kVec
+// divides D, so a vector never straddles two rows).
+template <typename T, int kVec>
+__global__ void convert_kv_grads_kernel(const float* dk_src, const float* dv_src, T* dk, T* dv, int64_t n,
+                                        int head_dim, int heads_k, int seqlen_k, const int32_t* written,
+                                        float dk_scale) {
+  const int key_blocks = (seqlen_k + kDkvBlock - 1) / kDkvBlock;
+  for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * kVec; i < n;
+       i += int64_t(gridDim.x) * blockDim.x * kVec) {
+    const int64_t row = i / head_dim;  // (batch, key, kv head), row-major
+    const int hk = int(row % heads_k);
+    const int64_t batch_key = row / heads_k;
+    const int key = int(batch_key % seqlen_k);
+    const int64_t batch = batch_key / seqlen_k;
+    if (written[(batch * heads_k + hk) * key_blocks + key / kDkvBlock] != 0) continue;
+    const Pack<float, kVec> k = *reinterpret_cast<const Pack<float, kVec>*>(dk_src + i);
+    const Pack<float, kVec> v = *reinterpret_cast<const Pack<float, kVec>*>(dv_src + i);
+    Pack<T, kVec> ko, vo;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      ko.x[e] = from_float<T>(k.x[e] * dk_scale);
+      vo.x[e] = from_float<T>(v.x[e]);
+    }
+    *reinterpret_cast<Pack<T, kVec>*>(dk + i) = ko;
+    *reinterpret_cast<Pack<T, kVec>*>(dv + i) = vo;
   }
 }
 
@@ -175,28 +220,80 @@ int grid_for(int64_t n, int threads) {
   return int(blocks < 65535 * 32 ? (blocks > 0 ? blocks : 1) : 65535 * 32);
 }
 
-// Elements per vector access in the conversions: 4 where the head dim (hence
-// every row of the contiguous buffers) allows it.
-constexpr int kConvertVec = 4;
+// Blocks of `threads` for a grid-stride pass over `work_items`: a few waves
+// of the device at most, so each thread handles several items and the SMs
+// keep loads in flight rather than retire a short-lived block per item group.
+int streaming_grid(int64_t work_items, int threads) {
+  int device = 0, sms = 0;
+  FLASHMASK_CUDA_CHECK(cudaGetDevice(&device));
+  FLASHMASK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t wanted = (work_items + threads - 1) / threads;
+  return int(std::max<int64_t>(1, std::min<int64_t>(wanted, int64_t(sms) * 2048 / threads * 2)));
+}
 
 bool aligned_to(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
 
-// softmax_d's loads of O and dO rows as kConvertVec-element packs.
+// Elements per vector access: 8 (16-byte loads of 16-bit rows, 2 x 16 bytes
+// of fp32) in the fast paths, 4 in the older ones.
+constexpr int kWideVec = 8;
+constexpr int kConvertVec = 4;
+
+// softmax_d's loads of O and dO rows as v-element packs.
 template <typename T>
-bool rows_vectorizable(const BwdParams& p) {
-  const int64_t v = kConvertVec;
+bool rows_vectorizable(const BwdParams& p, int v) {
   return p.head_dim % v == 0 && aligned_to(p.out, sizeof(T) * v) && aligned_to(p.dout, sizeof(T) * v) &&
          p.o_row_stride % v == 0 && p.o_head_stride % v == 0 && p.o_batch_stride % v == 0 &&
          p.do_row_stride % v == 0 && p.do_head_stride % v == 0 && p.do_batch_stride % v == 0;
 }
 
+template <typename T, int kVec, int kLanes>
+void launch_softmax_d(const BwdParams& p, bool zero_dq, cudaStream_t stream) {
+  const int64_t rows = int64_t(p.batch) * p.num_heads * p.seqlen_q;
+  softmax_d_kernel<T, kVec, kLanes><<<streaming_grid(rows * kLanes, 256), 256, 0, stream>>>(p, zero_dq);
+}
+
+template <typename T>
+void launch_softmax_d(const BwdParams& p, bool zero_dq, cudaStream_t stream) {
+  // A row of head_dim = 8 x lanes elements per 4, 8 or 16 lanes.
+  const bool wide = rows_vectorizable<T>(p, kWideVec) && (!zero_dq || aligned_to(p.dq_accum, 32));
+  if (wide && p.head_dim == 32) {
+    launch_softmax_d<T, kWideVec, 4>(p, zero_dq, stream);
+  } else if (wide && p.head_dim == 64) {
+    launch_softmax_d<T, kWideVec, 8>(p, zero_dq, stream);
+  } else if (wide && p.head_dim == 128) {
+    launch_softmax_d<T, kWideVec, 16>(p, zero_dq, stream);
+  } else if (rows_vectorizable<T>(p, kConvertVec) && (!zero_dq || aligned_to(p.dq_accum, 16))) {
+    launch_softmax_d<T, kConvertVec, 32>(p, zero_dq, stream);
+  } else {
+    launch_softmax_d<T, 1, 32>(p, zero_dq, stream);
+  }
+  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+}
+
 template <typename T>
 void launch_convert(const float* src, void* dst, int64_t n, float scale, cudaStream_t stream) {
-  if (n % kConvertVec == 0 && aligned_to(src, 16) && aligned_to(dst, sizeof(T) * kConvertVec)) {
-    convert_grad_kernel<T, kConvertVec><<<grid_for(n / kConvertVec, 256), 256, 0, stream>>>(
+  if (n % kWideVec == 0 && aligned_to(src, 32) && aligned_to(dst, sizeof(T) * kWideVec)) {
+    convert_grad_kernel<T, kWideVec><<<streaming_grid(n / kWideVec, 256), 256, 0, stream>>>(
         src, static_cast<T*>(dst), n, scale);
   } else {
     convert_grad_kernel<T, 1><<<grid_for(n, 256), 256, 0, stream>>>(src, static_cast<T*>(dst), n, scale);
+  }
+  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+}
+
+// dK/dV of the key blocks the sm90 kernel did not write directly.
+template <typename T>
+void launch_convert_kv(const BwdParams& p, const int32_t* written, int64_t n, cudaStream_t stream) {
+  const bool wide = p.head_dim % kWideVec == 0 && aligned_to(p.dk_accum, 32) && aligned_to(p.dv_accum, 32) &&
+                    aligned_to(p.dk, sizeof(T) * kWideVec) && aligned_to(p.dv, sizeof(T) * kWideVec);
+  auto dk = static_cast<T*>(p.dk);
+  auto dv = static_cast<T*>(p.dv);
+  if (wide) {
+    convert_kv_grads_kernel<T, kWideVec><<<streaming_grid(n / kWideVec, 256), 256, 0, stream>>>(
+        p.dk_accum, p.dv_accum, dk, dv, n, p.head_dim, p.num_heads_k, p.seqlen_k, written, p.softmax_scale);
+  } else {
+    convert_kv_grads_kernel<T, 1><<<grid_for(n, 256), 256, 0, stream>>>(
+        p.dk_accum, p.dv_accum, dk, dv, n, p.head_dim, p.num_heads_k, p.seqlen_k, written, p.softmax_scale);
   }
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }
@@ -245,20 +342,20 @@ void bwd_pre_post(const BwdParams& p, cudaStream_t stream, bool pre) {
       FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dv_accum, 0, kv_accum_elems * sizeof(float), stream));
     }
     // Deterministic: run_bwd_dq_ writes every dq_accum element, nothing adds,
-    // so it needs no zeroing.
-    const bool zero_dq = !p.deterministic;
-    const int64_t rows = int64_t(p.batch) * p.num_heads * p.seqlen_q;
-    if (rows_vectorizable<T>(p)) {
-      softmax_d_kernel<T, kConvertVec><<<grid_for(rows * 32, 256), 256, 0, stream>>>(p, zero_dq);
-    } else {
-      softmax_d_kernel<T, 1><<<grid_for(rows * 32, 256), 256, 0, stream>>>(p, zero_dq);
+    // so it needs no zeroing. Tiles (sm90): one contiguous memset; the row
+    // layout: zeroed row by row in the delta pass.
+    if (p.dq_accum_tiled) {
+      FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, bwd_dq_accum_elems(p) * sizeof(float), stream));
     }
-    FLASHMASK_CUDA_CHECK(cudaGetLastError());
+    launch_softmax_d<T>(p, !p.deterministic && !p.dq_accum_tiled, stream);
     return;
   }
-  launch_convert<T>(p.dq_accum, p.dq, q_elems, p.softmax_scale, stream);
+  // Tiles: the sm90 launch converted them after its kernel.
+  if (!p.dq_accum_tiled) launch_convert<T>(p.dq_accum, p.dq, q_elems, p.softmax_scale, stream);
   const int group = p.accum_heads_k / p.num_heads_k;
-  if (group == 1) {
+  if (const int32_t* written = dkv_written_flags(p)) {  // fitted sm90 grouping
+    launch_convert_kv<T>(p, written, kv_elems, stream);
+  } else if (group == 1) {
     launch_convert<T>(p.dk_accum, p.dk, kv_elems, p.softmax_scale, stream);
     launch_convert<T>(p.dv_accum, p.dv, kv_elems, 1.f, stream);
   } else {
@@ -303,10 +400,19 @@ int64_t summary_elems(const FwdParams& p) {
 
 int32_t* tile_counters(const FwdParams& p) { return p.block_bounds + summary_elems(p); }
 
+int64_t dkv_flag_elems(const FwdParams& p) {
+  return int64_t(p.batch) * p.num_heads_k * ((p.seqlen_k + kDkvBlock - 1) / kDkvBlock);
+}
+
+int32_t* dkv_written_flags(const BwdParams& p) {
+  if (!p.fitted_head_groups() || p.deterministic) return nullptr;
+  return tile_counters(p) + kTileCounterInts;
+}
+
 }  // namespace cuda
 
 int64_t block_bounds_elems(const FwdParams& p) {
-  return cuda::summary_elems(p) + cuda::kTileCounterInts;
+  return cuda::summary_elems(p) + cuda::kTileCounterInts + cuda::dkv_flag_elems(p);
 }
 
 void fill_window_indices_cuda(int32_t* dst, int seqlen_q, int seqlen_k, bool causal,

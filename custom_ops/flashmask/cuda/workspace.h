@@ -1,7 +1,8 @@
 // Layout of the int32 workspace the caller allocates for a CUDA call
 // (block_bounds_elems, FwdParams::block_bounds): the mask's 64-column block
 // summaries, then the persistent kernels' tile counters, which each launch
-// that uses them zeroes on its stream first. Also the padding of the sm90
+// that uses them zeroes on its stream first, then the sm90 backward's
+// per-key-block dK/dV flags (dkv_written_flags). Also the padding of the sm90
 // backward's row statistics (BwdParams::row_stats).
 #pragma once
 
@@ -14,18 +15,29 @@ namespace cuda {
 
 constexpr int kTileCounterInts = 4;  // 16 bytes, after the summaries
 
-// Rows of each (batch, head) in BwdParams::row_stats: seqlen_q rounded up to
-// whole 64-row blocks (the sm90 backward's step), so every step's rows are
-// one aligned 256-byte bulk copy.
-constexpr int kRowStatsBlock = 64;
-FLASHMASK_HOST_DEVICE int64_t bwd_row_stats_padded(int seqlen_q) {
-  return (int64_t(seqlen_q) + kRowStatsBlock - 1) / kRowStatsBlock * kRowStatsBlock;
+// Query rows of each (batch, head) in the sm90 backward's row_stats and tiled
+// dq_accum: seqlen_q rounded up to whole 64-row blocks (the kernel's step), so
+// every step's rows are one aligned bulk copy (256 bytes of row statistics,
+// one dQ tile).
+constexpr int kBwdRowBlock = 64;
+FLASHMASK_HOST_DEVICE int64_t bwd_padded_rows(int seqlen_q) {
+  return (int64_t(seqlen_q) + kBwdRowBlock - 1) / kBwdRowBlock * kBwdRowBlock;
 }
 
 // int32 elements of the block summaries (0 without a column mask).
 int64_t summary_elems(const FwdParams& p);
 // The tile counters inside p.block_bounds.
 int32_t* tile_counters(const FwdParams& p);
+
+// Keys per flag of dkv_written_flags: the sm90 backward's key block.
+constexpr int kDkvBlock = 128;
+int64_t dkv_flag_elems(const FwdParams& p);
+// Under fitted head grouping (BwdParams::fitted_head_groups), where a key
+// block's CTA covers its whole GQA group it writes dK/dV straight to dk/dv and
+// flags it here, [batch, num_heads_k, ceil(seqlen_k / kDkvBlock)] int32 (1 =
+// written, 0 = left in dk_accum/dv_accum), so bwd_finish converts only the
+// others. Every flag is rewritten by each backward. Null without that plan.
+int32_t* dkv_written_flags(const BwdParams& p);
 
 }  // namespace cuda
 }  // namespace flashmask

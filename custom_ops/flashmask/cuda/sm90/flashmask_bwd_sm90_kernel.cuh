@@ -15,8 +15,9 @@
 //     P^T = exp(S^T - LSE), dS^T = P^T (dP^T - delta) in registers,
 //     dS^T to shared memory, dV += P^T dO (wgmma, P^T from registers),
 //     dQ = dS K (head dim split over the two warpgroups), dK += dS^T Q (dS^T
-//     from registers); dQ leaves for the fp32 dq accumulator (bulk
-//     reduce-add or atomics) while the dK GEMM runs.
+//     from registers); dQ goes through shared memory to the dQ writer warp
+//     of warpgroup 0, which adds it to its tile of the fp32 dq_accum with
+//     bulk reduce-adds, while the dK GEMM runs.
 // dK/dV stay in registers for the whole CTA (summed over its heads) and go to
 // the slot of the plan (BwdParams::accum_heads_k): stored where the CTA is
 // the slot's one writer, added with atomics where the GQA group spans several
@@ -50,19 +51,49 @@ struct BwdKernelParams {
   typename Traits::TmaKV tma_k;
   typename Traits::TmaKV tma_v;
   BwdParams p;
+  // cuda::dkv_written_flags(p): non-null under fitted grouping, where a CTA
+  // covering its whole GQA group writes dK/dV straight to dk/dv.
+  int32_t* dkv_written;
 };
 
 // Named barriers (id 0 is __syncthreads): the consumers' dS hand-over, and
-// the dQ tile hand-over between the consumers and the dQ writer warp.
-enum class BwdBarrier : int { kdS = 1, kdQFull = 2, kdQEmpty = 3 };
+// per consumer warpgroup the dQ half-tile hand-over with the dQ writer warp
+// (kdQFull + wg: stored, kdQEmpty + wg: read out).
+enum BwdBarrier : int { kdS = 1, kdQFull = 2, kdQEmpty = 2 + 2 };
+static_assert(kdQEmpty >= kdQFull + 2, "one full barrier per consumer warpgroup");
+// Threads at a dQ hand-over: one consumer warpgroup and the writer warp.
+constexpr int kdQHandOverThreads = 128 + 32;
 
 template <int kThreads>
-__device__ __forceinline__ void barrier_sync(BwdBarrier id) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(int(id)), "n"(kThreads) : "memory");
+__device__ __forceinline__ void barrier_sync(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
 }
-template <int kThreads>
-__device__ __forceinline__ void barrier_arrive(BwdBarrier id) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(int(id)), "n"(kThreads) : "memory");
+
+// The dQ hand-over barrier `kId` of warpgroup 0 or kId + 1 of warpgroup 1,
+// with immediate ids: a barrier id held in a register pushed the consumers
+// (at 240 registers) into spilling.
+template <int kId>
+__device__ __forceinline__ void dq_hand_over_sync(bool second) {
+  if (second) {
+    asm volatile("bar.sync %0, %1;\n" ::"n"(kId + 1), "n"(kdQHandOverThreads) : "memory");
+  } else {
+    asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kdQHandOverThreads) : "memory");
+  }
+}
+template <int kId>
+__device__ __forceinline__ void dq_hand_over_arrive(bool second) {
+  if (second) {
+    asm volatile("bar.arrive %0, %1;\n" ::"n"(kId + 1), "n"(kdQHandOverThreads) : "memory");
+  } else {
+    asm volatile("bar.arrive %0, %1;\n" ::"n"(kId), "n"(kdQHandOverThreads) : "memory");
+  }
+}
+
+// Waits until at most kPending of this thread's bulk async groups still read
+// shared memory.
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
 }
 
 // Adds `bytes` of fp32 from shared to global memory (an async bulk reduce,
@@ -96,6 +127,13 @@ __device__ __forceinline__ void accumulate_pair(float* dst, float a, float b, bo
     atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a, b));
   }
 #endif
+}
+
+// Stores a pair of adjacent gradient values in the output dtype.
+template <typename Element>
+__device__ __forceinline__ void store_pair(Element* dst, float a, float b) {
+  const uint32_t bits = uint32_t(Element(a).raw()) | (uint32_t(Element(b).raw()) << 16);
+  *reinterpret_cast<uint32_t*>(dst) = bits;
 }
 
 // Fitted grouping (BwdParams::bwd_group_max_steps): heads per CTA for a key
@@ -134,7 +172,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kDim = Traits::kHeadDim;
-  static_assert(cuda::kRowStatsBlock % kBlockM == 0, "row_stats padding covers whole steps");
+  static_assert(cuda::kBwdRowBlock == kBlockM, "padded rows: whole steps and dQ tiles");
+  static_assert(cuda::kDkvBlock == kBlockN, "one dK/dV flag per key block");
 
   extern __shared__ __align__(1024) char smem_raw[];
   SharedStorage& ss = *reinterpret_cast<SharedStorage*>(smem_raw);
@@ -210,26 +249,39 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   if (warp_group == 0) {
     // ---------------- producer ----------------
     cutlass::arch::warpgroup_reg_dealloc<Traits::kLoadRegisters>();
-    if (Traits::kDQBulkReduce && warp == 1 && !p.deterministic) {
-      // dQ writer: each step's tile, once the consumers have stored it, is
-      // reduced into dq_accum one 512-byte row per bulk copy.
+    if (warp == 1 && !p.deterministic) {
+      // dQ writer: each step's two half tiles, once their warpgroups stored
+      // them, are added to the step's tile of dq_accum (same float order) with
+      // one bulk reduce each; a half's buffer is handed back as soon as the
+      // copy engine has read it.
+      static_assert(Traits::kNumMmaWarpGroups == 2, "two dQ halves");
+      constexpr int kHalf = Traits::kDQHalfFloats;
       const int lane = threadIdx.x % 32;
-      constexpr int kFull = Traits::kNumMmaThreads + 32;
       const int steps = ss.cta_heads * num_live;
+      // The CTA's first head's tiles; the warp runs on 24 registers, hence
+      // the 32-bit tile index within the heads that follow.
+      const int m_blocks = int(cuda::bwd_padded_rows(p.seqlen_q) / kBlockM);
+      float* const head_tiles =
+          p.dq_accum + (int64_t(batch) * p.num_heads + first_head) * m_blocks * (kBlockM * kDim);
       for (int step = 0; step < steps; ++step) {
-        const int head = first_head + step / num_live;
-        const int m0 = live_block_index(live_list[step % num_live]) * kBlockM;
-        barrier_sync<kFull>(BwdBarrier::kdQFull);
-        for (int r = lane; r < kBlockM && m0 + r < p.seqlen_q; r += 32) {
-          float* dst = p.dq_accum + ((int64_t(batch) * p.seqlen_q + m0 + r) * p.num_heads + head) * kDim;
-          bulk_reduce_add_f32(dst, ss.smem_dq.data() + r * Traits::kDQRowFloats, kDim * 4);
+        const int tile_index = step / num_live * m_blocks + live_block_index(live_list[step % num_live]);
+        float* tile = head_tiles + int64_t(tile_index) * (kBlockM * kDim);
+        for (int wg = 0; wg < 2; ++wg) {
+          dq_hand_over_sync<kdQFull>(wg == 1);
+          if (lane == 0) {
+            bulk_reduce_add_f32(tile + wg * kHalf, ss.smem_dq.data() + wg * kHalf, kHalf * 4);
+            asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+          }
         }
-        asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-        asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");  // tile read out
+        const bool more = step + 1 < steps;
+        if (lane == 0) bulk_wait_read<1>();  // the first half read out
         __syncwarp();
-        if (step + 1 < steps) barrier_arrive<kFull>(BwdBarrier::kdQEmpty);
+        if (more) dq_hand_over_arrive<kdQEmpty>(false);
+        if (lane == 0) bulk_wait_read<0>();
+        __syncwarp();
+        if (more) dq_hand_over_arrive<kdQEmpty>(true);
       }
-      asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+      if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
       return;
     }
     if (warp != 0 || num_live == 0) return;
@@ -252,7 +304,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       copy(kp.tma_v.with(bar, 0), tVgV, tVsV);
     }
     PipelineState write = cutlass::make_producer_start_state<Pipeline>();
-    const int64_t stats_padded = cuda::bwd_row_stats_padded(p.seqlen_q);
+    const int64_t stats_padded = cuda::bwd_padded_rows(p.seqlen_q);
     const int64_t stats_plane = int64_t(p.batch) * p.num_heads * stats_padded;
     for (int head = first_head; head < first_head + ss.cta_heads; ++head) {
       Tensor gQ = local_tile(kp.tma_q.get_tma_tensor(shape_q)(_, _, head, batch), tile_q,
@@ -306,10 +358,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   clear(tdVrdV);
   clear(tdKrdK);
 
-  // (key, query) of every S^T element within the tile; (query, dim) of dQ's.
+  // (key, query) of every S^T element within the tile.
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(make_shape(Int<kBlockN>{}, Int<kBlockM>{})));
   Tensor tScS_rc = make_tensor(tScS.data(), acc_as_rows_cols(tScS.layout()));
-  Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kDim>{})));
   constexpr int kRows = decltype(size<0>(tScS_rc))::value;  // this thread's keys (2)
 
   const int c0 = n_block * kBlockN;
@@ -384,45 +435,28 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       Tensor tdKrdS = make_tensor(rdS.data(), acc_as_a_operand(rdS.layout()));
       warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dkv, tdVrP, tdVrdO(_, _, _, stage), tdVrdV);
       if (!p.deterministic) {
-        barrier_sync<Traits::kNumMmaThreads>(BwdBarrier::kdS);  // both halves of dS^T stored
-        // dQ before dK, so dQ's trip to shared memory (or the atomics) runs
+        barrier_sync<Traits::kNumMmaThreads>(kdS);  // both halves of dS^T stored
+        // dQ before dK, so dQ's trip to shared memory runs
         // under the dK GEMM: wgmma groups retire in order, so waiting until
         // one is left in flight means dV and dQ are done and only dK runs.
         Tensor tdQrdQ = partition_fragment_C(mma_dq, make_shape(Int<kBlockM>{}, Int<kDim>{}));
         warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_dq, tdQrdS(_, _, _, buf), tdQrK, tdQrdQ);
         warpgroup_gemm</*zero_init=*/false, /*wait=*/1>(mma_dkv, tdKrdS, tdKrQ(_, _, _, stage), tdKrdK);
         warpgroup_fence_operand(tdQrdQ);
-        Tensor dq_rc = make_tensor(tdQrdQ.data(), acc_as_rows_cols(tdQrdQ.layout()));
-        Tensor cdq_rc = make_tensor(tdQcdQ.data(), acc_as_rows_cols(tdQcdQ.layout()));
-        const int dcol0 = get<1>(cdq_rc(0, 0));
-        if constexpr (Traits::kDQBulkReduce) {
-          // dQ to shared memory for the writer warp (which drained the previous
-          // tile before signalling kdQEmpty).
-          constexpr int kFull = Traits::kNumMmaThreads + 32;
-          if (step > 0) barrier_sync<kFull>(BwdBarrier::kdQEmpty);
-          CUTLASS_PRAGMA_UNROLL
-          for (int r = 0; r < size<0>(dq_rc); ++r) {
-            float* dst = ss.smem_dq.data() + get<0>(cdq_rc(r, 0)) * Traits::kDQRowFloats + dcol0;
-            CUTLASS_PRAGMA_UNROLL
-            for (int c = 0; c < size<1>(dq_rc); c += 2) {
-              *reinterpret_cast<float2*>(dst + acc_col_offset(c)) = make_float2(dq_rc(r, c), dq_rc(r, c + 1));
-            }
-          }
-          cutlass::arch::fence_view_async_shared();  // the copy engine reads it next
-          barrier_arrive<kFull>(BwdBarrier::kdQFull);
-        } else {
-          // Short rows: float2 atomics straight from the accumulators.
-          CUTLASS_PRAGMA_UNROLL
-          for (int r = 0; r < size<0>(dq_rc); ++r) {
-            const int row = m0 + get<0>(cdq_rc(r, 0));
-            if (row >= p.seqlen_q) continue;
-            float* dst = p.dq_accum + ((int64_t(batch) * p.seqlen_q + row) * p.num_heads + head) * kDim + dcol0;
-            CUTLASS_PRAGMA_UNROLL
-            for (int c = 0; c < size<1>(dq_rc); c += 2) {
-              accumulate_pair(dst + acc_col_offset(c), dq_rc(r, c), dq_rc(r, c + 1), false);
-            }
-          }
+        // This warpgroup's half of dQ to shared memory in accumulator order,
+        // 16 bytes per thread and store (the writer warp drained the previous
+        // step's half before signalling kdQEmpty); dq_accum keeps that order.
+        static_assert(decltype(size(tdQrdQ))::value % 4 == 0, "whole float4s");
+        const bool second_wg = mma_tid >= 128;
+        float4* dq_half = reinterpret_cast<float4*>(ss.smem_dq.data() + (second_wg ? Traits::kDQHalfFloats : 0));
+        if (step > 0) dq_hand_over_sync<kdQEmpty>(second_wg);
+        CUTLASS_PRAGMA_UNROLL
+        for (int k = 0; k < size(tdQrdQ) / 4; ++k) {
+          dq_half[k * 128 + mma_tid % 128] =
+              make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2), tdQrdQ(4 * k + 3));
         }
+        cutlass::arch::fence_view_async_shared();  // the copy engine reads it next
+        dq_hand_over_arrive<kdQFull>(second_wg);
         warpgroup_wait<0>();  // dK has read Q
         pipeline.consumer_release(read);  // Q and dO of this stage are no longer read
       } else {
@@ -433,24 +467,102 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     }
   }  // heads
 
-  // dK and dV (unscaled; bwd_finish applies the softmax scale to dK).
+  // dK and dV.
   Tensor tdKVcdKV = thr_dkv.partition_C(make_identity_tensor(make_shape(Int<kBlockN>{}, Int<kDim>{})));
   Tensor c_rc = make_tensor(tdKVcdKV.data(), acc_as_rows_cols(tdKVcdKV.layout()));
   Tensor dk_rc = make_tensor(tdKrdK.data(), acc_as_rows_cols(tdKrdK.layout()));
   Tensor dv_rc = make_tensor(tdVrdV.data(), acc_as_rows_cols(tdVrdV.layout()));
+  const int col0 = get<1>(c_rc(0, 0));
+  // Fitted grouping with one CTA for the whole GQA group: dK (scaled here) and
+  // dV go straight to dk/dv in the output dtype, and the key block's flag
+  // tells bwd_finish to leave it (no fp32 round trip through the
+  // accumulators). Every CTA of the key block computes the same flag.
+  const bool direct = kp.dkv_written != nullptr && ss.cta_heads * p.num_heads_k == p.num_heads;
+  if (kp.dkv_written != nullptr && mma_tid == 0) {
+    const int key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
+    kp.dkv_written[(int64_t(batch) * p.num_heads_k + head_k) * key_blocks + n_block] = direct;
+  }
+  if (direct) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < size<0>(dk_rc); ++r) {
+      const int key = c0 + get<0>(c_rc(r, 0));
+      if (key >= p.seqlen_k) continue;
+      Element* dk = static_cast<Element*>(p.dk) + batch * p.dk_batch_stride + key * p.dk_row_stride +
+                    head_k * p.dk_head_stride + col0;
+      Element* dv = static_cast<Element*>(p.dv) + batch * p.dv_batch_stride + key * p.dv_row_stride +
+                    head_k * p.dv_head_stride + col0;
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < size<1>(dk_rc); c += 2) {
+        const int d = acc_col_offset(c);
+        store_pair(dk + d, dk_rc(r, c) * p.softmax_scale, dk_rc(r, c + 1) * p.softmax_scale);
+        store_pair(dv + d, dv_rc(r, c), dv_rc(r, c + 1));
+      }
+    }
+    return;
+  }
+  // Else to the plan's fp32 slot, unscaled (bwd_finish scales dK).
   const bool sole_writer = int64_t(p.accum_heads_k) * ss.cta_heads == p.num_heads;
   const int slot = first_head / (p.num_heads / p.accum_heads_k);
   CUTLASS_PRAGMA_UNROLL
   for (int r = 0; r < size<0>(dk_rc); ++r) {
     const int key = c0 + get<0>(c_rc(r, 0));
     if (key >= p.seqlen_k) continue;
-    const int64_t offset = ((int64_t(batch) * p.seqlen_k + key) * p.accum_heads_k + slot) * kDim +
-                           get<1>(c_rc(0, 0));
+    const int64_t offset = ((int64_t(batch) * p.seqlen_k + key) * p.accum_heads_k + slot) * kDim + col0;
     CUTLASS_PRAGMA_UNROLL
     for (int c = 0; c < size<1>(dk_rc); c += 2) {
       const int d = acc_col_offset(c);
       accumulate_pair(p.dk_accum + offset + d, dk_rc(r, c), dk_rc(r, c + 1), sole_writer);
       accumulate_pair(p.dv_accum + offset + d, dv_rc(r, c), dv_rc(r, c + 1), sole_writer);
+    }
+  }
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+// dq = dq_accum x softmax_scale from the tiles the backward added up in its
+// accumulators' order (BwdParams::dq_accum_tiled). One CTA per (64-row tile,
+// head, batch): thread t reads back, 16 bytes at a time, what consumer thread
+// t stored and places each value through the same partition of the dQ GEMM
+// (so the order is defined in one place, the tiled wgmma) into a shared
+// tile, which then leaves in 16-byte row chunks (element-wise scattered
+// stores made this pass twice as slow as the bytes it moves).
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kNumMmaThreads) dq_tiles_to_dq_kernel(BwdParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kDim = Traits::kHeadDim;
+  constexpr int kRowElems = kDim + 8;  // 16-byte padding spreads the rows over the banks
+  constexpr int kChunks = kDim / 8;    // 16-byte chunks per row
+  __shared__ __align__(16) Element rows[kBlockM * kRowElems];
+  typename Traits::TiledMmadQ mma_dq;
+  auto thr_dq = mma_dq.get_thread_slice(threadIdx.x);
+  Tensor cdq = thr_dq.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kDim>{})));
+  const int m = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  const float* tile =
+      p.dq_accum + ((int64_t(batch) * p.num_heads + head) * gridDim.x + m) * (kBlockM * kDim);
+  const float4* half = reinterpret_cast<const float4*>(tile + threadIdx.x / 128 * Traits::kDQHalfFloats);
+  CUTLASS_PRAGMA_UNROLL
+  for (int k = 0; k < size(cdq) / 4; ++k) {
+    const float4 v = half[k * 128 + threadIdx.x % 128];
+    const float values[4] = {v.x, v.y, v.z, v.w};
+    CUTLASS_PRAGMA_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      rows[get<0>(cdq(4 * k + e)) * kRowElems + get<1>(cdq(4 * k + e))] = Element(values[e] * p.softmax_scale);
+    }
+  }
+  __syncthreads();
+  Element* dq = static_cast<Element*>(p.dq) + batch * p.dq_batch_stride + head * p.dq_head_stride;
+  const bool vector_rows = reinterpret_cast<uintptr_t>(dq) % 16 == 0 && p.dq_row_stride % 8 == 0;
+  for (int c = threadIdx.x; c < kBlockM * kChunks; c += blockDim.x) {
+    const int r = c / kChunks, col = c % kChunks * 8;
+    const int row = m * kBlockM + r;
+    if (row >= p.seqlen_q) break;  // chunks go row by row
+    Element* dst = dq + row * p.dq_row_stride + col;
+    const Element* src = rows + r * kRowElems + col;
+    if (vector_rows) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    } else {
+      for (int e = 0; e < 8; ++e) dst[e] = src[e];
     }
   }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

@@ -81,8 +81,16 @@ bool fwd_supported(const FwdParams& p) {
          p.o_row_stride % 2 == 0 && aligned16(p.out);
 }
 
+// Pairs of 16-bit gradient values stored as one 32-bit word (the backward
+// writes dK/dV directly where one CTA covers a whole GQA group).
+bool pair_stores_aligned(const void* ptr, int64_t row, int64_t head, int64_t batch) {
+  return reinterpret_cast<uintptr_t>(ptr) % 4 == 0 && row % 2 == 0 && head % 2 == 0 && batch % 2 == 0;
+}
+
 bool bwd_supported(const BwdParams& p) {
-  return fwd_supported(p) && tma_friendly(p.dout, p.do_row_stride, p.do_head_stride, p.do_batch_stride);
+  return fwd_supported(p) && tma_friendly(p.dout, p.do_row_stride, p.do_head_stride, p.do_batch_stride) &&
+         pair_stores_aligned(p.dk, p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride) &&
+         pair_stores_aligned(p.dv, p.dv_row_stride, p.dv_head_stride, p.dv_batch_stride);
 }
 
 void run_fwd(const FwdParams& p, cudaStream_t stream) {

@@ -112,6 +112,7 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
   using Traits = BwdTraits<kHeadDim, Element>;
   BwdKernelParams<Traits> kp{};
   kp.p = p;
+  kp.dkv_written = cuda::dkv_written_flags(p);
   auto mQ = gmem_view<Element>(p.q, p.seqlen_q, p.head_dim, p.num_heads, p.batch, p.q_row_stride,
                                p.q_head_stride, p.q_batch_stride);
   auto mdO = gmem_view<Element>(p.dout, p.seqlen_q, p.head_dim, p.num_heads, p.batch,
@@ -135,6 +136,10 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
   if (p.bwd_head_group < 1 || group % p.bwd_head_group != 0) {
     throw std::invalid_argument("flashmask sm90 backward: bwd_head_group must divide the GQA group");
   }
+  if (p.dq_accum_tiled == p.deterministic) {
+    throw std::invalid_argument(
+        "flashmask sm90 backward: dq_accum_tiled must be planned (plan_bwd_cuda): tiles unless deterministic");
+  }
   if (p.row_stats == nullptr) {
     throw std::invalid_argument(
         "flashmask sm90 backward: row_stats is null (allocate bwd_row_stats_elems floats after plan_bwd_cuda)");
@@ -144,6 +149,11 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
                   p.fitted_head_groups() ? p.num_heads : p.num_heads / p.bwd_head_group, p.batch);
   kernel<<<grid, Traits::kNThreads, smem, stream>>>(kp);
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
+  if (p.dq_accum_tiled) {  // else dQ is the deterministic pass's, converted by bwd_finish
+    const dim3 tiles(unsigned(cuda::bwd_padded_rows(p.seqlen_q) / Traits::kBlockM), p.num_heads, p.batch);
+    dq_tiles_to_dq_kernel<Traits><<<tiles, Traits::kNumMmaThreads, 0, stream>>>(p);
+    FLASHMASK_CUDA_CHECK(cudaGetLastError());
+  }
 }
 
 }  // namespace sm90

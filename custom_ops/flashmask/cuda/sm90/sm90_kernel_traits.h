@@ -188,11 +188,9 @@ struct BwdTraits {
   static constexpr uint32_t kTmaBytesKV = kBlockN * kHeadDim * sizeof(Element);
   static constexpr uint32_t kRowStatsBytes = kBlockM * sizeof(float);  // LSE or delta of a step
 
-  static constexpr int kDQRowFloats = kHeadDim + 8;  // 16-byte aligned rows
-  // dQ leaves through shared memory and bulk reduce-adds (512-byte rows at
-  // D=128); at D=64 the 256-byte rows made that slower than float2 atomics
-  // (H200, causal 16K bwd: 237 vs 280 TFLOP/s, NOTES.md).
-  static constexpr bool kDQBulkReduce = kHeadDim >= 128;
+  // dQ of one step, per warpgroup (its head-dim half): stored in accumulator
+  // order (BwdParams::dq_accum_tiled), one bulk reduce-add each.
+  static constexpr int kDQHalfFloats = kBlockM * kHeadDim / kNumMmaWarpGroups;
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = cutlass::PipelineState<kStages>;
@@ -203,10 +201,10 @@ struct BwdTraits {
     cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> smem_q;
     cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> smem_do;
     cute::array_aligned<Element, cosize_v<SmemLayoutdS>, 1024> smem_ds;
-    // dQ of one step in fp32, rows padded so the consumers' stores spread
-    // over the banks; the producer warpgroup reduces it into dq_accum row by
-    // row with bulk async copies.
-    cute::array_aligned<float, kBlockM * kDQRowFloats, 128> smem_dq;
+    // dQ of one step in fp32, each warpgroup's half in its accumulators'
+    // order (16-byte stores, conflict-free); the dQ writer warp adds each half
+    // to the step's tile of dq_accum with one bulk reduce.
+    cute::array_aligned<float, kBlockM * kHeadDim, 128> smem_dq;
     // Per stage, the step's rows of BwdParams::row_stats (LSE x log2(e) and
     // delta), loaded with the Q/dO tiles.
     cute::array_aligned<float, kStages * kBlockM, 128> smem_lse;
