@@ -35,10 +35,18 @@ constexpr int kMaxSeqlen = 1 << 19;
 // indices handed out by an int counter.
 constexpr int64_t kMaxTiles = int64_t(1) << 30;
 // Backward head grouping: at most 4 query heads per CTA, and a grouped CTA at
-// most 80 steps of 64 query rows (a 1024-token window's key block, 18 live
-// blocks, still takes 4 heads; a key block that sees 1280+ rows keeps fewer).
+// most 80 steps of 64 query rows per 16K query rows (at least 80): a
+// 1024-token window's key block, 18 live blocks, still takes 4 heads; a key
+// block that sees 1280+ rows keeps fewer up to 16K. The bound grows with the
+// sequence because what it guards against is a grouped CTA that outlasts the
+// rest of the backward, whose length grows with it. H200, Paddle bench (v10):
+// 160 instead of 80 at 32K took causal document / share question fwd+bwd over
+// Flex from 1.34 / 1.33 to 1.38 / 1.37x, while at 8K it cost causal
+// document 1.65 -> 1.51x; no bound at all (uniform groups) made the global
+// columns' CTAs a tail (global+sliding window 32K 1.92 -> 1.34x).
 constexpr int kDefaultBwdHeadGroup = 4;
 constexpr int kDefaultBwdGroupMaxSteps = 80;
+constexpr int kBwdGroupStepsPerRows = 16384;
 
 }  // namespace
 
@@ -58,7 +66,8 @@ int bwd_head_group(const BwdParams& p, int requested) {
 
 int bwd_group_max_steps(const BwdParams& p, int requested) {
   if (p.deterministic || p.bwd_head_group <= 1) return 0;
-  return requested < 0 ? kDefaultBwdGroupMaxSteps : requested;
+  if (requested >= 0) return requested;
+  return kDefaultBwdGroupMaxSteps * std::max(1, p.seqlen_q / kBwdGroupStepsPerRows);
 }
 
 bool compiled() {
