@@ -64,28 +64,25 @@ static_assert(kdQEmpty >= kdQFull + 2, "one full barrier per consumer warpgroup"
 // Threads at a dQ hand-over: one consumer warpgroup and the writer warp.
 constexpr int kdQHandOverThreads = 128 + 32;
 
-template <int kThreads>
-__device__ __forceinline__ void barrier_sync(int id) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
-}
-
-// The dQ hand-over barrier `kId` of warpgroup 0 or kId + 1 of warpgroup 1,
-// with immediate ids: a barrier id held in a register pushed the consumers
-// (at 240 registers) into spilling.
-template <int kId>
-__device__ __forceinline__ void dq_hand_over_sync(bool second) {
-  if (second) {
-    asm volatile("bar.sync %0, %1;\n" ::"n"(kId + 1), "n"(kdQHandOverThreads) : "memory");
+// Named barrier kId over kThreads threads: wait for all (sync) or only signal
+// (arrive). Immediate ids: a barrier id held in a register pushed the
+// consumers (at 240 registers) into spilling.
+template <int kId, int kThreads, bool kArrive = false>
+__device__ __forceinline__ void named_barrier() {
+  if constexpr (kArrive) {
+    asm volatile("bar.arrive %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
   } else {
-    asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kdQHandOverThreads) : "memory");
+    asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
   }
 }
-template <int kId>
-__device__ __forceinline__ void dq_hand_over_arrive(bool second) {
+
+// The dQ hand-over barrier `kId` of warpgroup 0, or kId + 1 of warpgroup 1.
+template <int kId, bool kArrive = false>
+__device__ __forceinline__ void dq_hand_over(bool second) {
   if (second) {
-    asm volatile("bar.arrive %0, %1;\n" ::"n"(kId + 1), "n"(kdQHandOverThreads) : "memory");
+    named_barrier<kId + 1, kdQHandOverThreads, kArrive>();
   } else {
-    asm volatile("bar.arrive %0, %1;\n" ::"n"(kId), "n"(kdQHandOverThreads) : "memory");
+    named_barrier<kId, kdQHandOverThreads, kArrive>();
   }
 }
 
@@ -267,7 +264,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         const int tile_index = step / num_live * m_blocks + live_block_index(live_list[step % num_live]);
         float* tile = head_tiles + int64_t(tile_index) * (kBlockM * kDim);
         for (int wg = 0; wg < 2; ++wg) {
-          dq_hand_over_sync<kdQFull>(wg == 1);
+          dq_hand_over<kdQFull>(wg == 1);
           if (lane == 0) {
             bulk_reduce_add_f32(tile + wg * kHalf, ss.smem_dq.data() + wg * kHalf, kHalf * 4);
             asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
@@ -276,10 +273,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         const bool more = step + 1 < steps;
         if (lane == 0) bulk_wait_read<1>();  // the first half read out
         __syncwarp();
-        if (more) dq_hand_over_arrive<kdQEmpty>(false);
+        if (more) dq_hand_over<kdQEmpty, /*kArrive=*/true>(false);
         if (lane == 0) bulk_wait_read<0>();
         __syncwarp();
-        if (more) dq_hand_over_arrive<kdQEmpty>(true);
+        if (more) dq_hand_over<kdQEmpty, /*kArrive=*/true>(true);
       }
       if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
       return;
@@ -435,7 +432,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       Tensor tdKrdS = make_tensor(rdS.data(), acc_as_a_operand(rdS.layout()));
       warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dkv, tdVrP, tdVrdO(_, _, _, stage), tdVrdV);
       if (!p.deterministic) {
-        barrier_sync<Traits::kNumMmaThreads>(kdS);  // both halves of dS^T stored
+        named_barrier<kdS, Traits::kNumMmaThreads>();  // both halves of dS^T stored
         // dQ before dK, so dQ's trip to shared memory runs
         // under the dK GEMM: wgmma groups retire in order, so waiting until
         // one is left in flight means dV and dQ are done and only dK runs.
@@ -449,14 +446,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         static_assert(decltype(size(tdQrdQ))::value % 4 == 0, "whole float4s");
         const bool second_wg = mma_tid >= 128;
         float4* dq_half = reinterpret_cast<float4*>(ss.smem_dq.data() + (second_wg ? Traits::kDQHalfFloats : 0));
-        if (step > 0) dq_hand_over_sync<kdQEmpty>(second_wg);
+        if (step > 0) dq_hand_over<kdQEmpty>(second_wg);
         CUTLASS_PRAGMA_UNROLL
         for (int k = 0; k < size(tdQrdQ) / 4; ++k) {
           dq_half[k * 128 + mma_tid % 128] =
               make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2), tdQrdQ(4 * k + 3));
         }
         cutlass::arch::fence_view_async_shared();  // the copy engine reads it next
-        dq_hand_over_arrive<kdQFull>(second_wg);
+        dq_hand_over<kdQFull, /*kArrive=*/true>(second_wg);
         warpgroup_wait<0>();  // dK has read Q
         pipeline.consumer_release(read);  // Q and dO of this stage are no longer read
       } else {
