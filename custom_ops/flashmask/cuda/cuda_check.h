@@ -1,5 +1,6 @@
 // Error checking for CUDA runtime calls: failures become C++ exceptions, which
 // the Paddle glue turns into Python errors instead of crashing the process.
+// Also the one device query the launches size their grids by.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,3 +17,16 @@
                                std::to_string(__LINE__));                              \
     }                                                                                  \
   } while (0)
+
+namespace flashmask {
+
+// Streaming multiprocessors of the current device (persistent and
+// grid-stride launches size their grids by it).
+inline int sm_count() {
+  int device = 0, count = 0;
+  FLASHMASK_CUDA_CHECK(cudaGetDevice(&device));
+  FLASHMASK_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
+}  // namespace flashmask

@@ -224,11 +224,8 @@ int grid_for(int64_t n, int threads) {
 // of the device at most, so each thread handles several items and the SMs
 // keep loads in flight rather than retire a short-lived block per item group.
 int streaming_grid(int64_t work_items, int threads) {
-  int device = 0, sms = 0;
-  FLASHMASK_CUDA_CHECK(cudaGetDevice(&device));
-  FLASHMASK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int64_t wanted = (work_items + threads - 1) / threads;
-  return int(std::max<int64_t>(1, std::min<int64_t>(wanted, int64_t(sms) * 2048 / threads * 2)));
+  return int(std::max<int64_t>(1, std::min<int64_t>(wanted, int64_t(sm_count()) * 2048 / threads * 2)));
 }
 
 bool aligned_to(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }

@@ -133,6 +133,14 @@ __device__ __forceinline__ void store_pair(Element* dst, float a, float b) {
   *reinterpret_cast<uint32_t*>(dst) = bits;
 }
 
+// The tiles of (batch, head) in the tiled dq_accum (BwdParams::dq_accum_tiled):
+// ceil(seqlen_q / kBlockM) consecutive tiles of kTileFloats floats.
+template <int kTileFloats, int kBlockM>
+__device__ __forceinline__ float* dq_head_tiles(const BwdParams& p, int batch, int head) {
+  const int64_t m_blocks = cuda::bwd_padded_rows(p.seqlen_q) / kBlockM;
+  return p.dq_accum + (int64_t(batch) * p.num_heads + head) * m_blocks * kTileFloats;
+}
+
 // Fitted grouping (BwdParams::bwd_group_max_steps): heads per CTA for a key
 // block with `num_live` live query blocks, the largest divisor of head_group
 // whose steps fit in max_steps (every CTA of the key block computes the same).
@@ -258,8 +266,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       // The CTA's first head's tiles; the warp runs on 24 registers, hence
       // the 32-bit tile index within the heads that follow.
       const int m_blocks = int(cuda::bwd_padded_rows(p.seqlen_q) / kBlockM);
-      float* const head_tiles =
-          p.dq_accum + (int64_t(batch) * p.num_heads + first_head) * m_blocks * (kBlockM * kDim);
+      float* const head_tiles = dq_head_tiles<kBlockM * kDim, kBlockM>(p, batch, first_head);
       for (int step = 0; step < steps; ++step) {
         const int tile_index = step / num_live * m_blocks + live_block_index(live_list[step % num_live]);
         float* tile = head_tiles + int64_t(tile_index) * (kBlockM * kDim);
@@ -474,7 +481,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   // dV go straight to dk/dv in the output dtype, and the key block's flag
   // tells bwd_finish to leave it (no fp32 round trip through the
   // accumulators). Every CTA of the key block computes the same flag.
-  const bool direct = kp.dkv_written != nullptr && ss.cta_heads * p.num_heads_k == p.num_heads;
+  const bool sole_writer = int64_t(p.accum_heads_k) * ss.cta_heads == p.num_heads;
+  const bool direct = kp.dkv_written != nullptr && sole_writer;
   if (kp.dkv_written != nullptr && mma_tid == 0) {
     const int key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
     kp.dkv_written[(int64_t(batch) * p.num_heads_k + head_k) * key_blocks + n_block] = direct;
@@ -498,7 +506,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     return;
   }
   // Else to the plan's fp32 slot, unscaled (bwd_finish scales dK).
-  const bool sole_writer = int64_t(p.accum_heads_k) * ss.cta_heads == p.num_heads;
   const int slot = first_head / (p.num_heads / p.accum_heads_k);
   CUTLASS_PRAGMA_UNROLL
   for (int r = 0; r < size<0>(dk_rc); ++r) {
@@ -535,8 +542,7 @@ __global__ void __launch_bounds__(Traits::kNumMmaThreads) dq_tiles_to_dq_kernel(
   auto thr_dq = mma_dq.get_thread_slice(threadIdx.x);
   Tensor cdq = thr_dq.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kDim>{})));
   const int m = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
-  const float* tile =
-      p.dq_accum + ((int64_t(batch) * p.num_heads + head) * gridDim.x + m) * (kBlockM * kDim);
+  const float* tile = dq_head_tiles<kBlockM * kDim, kBlockM>(p, batch, head) + int64_t(m) * (kBlockM * kDim);
   const float4* half = reinterpret_cast<const float4*>(tile + threadIdx.x / 128 * Traits::kDQHalfFloats);
   CUTLASS_PRAGMA_UNROLL
   for (int k = 0; k < size(cdq) / 4; ++k) {

@@ -39,15 +39,6 @@ int smem_bytes(int list_blocks, int num_lists = 1) {
   return int(sizeof(typename Traits::SharedStorage)) + num_lists * live_list_capacity(list_blocks) * 2;
 }
 
-// Streaming multiprocessors of the current device (the persistent forward
-// launches one CTA per SM).
-inline int sm_count() {
-  int device = 0, count = 0;
-  FLASHMASK_CUDA_CHECK(cudaGetDevice(&device));
-  FLASHMASK_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
-}
-
 // Pingpong between the forward's consumer warpgroups (scheduler_wait_turn),
 // opt-in with PADDLE_FLASHMASK_SM90_FWD_PINGPONG=1. Off by default: on the
 // H200 it cost 5-8% (causal 16K forward 632 -> 584 TFLOP/s), since without
