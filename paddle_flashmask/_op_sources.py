@@ -17,6 +17,8 @@ CPU_SOURCES = [
     "flashmask/cpu/mask_prep_cpu.cc",
     "flashmask/cpu/flashmask_fwd_cpu.cc",
     "flashmask/cpu/flashmask_bwd_cpu.cc",
+    "paddle/cp_ops.cc",
+    "flashmask/cpu/cp_ops_cpu.cc",
 ]
 
 

@@ -226,6 +226,12 @@ std::vector<paddle::Tensor> FlashMaskBackward(const paddle::Tensor& q, const pad
   check_qkv(q, k, v);
   PD_CHECK(dout.shape() == q.shape() && dout.dtype() == q.dtype(),
            "flashmask_attention grad: dout must match query");
+  // pfm_flashmask_attention_bwd takes out/lse from its caller.
+  PD_CHECK(out.shape() == q.shape() && out.dtype() == q.dtype(),
+           "flashmask_attention grad: out must match query");
+  PD_CHECK(lse.dtype() == paddle::DataType::FLOAT32 &&
+               lse.shape() == std::vector<int64_t>({q.shape()[0], q.shape()[2], q.shape()[1]}),
+           "flashmask_attention grad: softmax_lse must be float32 [batch, heads, seqlen_q]");
   const auto mask = effective_indices(indices, q, k, causal, window_left, window_right);
   auto dq = paddle::empty(q.shape(), q.dtype(), q.place());
   auto dk = paddle::empty(k.shape(), k.dtype(), k.place());
@@ -341,6 +347,35 @@ PD_BUILD_GRAD_OP(pfm_flashmask_attention)
     .Outputs({paddle::Grad("q"), paddle::Grad("k"), paddle::Grad("v")})
     .Attrs(FLASHMASK_ATTRS)
     .SetKernelFn(PD_KERNEL(FlashMaskBackward));
+
+// The backward as a plain op with out/lse given by the caller: context
+// parallel (ring) attention merges the partial forwards over key parts and
+// runs each part's backward with the merged out and lse.
+std::vector<std::vector<int64_t>> FlashMaskBackwardInferShape(
+    const std::vector<int64_t>& q_shape, const std::vector<int64_t>& k_shape,
+    const std::vector<int64_t>& v_shape,
+    const paddle::optional<std::vector<int64_t>>& indices_shape,
+    const std::vector<int64_t>& out_shape, const std::vector<int64_t>& lse_shape,
+    const std::vector<int64_t>& dout_shape) {
+  return {q_shape, k_shape, v_shape};
+}
+
+std::vector<paddle::DataType> FlashMaskBackwardInferDtype(
+    const paddle::DataType& q_dtype, const paddle::DataType& k_dtype,
+    const paddle::DataType& v_dtype, const paddle::optional<paddle::DataType>& indices_dtype,
+    const paddle::DataType& out_dtype, const paddle::DataType& lse_dtype,
+    const paddle::DataType& dout_dtype) {
+  return {q_dtype, k_dtype, v_dtype};
+}
+
+PD_BUILD_OP(pfm_flashmask_attention_bwd)
+    .Inputs({"q", "k", "v", paddle::Optional("startend_row_indices"), "out", "softmax_lse",
+             "dout"})
+    .Outputs({"dq", "dk", "dv"})
+    .Attrs(FLASHMASK_ATTRS)
+    .SetKernelFn(PD_KERNEL(FlashMaskBackward))
+    .SetInferShapeFn(PD_INFER_SHAPE(FlashMaskBackwardInferShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(FlashMaskBackwardInferDtype));
 
 PD_BUILD_OP(pfm_flashmask_check_indices)
     .Inputs({"startend_row_indices"})

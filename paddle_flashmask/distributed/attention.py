@@ -1,0 +1,177 @@
+"""flashmask_attention over a context-parallel group: this rank's rows of the
+single-device result, gradients to this rank's q/k/v."""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+import numpy as np
+import paddle
+
+from .. import validation
+from ..attention import GPU_KERNELS, _check_index_values, _contiguous, _default_deterministic, get_gpu_kernel
+from .._loader import load_ops
+from . import allgather, comm, ulysses
+from .plan import ContextParallelPlan, mask_fingerprint
+
+_METHODS = {"allgather": (allgather.AllGatherAttention, allgather.Spec),
+            "ulysses": (ulysses.UlyssesAttention, ulysses.Spec)}
+
+# Every call agrees on errors and plans with one small all_reduce before any data moves:
+# a decision to skip it could differ between ranks (a rank-local error) and leave the others
+# waiting in a collective. PADDLE_FLASHMASK_CP_AGREE=0 skips it for trusted pipelines.
+_AGREE = os.environ.get("PADDLE_FLASHMASK_CP_AGREE", "1") != "0"
+
+
+def _shape(t):
+    return tuple(int(d) for d in t.shape)
+
+
+def _check_plan_and_mask(plan, group, indices, causal):
+    # Identical on every rank for identical arguments: raise at once.
+    if not isinstance(plan, ContextParallelPlan):
+        raise TypeError(f"plan must be a paddle_flashmask.distributed.ContextParallelPlan, got {type(plan).__name__}")
+    size = comm.group_size(group)
+    if size != plan.world_size:
+        raise ValueError(f"the plan was built for world_size {plan.world_size}, but the group has {size} ranks")
+    if causal != plan.causal:
+        raise ValueError(f"causal={causal} but the plan was built with causal={plan.causal}")
+    if indices is None:
+        if plan.indices_shape is not None:
+            raise ValueError("startend_row_indices is None but the plan was built from indices "
+                             f"{list(plan.indices_shape)}; pass the same global indices")
+        return
+    if not validation._is_tensor(indices):
+        raise TypeError(f"startend_row_indices must be a paddle.Tensor, got {type(indices).__name__}")
+    if indices.dtype != paddle.int32:
+        raise TypeError(f"startend_row_indices must be int32, got {indices.dtype}")
+    if plan.indices_shape is None or _shape(indices) != plan.indices_shape:
+        raise ValueError(f"startend_row_indices {list(_shape(indices))} must be the GLOBAL indices the plan was "
+                         f"built from ({None if plan.indices_shape is None else list(plan.indices_shape)})")
+    _check_same_mask(plan, indices)
+
+
+def _check_same_mask(plan, indices):
+    # One host copy per indices tensor (all layers share one); a plan of another mask
+    # would compute a wrong answer quietly.
+    key = ("mask_ok", id(indices), indices._inplace_version() if hasattr(indices, "_inplace_version") else 0)
+    if key in plan._device_cache:
+        return
+    if mask_fingerprint(indices.numpy(), plan.causal, plan.seqlen) != plan.fingerprint:
+        raise ValueError("startend_row_indices differ from the indices the plan was built from; build the plan "
+                         "from this batch's global indices")
+    plan._device_cache[key] = True
+
+
+def _local_error(plan, rank, q, k, v, method):
+    """This rank's shape problems, as a message (None when fine)."""
+    for name, t in (("query", q), ("key", k), ("value", v)):
+        if not validation._is_tensor(t):
+            return f"{name} must be a paddle.Tensor, got {type(t).__name__}"
+        if len(t.shape) != 4:
+            return f"{name} must be 4-D [batch, local_rows, heads, head_dim], got {list(t.shape)}"
+    L = plan.num_local_rows(rank)
+    for name, t in (("query", q), ("key", k), ("value", v)):
+        if int(t.shape[1]) != L:
+            return (f"rank {rank}: {name} holds {int(t.shape[1])} rows but the plan gives this rank {L} "
+                    "(pass the rows of plan.local_rows(rank), in that order)")
+    try:
+        validation.check_qkv(q, k, v)
+    except (TypeError, ValueError) as e:
+        return f"rank {rank}: {e}"
+    if method == "ulysses":
+        W = plan.world_size
+        H, Hk = int(q.shape[2]), int(k.shape[2])
+        if H % W or Hk % W:
+            return (f"method='ulysses' needs the query heads ({H}) and key/value heads ({Hk}) divisible by the "
+                    f"group size {W}; use method='allgather'")
+    return None
+
+
+def _agree(plan, rank, group, q, k, v, indices, local_error):
+    size = comm.group_size(group)
+    if size > 1 and _AGREE:
+        # error flag and the plan's hash: the sum tells a bad rank and ranks with other plans
+        plan_hash = zlib.crc32(f"{plan.fingerprint}:{plan.chunk_size}:{plan.method}".encode()) & 0x3FFFFFF
+        words = np.array([1 if local_error else 0, plan_hash], dtype=np.int64)
+        t = paddle.to_tensor(words, place=q.place if validation._is_tensor(q) else paddle.CPUPlace())
+        paddle.distributed.all_reduce(t, group=group)
+        bad, hashes = (int(x) for x in t.numpy())
+        if local_error:
+            raise ValueError(local_error)
+        if bad:
+            raise ValueError(f"context-parallel flashmask_attention: {bad} other rank(s) of the group got bad "
+                             "input (their error names it); no rank went on")
+        if hashes != size * plan_hash:
+            raise ValueError("the ranks of the group passed different plans (built from different masks, "
+                             "methods or chunk sizes); every rank must build the plan from the same global indices")
+    elif local_error:
+        raise ValueError(local_error)
+
+
+def flashmask_attention(query, key, value, startend_row_indices=None, *, causal=False, plan=None, group=None,
+                        return_softmax_lse=False, softmax_scale=None, deterministic=None, dropout=0.0,
+                        window_size=None, training=True, name=None):
+    """Context-parallel FlashMask attention.
+
+    Args:
+        query, key, value: this rank's rows ``[B, L, H | Hk, D]``, in ``plan.local_rows(rank)``
+            order.
+        startend_row_indices: the GLOBAL indices ``[B | 1, Hm, S, C]`` the plan was built from
+            (``None`` for plain causal / full attention with a plan built from ``None``).
+        causal (bool): as in ``paddle_flashmask.flashmask_attention``; must match the plan.
+        plan (ContextParallelPlan): the rows every rank holds and the method.
+        group: the communication group (its rank order is the plan's); default fleet's
+            sep/context-parallel group when fleet is initialised, else the global group.
+        return_softmax_lse, softmax_scale, deterministic, dropout, training: as in the
+            single-device op.
+
+    Returns this rank's rows of the single-device ``flashmask_attention`` result (and its LSE
+    ``[B, H, L]`` with ``return_softmax_lse``); gradients reach the local q/k/v. Bad input
+    raises on every rank of the group.
+    """
+    if plan is None:
+        raise ValueError("plan is required: build paddle_flashmask.distributed.ContextParallelPlan from the "
+                         "global indices")
+    causal = validation.check_flag("causal", causal)
+    return_softmax_lse = validation.check_flag("return_softmax_lse", return_softmax_lse)
+    validation.check_scalar_args(dropout, softmax_scale, training)
+    if window_size is not None:
+        raise NotImplementedError("window_size is not taken by the context-parallel op: build the global "
+                                  "indices with paddle_flashmask.masks.sliding_window_mask and the plan from them")
+    if group is None:
+        group = comm.get_context_parallel_group()
+    _check_plan_and_mask(plan, group, startend_row_indices, causal)
+    rank = comm.group_rank(group)
+    _agree(plan, rank, group, query, key, value, startend_row_indices,
+           _local_error(plan, rank, query, key, value, plan.method))
+    B, L, H, D = _shape(query)
+    if startend_row_indices is not None and int(startend_row_indices.shape[0]) not in (1, B):
+        raise ValueError(f"startend_row_indices batch size {int(startend_row_indices.shape[0])} does not match "
+                         f"query batch size {B}")
+    if startend_row_indices is not None and int(startend_row_indices.shape[1]) not in (1, int(key.shape[2])):
+        raise ValueError(f"startend_row_indices mask heads must be 1 or the key heads {int(key.shape[2])}")
+    if startend_row_indices is not None and paddle.in_dynamic_mode() and \
+            str(startend_row_indices.place) != str(query.place):
+        raise ValueError(f"startend_row_indices must be on the device of query ({query.place}), "
+                         f"got {startend_row_indices.place}")
+    validation.check_device_support(query, D)
+    gpu_kernel_name = get_gpu_kernel()
+    validation.check_sm90_forced(query, D, gpu_kernel_name)
+    deterministic = _default_deterministic() if deterministic is None else \
+        validation.check_flag("deterministic", deterministic)
+    if startend_row_indices is not None:
+        from ..attention import _validate_indices
+
+        if _validate_indices:
+            _check_index_values(load_ops(), startend_row_indices, plan.seqlen, causal)
+    scale = float(softmax_scale) if softmax_scale is not None else D ** -0.5
+    layer, spec_cls = _METHODS[plan.method]
+    spec = spec_cls(plan, rank, group, startend_row_indices, causal, scale, GPU_KERNELS[gpu_kernel_name],
+                    deterministic, B, query.place)
+    out, lse = layer.apply(_contiguous(query), _contiguous(key), _contiguous(value), spec)
+    if return_softmax_lse:
+        lse.stop_gradient = True
+        return out, lse
+    return out

@@ -1,0 +1,144 @@
+"""Collectives of context parallel: the group, an all-to-all exchange, agreement on errors.
+
+Only collectives seen to give right values in the project's GPU runtime are used:
+``all_reduce`` and ``alltoall_single`` (NCCL). Gloo (CPU) has no all-to-all, so there the
+exchange is an ``all_reduce`` of every rank's send buffer (W times the traffic; CPU runs are
+for correctness). Data packing around the collectives is our own ops (tensor_ops).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import paddle
+import paddle.distributed as dist
+
+from . import tensor_ops
+
+
+def get_context_parallel_group():
+    """fleet's sep (context-parallel) group when fleet's hybrid parallel is initialised, else
+    None (the global group)."""
+    try:
+        from paddle.distributed import fleet
+
+        hcg = fleet.get_hybrid_communicate_group()
+    except Exception:  # fleet not initialised
+        return None
+    if hcg is None:
+        return None
+    for getter in ("get_sep_parallel_group", "get_context_parallel_group"):
+        fn = getattr(hcg, getter, None)
+        if fn is None:
+            continue
+        try:
+            group = fn()
+        except Exception:
+            continue
+        if group is not None and getattr(group, "nranks", 1) > 1:
+            return group
+    return None
+
+
+def group_size(group):
+    return int(group.nranks) if group is not None else int(dist.get_world_size())
+
+
+def group_rank(group):
+    if group is not None:
+        return int(group.rank)
+    return int(dist.get_rank())
+
+
+def _global_rank_of(group, r):
+    return group.ranks[r] if group is not None else r
+
+
+def agree(local_error, place, group):
+    """Raise on every rank if any rank found bad input, before any data collective.
+
+    ``local_error``: this rank's message or None. A rank-local error (its q rows disagree
+    with the plan, say) must not leave the other ranks waiting in a collective.
+    """
+    if group_size(group) == 1:
+        if local_error:
+            raise ValueError(local_error)
+        return
+    flag = paddle.to_tensor(np.array([1 if local_error else 0], dtype=np.int32), place=place)
+    dist.all_reduce(flag, group=group)
+    bad = int(flag.numpy()[0])
+    if local_error:
+        raise ValueError(local_error)
+    if bad:
+        raise ValueError(f"context-parallel flashmask_attention: {bad} other rank(s) of the group got bad "
+                         "input (their error names it); no rank went on")
+
+
+class _Done:
+    def __init__(self, value):
+        self.value = value
+
+    def wait(self):
+        return self.value
+
+
+class _Pending:
+    def __init__(self, task, finish):
+        self.task, self.finish = task, finish
+
+    def wait(self):
+        self.task.wait()
+        return self.finish()
+
+
+def _is_gpu(t):
+    return "gpu" in str(t.place).lower() or "cuda" in str(t.place).lower()
+
+
+def exchange(x, pack, unit, splits, unpack, out_shape, group, rank, sync=False):
+    """All-to-all of ``x``'s units: pack (gather into pieces per destination, in rank
+    order), send, unpack (gather into ``out_shape``).
+
+    ``pack``/``unpack``: int64 index tensors (``layouts``); ``splits[s][d]``: units rank s
+    sends rank d (every rank passes the same matrix). Returns a handle; ``.wait()``
+    gives the result. On NCCL the transfer runs on the communication stream while the
+    caller computes; gloo completes at once.
+    """
+    W = splits.shape[0]
+    send_units = int(splits[rank].sum())
+    recv_units = int(splits[:, rank].sum())
+    send = tensor_ops.gather_units(x, pack, unit, [send_units, unit])
+    if _is_gpu(x):
+        from paddle.distributed.communication import stream
+
+        recv = paddle.empty([recv_units, unit], dtype=x.dtype)
+        task = stream.alltoall_single(recv, send, in_split_sizes=[int(v) for v in splits[rank]],
+                                      out_split_sizes=[int(v) for v in splits[:, rank]], group=group,
+                                      sync_op=sync, use_calc_stream=False)
+
+        def finish():
+            return tensor_ops.gather_units(recv, unpack, unit, out_shape)
+
+        return _Pending(task, finish) if not sync else _Done(finish())
+    recv = _alltoall_by_allreduce(send, splits, rank, group, unit)
+    return _Done(tensor_ops.gather_units(recv, unpack, unit, out_shape))
+
+
+def _alltoall_by_allreduce(send, splits, rank, group, unit):
+    # gloo: every rank's send buffer lands on every rank through one all_reduce (zeros
+    # elsewhere; x + 0 is exact), each rank keeps the pieces addressed to it. fp32 on the wire
+    # (bf16/fp16 convert exactly); CPU only.
+    W = splits.shape[0]
+    width = int(max(splits.sum(axis=1).max(), 1))
+    buf = np.zeros((W, width, unit), dtype=np.float32)
+    mine = send.astype("float32").numpy() if send.dtype != paddle.float32 else send.numpy()
+    buf[rank, :mine.shape[0]] = mine
+    t = paddle.to_tensor(buf)
+    dist.all_reduce(t, group=group)
+    allb = t.numpy()
+    pieces = []
+    for s in range(W):
+        start = int(splits[s, :rank].sum())
+        pieces.append(allb[s, start:start + int(splits[s, rank])])
+    recv = np.concatenate(pieces, axis=0) if pieces else np.zeros((0, unit), np.float32)
+    out = paddle.to_tensor(recv)
+    return out if send.dtype == paddle.float32 else out.astype(send.dtype)

@@ -1,0 +1,318 @@
+"""ContextParallelPlan: which query rows each rank of a context-parallel group holds.
+
+The sequence is cut into chunks of ``chunk_size`` tokens; every rank gets about the same
+number of tokens (within 5%, for memory and the rest of the model) chosen so that the
+attention work, the unmasked area of its rows, is balanced too: chunks go heaviest first
+to the least-loaded rank that still has token room, then chunk moves and swaps from the
+busiest rank take the remaining imbalance down. This is the scheme of Paddle's own
+FlashMask context parallel, with the workload read exactly from the column intervals
+(``workload.py``) instead of estimated from block summaries. All O(S); no dense mask.
+
+A rank's rows are whole chunks in ascending order, so the map from a global row bound
+to the rank's local rows is monotone; the kernels then see each column's masked rows as
+intervals of local rows (``remap`` in ``attention``), exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from . import workload
+
+METHODS = ("allgather", "ulysses")
+
+# Chunk sizes tried, largest (best for the kernels' tiles) first; the plan takes the first
+# that balances both counts within BALANCE_GOAL.
+_CHUNK_SIZES = (2048, 1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1)
+BALANCE_GOAL = 1.05
+TOKEN_SLACK = 0.05
+# Chunks no smaller than this when the sequence allows 8 chunks a rank of it.
+MIN_CHUNK = 128
+
+
+def _indices_numpy(startend_row_indices):
+    if startend_row_indices is None:
+        return None
+    if hasattr(startend_row_indices, "numpy"):
+        return np.asarray(startend_row_indices.numpy())
+    return np.asarray(startend_row_indices)
+
+
+def mask_fingerprint(indices_np: Optional[np.ndarray], causal: bool, seqlen: int) -> str:
+    """Short hash of a mask (shape, values, causal) to tell plans of different masks apart."""
+    h = hashlib.sha256(f"{bool(causal)}:{int(seqlen)}".encode())
+    if indices_np is not None:
+        a = np.ascontiguousarray(indices_np, dtype=np.int32)
+        h.update(str(a.shape).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()[:16]
+
+
+def _assign(work: np.ndarray, lens: np.ndarray, world_size: int, token_cap: int) -> np.ndarray:
+    """Owner rank of each chunk: heaviest first to the least-loaded rank with token room
+    (at most ``token_cap`` tokens a rank), then moves and swaps from the busiest rank."""
+    n = work.size
+    load = np.zeros(world_size, dtype=np.float64)
+    tokens = np.zeros(world_size, dtype=np.int64)
+    owner = np.empty(n, dtype=np.int64)
+    for c in np.argsort(-work, kind="stable"):
+        room = tokens + lens[c] <= token_cap
+        if not room.any():  # only when the cap is tighter than the chunks allow
+            room = tokens == tokens.min()
+        r = int(np.flatnonzero(room)[np.argmin(load[room])])
+        owner[c] = r
+        load[r] += work[c]
+        tokens[r] += lens[c]
+    for _ in range(4 * n):
+        hi = int(np.argmax(load))
+        gap = load[hi] - load  # per rank
+        a = np.flatnonzero(owner == hi)
+        best = (0.0, None)
+        for lo in np.argsort(load):
+            lo = int(lo)
+            if gap[lo] <= 0:
+                break
+            b = np.flatnonzero(owner == lo)
+            # move one chunk hi -> lo (token room permitting), or swap a pair
+            cand_delta = [work[a]]
+            cand_tok = [lens[a]]
+            if b.size:
+                cand_delta.append((work[a][:, None] - work[b][None, :]).ravel())
+                cand_tok.append((lens[a][:, None] - lens[b][None, :]).ravel())
+            delta = np.concatenate(cand_delta)
+            dtok = np.concatenate(cand_tok)
+            ok = (delta > 0) & (delta < gap[lo]) & (tokens[lo] + dtok <= token_cap) & (tokens[hi] - dtok <= token_cap)
+            if not ok.any():
+                continue
+            # new max of the pair, the smaller the better
+            new_max = np.where(ok, np.maximum(load[hi] - delta, load[lo] + delta), np.inf)
+            k = int(np.argmin(new_max))
+            gain = load[hi] - new_max[k]
+            if gain > best[0]:
+                best = (gain, (lo, k, a.size))
+            break  # the idlest rank that can take work is the best partner
+        if best[1] is None:
+            break
+        lo, k, na = best[1]
+        if k < na:  # a move
+            c = a[k]
+            owner[c] = lo
+            moved, mtok = work[c], lens[c]
+        else:
+            k -= na
+            b = np.flatnonzero(owner == lo)
+            ca, cb = a[k // b.size], b[k % b.size]
+            owner[ca], owner[cb] = lo, hi
+            moved, mtok = work[ca] - work[cb], lens[ca] - lens[cb]
+        load[hi] -= moved
+        load[lo] += moved
+        tokens[hi] -= mtok
+        tokens[lo] += mtok
+    return owner
+
+
+class ContextParallelPlan:
+    """Which global query rows each rank of a context-parallel group holds.
+
+    Args:
+        startend_row_indices: the GLOBAL FlashMask indices ``[B, Hm, S, C]`` (paddle tensor
+            or numpy; ``None`` for plain causal / full attention, then ``seqlen`` is needed).
+        causal (bool): the ``causal`` flag of the attention calls.
+        world_size (int): ranks of the context-parallel group.
+        method (str): ``"allgather"`` (K/V exchanged, query rows stay) or ``"ulysses"``
+            (all-to-all between sequence and heads).
+        chunk_size (int, optional): tokens per chunk; default: the largest of 2048, 1024,
+            ..., 1 that balances attention work and tokens within 5%.
+        seqlen (int, optional): S, required when ``startend_row_indices`` is None.
+
+    Attributes: ``seqlen``, ``world_size``, ``method``, ``causal``, ``chunk_size``,
+    ``num_chunks``, ``chunk_owner`` (rank of every chunk; ranks hold equal token counts
+    within 5% or one chunk), ``rank_work`` and
+    ``rank_tokens`` (per rank), ``work_imbalance`` / ``token_imbalance`` (busiest rank
+    over the mean), ``fingerprint`` (of the mask the plan was built for).
+    """
+
+    def __init__(self, startend_row_indices, causal, world_size, method="allgather", chunk_size=None,
+                 seqlen=None):
+        from .. import validation
+
+        self.causal = validation.check_flag("causal", causal)
+        if not isinstance(world_size, (int, np.integer)) or isinstance(world_size, bool) or world_size < 1:
+            raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+        self.world_size = int(world_size)
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        self.method = method
+        idx = _indices_numpy(startend_row_indices)
+        if idx is None:
+            if seqlen is None:
+                raise ValueError("seqlen is required when startend_row_indices is None")
+            S = int(seqlen)
+        else:
+            if idx.ndim != 4:
+                raise ValueError(f"startend_row_indices must be 4-D [B, Hm, S, C], got shape {idx.shape}")
+            allowed = (1, 2) if self.causal else (2, 4)
+            if idx.shape[3] not in allowed:
+                raise ValueError(f"startend_row_indices last dim must be in {allowed} for causal={self.causal}, "
+                                 f"got {idx.shape[3]}")
+            if idx.dtype not in (np.int32, np.int64):
+                raise TypeError(f"startend_row_indices must be int32 (or int64), got {idx.dtype}")
+            S = int(idx.shape[2])
+            if seqlen is not None and int(seqlen) != S:
+                raise ValueError(f"seqlen {seqlen} disagrees with startend_row_indices' S = {S}")
+            if idx.size and (idx.min() < 0 or idx.max() > S):
+                raise ValueError(f"startend_row_indices values must lie in [0, {S}]")
+        if S < 1:
+            raise ValueError(f"the sequence must hold at least one token, got S = {S}")
+        if S < self.world_size:
+            raise ValueError(f"cannot split S = {S} tokens over {self.world_size} ranks")
+        self.seqlen = S
+        self.indices_shape = None if idx is None else tuple(int(d) for d in idx.shape)
+        self.fingerprint = mask_fingerprint(idx, self.causal, S)
+        self.row_work = workload.unmasked_per_row(idx, self.causal, S)
+        if chunk_size is not None:
+            if not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+                raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+            if -(-S // int(chunk_size)) < self.world_size:
+                raise ValueError(f"chunk_size {chunk_size} leaves fewer than {self.world_size} chunks of "
+                                 f"S = {S}: some rank would hold no rows")
+            self._build(int(chunk_size))
+        else:
+            self._choose_chunk_size()
+        self._rows = [self._rows_of(r) for r in range(self.world_size)]
+        self._device_cache = {}
+
+    # ---- construction -------------------------------------------------------
+    def _build(self, chunk_size):
+        S, W = self.seqlen, self.world_size
+        self.chunk_size = chunk_size
+        self.num_chunks = -(-S // chunk_size)
+        starts = np.arange(self.num_chunks, dtype=np.int64) * chunk_size
+        self.chunk_len = np.minimum(starts + chunk_size, S) - starts
+        chunk_work = np.add.reduceat(self.row_work, starts).astype(np.float64)
+        # A token's non-attention cost (a constant, small against long rows) breaks ties
+        # between empty chunks, so fully masked stretches spread too.
+        # Tokens a rank may hold: the mean plus TOKEN_SLACK (or one chunk, if more), so a
+        # rank with a heavy chunk (global tokens) can hold fewer tokens than the others.
+        cap = max(int(np.ceil(S / W * (1 + TOKEN_SLACK))), int(np.ceil(S / W / chunk_size)) * chunk_size)
+        self.chunk_owner = _assign(chunk_work + 1e-3 * self.chunk_len, self.chunk_len, W, cap)
+        self.rank_work = np.bincount(self.chunk_owner, weights=chunk_work, minlength=W)
+        self.rank_tokens = np.bincount(self.chunk_owner, weights=self.chunk_len, minlength=W).astype(np.int64)
+        mean_work = self.rank_work.mean()
+        self.work_imbalance = float(self.rank_work.max() / mean_work) if mean_work > 0 else 1.0
+        self.token_imbalance = float(self.rank_tokens.max() / self.rank_tokens.mean())
+
+    def _choose_chunk_size(self):
+        best = None
+        floor = min(MIN_CHUNK, max(1, self.seqlen // (8 * self.world_size)))
+        for cs in _CHUNK_SIZES:
+            if cs < floor or -(-self.seqlen // cs) < self.world_size:
+                continue
+            self._build(cs)
+            score = max(self.work_imbalance, self.token_imbalance)
+            if best is None or score < best[0] - 1e-9:
+                best = (score, cs)
+            if score <= BALANCE_GOAL:
+                return
+        self._build(best[1])
+
+    def _rows_of(self, rank):
+        chunks = np.flatnonzero(self.chunk_owner == rank)
+        if chunks.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate([np.arange(c * self.chunk_size, c * self.chunk_size + self.chunk_len[c],
+                                         dtype=np.int64) for c in chunks])
+
+    # ---- queries --------------------------------------------------------------
+    def _check_rank(self, rank):
+        if not isinstance(rank, (int, np.integer)) or isinstance(rank, bool) or not 0 <= rank < self.world_size:
+            raise ValueError(f"rank must be an int in [0, {self.world_size}), got {rank!r}")
+        return int(rank)
+
+    def local_rows(self, rank) -> np.ndarray:
+        """Sorted global token positions (int64) that ``rank`` holds."""
+        return self._rows[self._check_rank(rank)].copy()
+
+    def num_local_rows(self, rank) -> int:
+        return int(self._rows[self._check_rank(rank)].size)
+
+    def row_table(self, rank) -> np.ndarray:
+        """int32 ``[num_chunks + 1]``: the rank's rows before each global chunk (last: all of them).
+
+        ``row_table[c+1] - row_table[c]`` is chunk c's length when the rank holds it, else 0;
+        the remap op turns a global row bound into a local one with it in O(1).
+        """
+        rank = self._check_rank(rank)
+        held = np.where(self.chunk_owner == rank, self.chunk_len, 0)
+        return np.concatenate([[0], np.cumsum(held)]).astype(np.int32)
+
+    def owner_of_rows(self) -> np.ndarray:
+        """Rank of every global row, int64 ``[S]``."""
+        return np.repeat(self.chunk_owner, self.chunk_len)
+
+    def position_in_rank(self) -> np.ndarray:
+        """Position of every global row among its rank's rows, int64 ``[S]``."""
+        pos = np.empty(self.seqlen, dtype=np.int64)
+        for rows in self._rows:
+            pos[rows] = np.arange(rows.size)
+        return pos
+
+    def summary(self) -> str:
+        return (f"ContextParallelPlan(S={self.seqlen}, world_size={self.world_size}, method={self.method}, "
+                f"chunk_size={self.chunk_size}, chunks={self.num_chunks}, work imbalance "
+                f"{self.work_imbalance:.3f}, token imbalance {self.token_imbalance:.3f})")
+
+    __repr__ = summary
+
+    # ---- rows of [B, S, ...] tensors ---------------------------------------------
+    def shard(self, x, rank):
+        """``rank``'s rows of a ``[B, S, ...]`` numpy array or paddle tensor (axis 1)."""
+        rows = self._rows[self._check_rank(rank)]
+        _check_seq_axis(x, self.seqlen, "x")
+        if isinstance(x, np.ndarray):
+            return x[:, rows]
+        from . import tensor_ops
+
+        return tensor_ops.take_rows(x, rows, self._cached_index(("rows", rank), rows, x.place))
+
+    def unshard(self, parts: Sequence):
+        """The ``[B, S, ...]`` whole from every rank's ``[B, L_r, ...]`` rows (list in rank order)."""
+        parts = list(parts)
+        if len(parts) != self.world_size:
+            raise ValueError(f"unshard needs one part per rank ({self.world_size}), got {len(parts)}")
+        for r, p in enumerate(parts):
+            if len(p.shape) < 2 or int(p.shape[1]) != self._rows[r].size:
+                raise ValueError(f"part {r} must be [B, {self._rows[r].size}, ...], got {list(p.shape)}")
+        if all(isinstance(p, np.ndarray) for p in parts):
+            out = np.empty((parts[0].shape[0], self.seqlen) + tuple(parts[0].shape[2:]), dtype=parts[0].dtype)
+            for r, p in enumerate(parts):
+                out[:, self._rows[r]] = p
+            return out
+        from . import tensor_ops
+
+        return tensor_ops.merge_rows(parts, self._rows, self.seqlen)
+
+    def _cached_index(self, key, array, place):
+        # Index tensors reused by every call with this plan, uploaded once per place.
+        import paddle
+
+        full_key = (key, str(place))
+        t = self._device_cache.get(full_key)
+        if t is None:
+            t = paddle.to_tensor(np.ascontiguousarray(array), dtype=str(array.dtype), place=place)
+            self._device_cache[full_key] = t
+        return t
+
+
+def _check_seq_axis(x, seqlen, name):
+    shape = list(x.shape)
+    if len(shape) < 2 or int(shape[1]) != seqlen:
+        raise ValueError(f"{name} must be [B, S={seqlen}, ...] (the global sequence on axis 1), got {shape}")
+
+
+def plan_for(startend_row_indices, causal, world_size, method="allgather", **kwargs) -> ContextParallelPlan:
+    """Same as ``ContextParallelPlan(...)``; reads better at call sites that build one per batch."""
+    return ContextParallelPlan(startend_row_indices, causal, world_size, method=method, **kwargs)

@@ -1,0 +1,61 @@
+"""Attention work per query row of a FlashMask mask, in O(S) per mask head.
+
+Context parallel splits the query rows over ranks, so what has to be balanced is,
+per row, the number of keys it attends to (summed over batch and mask heads). Each
+key column masks at most two row intervals (the causal part counts as one), so the
+per-row counts come from difference arrays over those intervals: no dense mask.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def masked_intervals(indices: np.ndarray | None, causal: bool, seqlen: int):
+    """The (at most) two masked row intervals of every key column, Sq == Sk == seqlen.
+
+    Returns ``(a0, a1, b0, b1)``, each ``[B, Hm, S]`` int64: column j masks rows
+    ``[a0, a1)`` and ``[b0, b1)`` (empty intervals have start >= end). ``None`` indices
+    give shape ``[1, 1, S]``.
+    """
+    S = int(seqlen)
+    cols = np.arange(S, dtype=np.int64)
+    if indices is None:
+        shape = (1, 1, S)
+        zero = np.zeros(shape, dtype=np.int64)
+        causal_end = np.broadcast_to(cols, shape) if causal else zero
+        return zero, zero, zero, causal_end.astype(np.int64)
+    v = np.clip(np.asarray(indices, dtype=np.int64), 0, S)
+    C = v.shape[-1]
+    full = np.full(v.shape[:3], S, dtype=np.int64)
+    zero = np.zeros(v.shape[:3], dtype=np.int64)
+    if causal:
+        # The causal part masks rows i < j (key j after query i).
+        a0, a1 = v[..., 0], (full if C == 1 else v[..., 1])
+        b0, b1 = zero, np.broadcast_to(cols, v.shape[:3]).astype(np.int64)
+    elif C == 2:
+        a0, a1, b0, b1 = v[..., 0], full, zero, v[..., 1]
+    else:
+        a0, a1, b0, b1 = v[..., 0], v[..., 1], v[..., 2], v[..., 3]
+    return a0, a1, b0, b1
+
+
+def _coverage(starts: np.ndarray, ends: np.ndarray, seqlen: int) -> np.ndarray:
+    # Per row, how many of the intervals [starts, ends) cover it (empty ones count 0).
+    starts, ends = starts.ravel(), ends.ravel()
+    keep = starts < ends
+    diff = np.bincount(starts[keep], minlength=seqlen + 1) - np.bincount(ends[keep], minlength=seqlen + 1)
+    return np.cumsum(diff[:seqlen])
+
+
+def unmasked_per_row(indices: np.ndarray | None, causal: bool, seqlen: int) -> np.ndarray:
+    """Keys each query row attends to, summed over batch and mask heads: int64 ``[S]``.
+
+    Exact (the two intervals' overlap is subtracted once); O(B * Hm * S).
+    """
+    S = int(seqlen)
+    a0, a1, b0, b1 = masked_intervals(indices, causal, S)
+    heads = a0.shape[0] * a0.shape[1]
+    masked = _coverage(a0, a1, S) + _coverage(b0, b1, S)
+    masked -= _coverage(np.maximum(a0, b0), np.minimum(a1, b1), S)
+    return heads * S - masked

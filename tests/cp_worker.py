@@ -1,0 +1,158 @@
+"""Worker of tests/test_distributed.py, run on every rank by
+``python -m paddle.distributed.launch --nproc_per_node W tests/cp_worker.py OUT_DIR``
+(gloo on CPU). Every case compares this rank's result with its rows of the single-device
+op on the same random inputs; bad-input cases must raise on every rank, and the group must
+still work after them. Writes OUT_DIR/rank{r}.json."""
+
+import json
+import os
+import sys
+import traceback
+
+import numpy as np
+import paddle
+import paddle.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import paddle_flashmask as pfm  # noqa: E402
+from paddle_flashmask import masks  # noqa: E402
+from paddle_flashmask.distributed import ContextParallelPlan, flashmask_attention  # noqa: E402
+from reference import random_indices  # noqa: E402
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def case_inputs(seed, B, S, H, Hk, D):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((B, S, H, D)).astype(np.float32)
+    k = rng.standard_normal((B, S, Hk, D)).astype(np.float32)
+    v = rng.standard_normal((B, S, Hk, D)).astype(np.float32)
+    do = rng.standard_normal((B, S, H, D)).astype(np.float32)
+    return q, k, v, do
+
+
+def single_device(q, k, v, do, idx, causal):
+    qt, kt, vt = (paddle.to_tensor(x, stop_gradient=False) for x in (q, k, v))
+    it = None if idx is None else paddle.to_tensor(idx)
+    out, lse = pfm.flashmask_attention(qt, kt, vt, it, causal=causal, return_softmax_lse=True)
+    dq, dk, dv = paddle.grad([out], [qt, kt, vt], [paddle.to_tensor(do)])
+    return [t.numpy() for t in (out, lse, dq, dk, dv)]
+
+
+def context_parallel(q, k, v, do, idx, causal, W, rank, method, chunk_size=None):
+    plan = ContextParallelPlan(idx, causal, W, method=method, chunk_size=chunk_size, seqlen=q.shape[1])
+    rows = plan.local_rows(rank)
+    ql, kl, vl = (paddle.to_tensor(plan.shard(x, rank), stop_gradient=False) for x in (q, k, v))
+    it = None if idx is None else paddle.to_tensor(idx)
+    out, lse = flashmask_attention(ql, kl, vl, it, causal=causal, plan=plan, return_softmax_lse=True)
+    dq, dk, dv = paddle.grad([out], [ql, kl, vl], [paddle.to_tensor(plan.shard(do, rank))])
+    return rows, [t.numpy() for t in (out, lse, dq, dk, dv)]
+
+
+def mask_cases(S, H, Hk, seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    for name in ("causal_document", "share_question", "document", "global_sliding_window", "prefix_lm_causal",
+                 "causal_blockwise", "qk_sparse", "random_eviction"):
+        idx, causal = masks.example_mask(name, S, batch_size=2, num_heads=Hk, seed=seed)
+        out.append((name, idx.numpy(), causal))
+    for causal, C in ((True, 1), (True, 2), (False, 2), (False, 4)):
+        for hm in (1, Hk):
+            out.append((f"random_c{C}_{'causal' if causal else 'full'}_hm{hm}",
+                        random_indices(rng, 2, hm, S, S, causal, C), causal))
+    out.append(("plain_causal", None, True))
+    out.append(("no_mask", None, False))
+    return out
+
+
+def run_cases(W, rank, results):
+    B, H, Hk, D = 2, 4, 2, 16
+    for S in (77, 130):
+        for name, idx, causal in mask_cases(S, H, Hk, seed=S):
+            q, k, v, do = case_inputs(S * 7 + len(name), B, S, H, Hk, D)
+            ref = single_device(q, k, v, do, idx, causal)
+            for method in ("allgather", "ulysses"):
+                if method == "ulysses" and (H % W or Hk % W or (idx is not None and idx.shape[1] % W and idx.shape[1] > 1)):
+                    continue
+                tag = f"{method}/{name}/S{S}"
+                try:
+                    rows, got = context_parallel(q, k, v, do, idx, causal, W, rank, method)
+                    want = [ref[0][:, rows], ref[1][:, :, rows], ref[2][:, rows]]
+                    errs = [rel(got[0], want[0]), float(np.nanmax(np.abs(np.where(np.isinf(want[1]), 0, got[1] - want[1])))),
+                            rel(got[2], want[2])]
+                    lse_inf_ok = bool(np.array_equal(np.isinf(got[1]), np.isinf(want[1])))
+                    # dk/dv: this rank's rows of the full gradient
+                    errs += [rel(got[3], ref[3][:, rows]), rel(got[4], ref[4][:, rows])]
+                    results["cases"].append({"case": tag, "errs": errs, "lse_inf_ok": lse_inf_ok,
+                                             "rows": int(len(rows))})
+                except Exception:
+                    results["cases"].append({"case": tag, "error": traceback.format_exc()[-2000:]})
+
+
+def expect_raise(results, tag, fn):
+    try:
+        fn()
+        results["bad"].append({"case": tag, "raised": None})
+    except (ValueError, TypeError, NotImplementedError) as e:
+        results["bad"].append({"case": tag, "raised": type(e).__name__, "msg": str(e)[:300]})
+    except Exception as e:  # any other error type is a failure of the contract
+        results["bad"].append({"case": tag, "raised": "other:" + type(e).__name__, "msg": str(e)[:300]})
+
+
+def run_bad_input(W, rank, results):
+    B, S, H, Hk, D = 1, 64, 4, 2, 8
+    q, k, v, do = case_inputs(5, B, S, H, Hk, D)
+    idx = masks.causal_document_mask([20, 30, 14]).numpy()
+    plan = ContextParallelPlan(idx, True, W)
+    it = paddle.to_tensor(idx)
+    local = [paddle.to_tensor(plan.shard(x, rank)) for x in (q, k, v)]
+
+    def wrong_rows_on_rank1():
+        ql = paddle.to_tensor(q[:, : plan.num_local_rows(rank) + (1 if rank == 1 else 0)])
+        flashmask_attention(ql, local[1], local[2], it, causal=True, plan=plan)
+
+    expect_raise(results, "rows_disagree_on_one_rank", wrong_rows_on_rank1)
+    expect_raise(results, "plan_other_world_size",
+                 lambda: flashmask_attention(*local, it, causal=True, plan=ContextParallelPlan(idx, True, W + 1)))
+    other = masks.causal_document_mask([10, 54]).numpy()
+    expect_raise(results, "plan_other_mask",
+                 lambda: flashmask_attention(*local, paddle.to_tensor(other), causal=True, plan=plan))
+    expect_raise(results, "indices_not_global",
+                 lambda: flashmask_attention(*local, paddle.to_tensor(idx[:, :, : plan.num_local_rows(rank)]),
+                                             causal=True, plan=plan))
+    expect_raise(results, "causal_disagrees", lambda: flashmask_attention(*local, it, causal=False, plan=plan))
+    plan_u = ContextParallelPlan(idx, True, W, method="ulysses")
+    q3 = paddle.to_tensor(plan_u.shard(np.repeat(q[:, :, :1], 3, axis=2), rank))
+    k3 = paddle.to_tensor(plan_u.shard(np.repeat(k[:, :, :1], 3, axis=2), rank))
+    expect_raise(results, "ulysses_heads_not_divisible",
+                 lambda: flashmask_attention(q3, k3, k3, it, causal=True, plan=plan_u))
+    # ranks that built different plans (another chunk size) must all stop
+    plan_mixed = ContextParallelPlan(idx, True, W, chunk_size=4 if rank == 0 else 8)
+    mixed = [paddle.to_tensor(plan_mixed.shard(x, rank)) for x in (q, k, v)]
+    expect_raise(results, "ranks_with_different_plans",
+                 lambda: flashmask_attention(*mixed, it, causal=True, plan=plan_mixed))
+    # the group still works afterwards
+    rows, got = context_parallel(q, k, v, do, idx, True, W, rank, "allgather")
+    ref = single_device(q, k, v, do, idx, True)
+    results["after_bad"] = rel(got[0], ref[0][:, rows])
+
+
+def main():
+    out_dir = sys.argv[1]
+    dist.init_parallel_env()
+    W, rank = dist.get_world_size(), dist.get_rank()
+    results = {"rank": rank, "world_size": W, "cases": [], "bad": []}
+    paddle.seed(0)
+    run_cases(W, rank, results)
+    run_bad_input(W, rank, results)
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(results, f)
+
+
+if __name__ == "__main__":
+    main()

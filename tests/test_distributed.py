@@ -1,0 +1,63 @@
+"""Context-parallel flashmask_attention on 2 and 3 CPU ranks (gloo, paddle.distributed.launch):
+every rank's out, LSE, dQ, dK and dV equal its rows of the single-device op (fp32, 2e-4),
+for every mask form, both methods, GQA, B = 2, odd lengths; bad input raises on every rank
+and leaves the group usable. PFM_SKIP_DISTRIBUTED=1 skips it."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOL = 2e-4
+
+pytestmark = pytest.mark.skipif(os.environ.get("PFM_SKIP_DISTRIBUTED") == "1", reason="PFM_SKIP_DISTRIBUTED=1")
+
+
+def launch(tmp_path, world_size):
+    log_dir = tmp_path / "log"
+    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(world_size),
+           "--log_dir", str(log_dir), os.path.join(ROOT, "tests", "cp_worker.py"), str(tmp_path)]
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               PADDLE_FLASHMASK_NUM_THREADS="1")
+    res = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=900)
+    logs = "".join((log_dir / f"workerlog.{r}").read_text()[-3000:] for r in range(world_size)
+                   if (log_dir / f"workerlog.{r}").exists())
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:] + logs
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world_size)]
+
+
+@pytest.fixture(scope="module", params=[2, 3])
+def results(request, tmp_path_factory):
+    return launch(tmp_path_factory.mktemp(f"cp{request.param}"), request.param)
+
+
+def test_every_rank_matches_the_single_device_op(results):
+    W = results[0]["world_size"]
+    for res in results:
+        cases = res["cases"]
+        methods = {c["case"].split("/")[0] for c in cases}
+        assert methods == ({"allgather", "ulysses"} if W == 2 else {"allgather"}), methods
+        assert len(cases) >= (2 * 2 * 18 if W == 2 else 2 * 18)
+        for c in cases:
+            assert "error" not in c, (res["rank"], c["case"], c.get("error"))
+            out, lse, dq, dk, dv = c["errs"]
+            assert c["lse_inf_ok"], (res["rank"], c["case"])
+            assert max(out, lse, dq, dk, dv) < TOL, (res["rank"], c["case"], c["errs"])
+
+
+def test_bad_input_raises_on_every_rank(results):
+    names = {b["case"] for b in results[0]["bad"]}
+    assert names == {"rows_disagree_on_one_rank", "plan_other_world_size", "plan_other_mask", "indices_not_global",
+                     "causal_disagrees", "ulysses_heads_not_divisible", "ranks_with_different_plans"}
+    for res in results:
+        for b in res["bad"]:
+            assert b["raised"] in ("ValueError", "TypeError"), (res["rank"], b)
+        bad = {b["case"]: b["msg"] for b in res["bad"]}
+        assert "rows" in bad["rows_disagree_on_one_rank"]
+        assert "world_size" in bad["plan_other_world_size"]
+        assert "heads" in bad["ulysses_heads_not_divisible"]
+        assert "different plans" in bad["ranks_with_different_plans"]
+        assert res["after_bad"] < TOL

@@ -1,0 +1,188 @@
+"""ContextParallelPlan (balance, partition, row maps) and the exchange layouts, in one
+process: the layouts are checked by simulating the all-to-all with numpy."""
+
+import time
+
+import numpy as np
+import pytest
+
+from paddle_flashmask import masks
+from paddle_flashmask.distributed import ContextParallelPlan, layouts, workload
+from paddle_flashmask.distributed.plan import mask_fingerprint
+
+
+def dense_work(idx, causal, S):
+    keep = masks.to_dense(idx, causal) if idx is not None else (np.tril(np.ones((S, S), bool)) if causal else np.ones((S, S), bool))
+    keep = np.broadcast_to(keep, (1, 1, S, S)) if keep.ndim == 2 else keep
+    return keep.sum(axis=(0, 1, 3))
+
+
+@pytest.mark.parametrize("name", ["causal", "causal_document", "share_question", "document",
+                                  "global_sliding_window", "prefix_lm_document", "random_eviction", "qk_sparse"])
+def test_row_work_equals_the_dense_mask(name):
+    S = 203
+    idx, causal = masks.example_mask(name, S, batch_size=2, num_heads=2, seed=3)
+    got = workload.unmasked_per_row(idx.numpy(), causal, S)
+    np.testing.assert_array_equal(got, dense_work(idx.numpy(), causal, S))
+
+
+def test_row_work_with_random_overlapping_intervals():
+    from reference import random_indices
+
+    rng = np.random.default_rng(0)
+    S = 150
+    for causal, C in ((True, 1), (True, 2), (False, 2), (False, 4)):
+        idx = random_indices(rng, 2, 2, S, S, causal, C)
+        np.testing.assert_array_equal(workload.unmasked_per_row(idx, causal, S), dense_work(idx, causal, S))
+    for causal in (True, False):
+        np.testing.assert_array_equal(workload.unmasked_per_row(None, causal, S), dense_work(None, causal, S))
+
+
+@pytest.mark.parametrize("S", [8192, 32768, 131072])
+@pytest.mark.parametrize("name", ["causal", "causal_document"])
+@pytest.mark.parametrize("W", [2, 3, 4, 8])
+def test_balanced_within_ten_percent(S, name, W):
+    idx, causal = masks.example_mask(name, S, seed=W)
+    t0 = time.perf_counter()
+    plan = ContextParallelPlan(idx, causal, W)
+    assert time.perf_counter() - t0 < 5.0  # O(S): milliseconds in practice
+    assert plan.work_imbalance <= 1.10 and plan.token_imbalance <= 1.10, plan
+    rows = [plan.local_rows(r) for r in range(W)]
+    assert all(np.all(np.diff(r) > 0) for r in rows)
+    np.testing.assert_array_equal(np.sort(np.concatenate(rows)), np.arange(S))
+    # the per-rank area the plan reports is the area of its rows
+    work = workload.unmasked_per_row(idx.numpy(), causal, S)
+    np.testing.assert_allclose([work[r].sum() for r in rows], plan.rank_work)
+
+
+def test_other_masks_and_batches_balance():
+    for name in ("share_question", "global_sliding_window", "sliding_window", "document", "random_eviction"):
+        idx, causal = masks.example_mask(name, 16384, batch_size=2, num_heads=2, seed=1)
+        for W in (2, 4, 8):
+            plan = ContextParallelPlan(idx, causal, W)
+            assert plan.work_imbalance <= 1.10 and plan.token_imbalance <= 1.10, (name, plan)
+
+
+@pytest.mark.parametrize("S,W", [(5, 4), (37, 3), (100, 2), (130, 8), (1, 1)])
+def test_small_and_odd_sequences_partition(S, W):
+    idx, causal = masks.example_mask("causal_document", S, seed=2)
+    plan = ContextParallelPlan(idx, causal, W)
+    rows = [plan.local_rows(r) for r in range(W)]
+    assert all(r.size > 0 for r in rows)
+    np.testing.assert_array_equal(np.sort(np.concatenate(rows)), np.arange(S))
+    for r in range(W):
+        table = plan.row_table(r)
+        assert table[-1] == rows[r].size
+        # table + chunk offsets count the rank's rows below any bound g
+        for g in range(S + 1):
+            c = min(g // plan.chunk_size, plan.num_chunks)
+            local = table[-1] if c >= plan.num_chunks else table[c] + min(g - c * plan.chunk_size, table[c + 1] - table[c])
+            assert local == np.count_nonzero(rows[r] < g)
+
+
+def test_shard_and_unshard_round_trip():
+    import paddle
+
+    idx, causal = masks.example_mask("share_question", 90, batch_size=2, seed=0)
+    plan = ContextParallelPlan(idx, causal, 3)
+    x = np.random.default_rng(0).standard_normal((2, 90, 3)).astype(np.float32)
+    parts = [plan.shard(x, r) for r in range(3)]
+    np.testing.assert_array_equal(plan.unshard(parts), x)
+    tparts = [plan.shard(paddle.to_tensor(x), r) for r in range(3)]
+    for a, b in zip(parts, tparts):
+        np.testing.assert_array_equal(a, b.numpy())
+    np.testing.assert_array_equal(plan.unshard(tparts).numpy(), x)
+    ids = np.arange(180, dtype=np.int64).reshape(2, 90)
+    np.testing.assert_array_equal(plan.shard(paddle.to_tensor(ids), 1).numpy(), ids[:, plan.local_rows(1)])
+
+
+def test_plan_errors_name_the_argument():
+    idx, causal = masks.example_mask("causal_document", 64, seed=0)
+    with pytest.raises(ValueError, match="world_size"):
+        ContextParallelPlan(idx, causal, 0)
+    with pytest.raises(ValueError, match="method"):
+        ContextParallelPlan(idx, causal, 2, method="ring")
+    with pytest.raises(ValueError, match="last dim"):
+        ContextParallelPlan(idx, False, 2)
+    with pytest.raises(ValueError, match="seqlen"):
+        ContextParallelPlan(None, True, 2)
+    with pytest.raises(ValueError, match="cannot split"):
+        ContextParallelPlan(None, True, 8, seqlen=5)
+    with pytest.raises(ValueError, match="chunk_size"):
+        ContextParallelPlan(idx, causal, 2, chunk_size=64)
+    with pytest.raises(ValueError, match=r"values must lie in \[0, 64\]"):
+        ContextParallelPlan(idx.numpy() + 100, causal, 2)
+    plan = ContextParallelPlan(idx, causal, 2)
+    with pytest.raises(ValueError, match="rank"):
+        plan.local_rows(2)
+    with pytest.raises(ValueError, match="S=64"):
+        plan.shard(np.zeros((1, 63)), 0)
+    assert mask_fingerprint(idx.numpy(), True, 64) != mask_fingerprint(idx.numpy(), False, 64)
+
+
+def _simulate(xs, pack, unit, splits, unpack, out_shape):
+    """numpy all-to-all over the ranks' inputs xs: what comm.exchange returns on each rank."""
+    W = len(xs)
+    sends = [x.reshape(-1, unit)[pack[r]] for r, x in enumerate(xs)]
+    outs = []
+    for d in range(W):
+        pieces = []
+        for s in range(W):
+            start = int(splits[s, :d].sum())
+            pieces.append(sends[s][start:start + int(splits[s, d])])
+        recv = np.concatenate(pieces)
+        outs.append(recv[unpack[d]].reshape(out_shape[d]))
+    return outs
+
+
+def test_layouts_sequence_heads_round_trip():
+    B, S, H, D, W = 2, 50, 6, 4, 3
+    idx, causal = masks.example_mask("causal_document", S, batch_size=B, seed=4)
+    plan = ContextParallelPlan(idx, causal, W, chunk_size=4)
+    x = np.random.default_rng(1).standard_normal((B, S, H, D))
+    local = [plan.shard(x, r) for r in range(W)]
+    Ls = [plan.num_local_rows(r) for r in range(W)]
+    unit = H // W * D
+    packs = [layouts.seq_to_heads_pack(B, Ls[r], W) for r in range(W)]
+    unpack = [layouts.seq_to_heads_unpack(plan, B)] * W
+    full = _simulate(local, packs, unit, layouts.seq_to_heads_splits(plan, B), unpack, [(B, S, H // W, D)] * W)
+    for r in range(W):
+        np.testing.assert_array_equal(full[r], x[:, :, r * H // W:(r + 1) * H // W])
+    back = _simulate(full, [layouts.heads_to_seq_pack(plan, B)] * W, unit,
+                     layouts.seq_to_heads_splits(plan, B).T.copy(),
+                     [layouts.heads_to_seq_unpack(B, Ls[r], W) for r in range(W)], [(B, Ls[r], H, D) for r in range(W)])
+    for r in range(W):
+        np.testing.assert_array_equal(back[r], local[r])
+    lse = [np.random.default_rng(r).standard_normal((B, H // W, S)) for r in range(W)]
+    lse_back = _simulate(lse, [layouts.lse_heads_to_seq_pack(plan, B, H // W)] * W, 1,
+                         layouts.seq_to_heads_splits(plan, B).T * (H // W),
+                         [layouts.lse_heads_to_seq_unpack(B, H // W, Ls[r], W) for r in range(W)],
+                         [(B, H, Ls[r]) for r in range(W)])
+    for r in range(W):
+        want = np.concatenate([lse[g][:, :, plan.local_rows(r)] for g in range(W)], axis=1)
+        np.testing.assert_array_equal(lse_back[r], want)
+
+
+def test_layouts_kv_exchange_and_gradients_back():
+    B, S, Hk, D, W = 2, 41, 2, 3, 3
+    plan = ContextParallelPlan(None, True, W, seqlen=S, chunk_size=4)
+    k = np.random.default_rng(2).standard_normal((B, S, Hk, D))
+    local = [plan.shard(k, r) for r in range(W)]
+    Ls = [plan.num_local_rows(r) for r in range(W)]
+    rem_rows = [layouts.remote_key_rows(plan, r) for r in range(W)]
+    got = _simulate(local, [layouts.kv_send_pack(B, Ls[r], W) for r in range(W)], Hk * D, layouts.kv_splits(plan, B),
+                    [layouts.kv_recv_unpack(plan, r, B) for r in range(W)], [(B, S - Ls[r], Hk, D) for r in range(W)])
+    for r in range(W):
+        np.testing.assert_array_equal(got[r], k[:, rem_rows[r]])
+    # gradients of the remote keys go back to their owners: rank d receives, from every
+    # other rank, a [B, L_d] piece for its own rows
+    grads = [np.random.default_rng(10 + r).standard_normal((B, S - Ls[r], Hk, D)) for r in range(W)]
+    back = _simulate(grads, [layouts.dkv_send_pack(plan, r, B) for r in range(W)], Hk * D,
+                     layouts.kv_splits(plan, B).T.copy(), [np.arange((W - 1) * B * Ls[r]) for r in range(W)],
+                     [(W - 1, B, Ls[r], Hk, D) for r in range(W)])
+    for d in range(W):
+        want_sum = np.zeros((B, S, Hk, D))
+        for s in range(W):
+            if s != d:
+                np.add.at(want_sum, (slice(None), rem_rows[s]), grads[s])
+        np.testing.assert_allclose(back[d].sum(0), want_sum[:, plan.local_rows(d)])
