@@ -1,0 +1,425 @@
+"""Context parallel on ONE GPU: every rank of a W-rank group simulated in turn (a script,
+not a test).
+
+What one GPU can tell about context parallel, with the collectives left out:
+- ``--check``: each simulated rank runs the same pieces the distributed op runs (the remap
+  of the global mask, the part forwards/backwards, the LSE merge, the dK/dV sums, the
+  pack/unpack gathers around every exchange), all on the GPU; the all-to-all itself is
+  emulated on the host. Every rank's out/dq/dk/dv rows are compared with the single-GPU
+  op on the same inputs (bf16/fp16: ||got - ref|| / ||ref|| <= 1e-2).
+- ``--bench``: per-rank compute time of a step (fwd+bwd, every GPU-side piece of the
+  method, no communication) against the single-GPU time T1: the busiest rank over the
+  mean (imbalance) and T1 / (W * busiest) (the scaling efficiency compute alone allows).
+  Communication needs several GPUs and is not measured here.
+
+Runs in the trimmed Paddle GPU runtime (only our ops, host<->device copies, paddle.grad)
+and on CPU (``--device cpu``, small sizes) for a dry run.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # reference.random_indices
+
+import paddle  # noqa: E402
+
+import paddle_flashmask as pfm  # noqa: E402
+from mask_area import attention_flops  # noqa: E402
+from paddle_flashmask import masks  # noqa: E402
+from paddle_flashmask.distributed import ContextParallelPlan, allgather, layouts, tensor_ops, ulysses  # noqa: E402
+from paddle_flashmask.attention import GPU_KERNELS  # noqa: E402
+
+
+def device_tensor(array, dtype, place):
+    host = paddle.to_tensor(array, place=paddle.CPUPlace())
+    if str(host.dtype).split(".")[-1] != dtype:
+        host = host.astype(dtype)
+    return host._copy_to(place, True) if not isinstance(place, paddle.CPUPlace) else host
+
+
+def to_f32(t):
+    a = t.numpy()
+    if a.dtype == np.uint16:  # bfloat16 bits
+        return (a.astype(np.uint32) << 16).view(np.float32)
+    return a.astype(np.float32)
+
+
+def idx_t(a, place):
+    return np.asarray(a, dtype=np.int64) if place is None else paddle.to_tensor(np.asarray(a, dtype=np.int64), place=place)
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+# ---- masks ----------------------------------------------------------------------------------
+
+def _loguniform(rng, lo, hi):
+    return int(np.exp(rng.uniform(np.log(lo), np.log(hi))))
+
+
+def long_context_mask(name, S, seed=0):
+    """(numpy indices or None, causal): long-context instances of the issue's mask set."""
+    rng = np.random.default_rng(seed)
+    if name == "causal":
+        return None, True
+    if name == "causal_document":  # documents of 1K-32K tokens (log-uniform)
+        lens, left = [], S
+        while left > 0:
+            n = min(left, _loguniform(rng, 1024, 32768))
+            lens.append(n)
+            left -= n
+        return masks.causal_document_mask(lens, place="numpy"), True
+    if name == "share_question":  # prompt 1K-8K, two answers of 512-4K each
+        groups, left = [], S
+        while left > 0:
+            p = min(left, _loguniform(rng, 1024, 8192))
+            left -= p
+            ans = []
+            for _ in range(2):
+                if left <= 0:
+                    break
+                a = min(left, _loguniform(rng, 512, 4096))
+                ans.append(a)
+                left -= a
+            groups.append((p, ans or [0]))
+        groups = [(p, [a for a in ans if a > 0]) if any(ans) else (p, []) for p, ans in groups]
+        return masks.share_question_mask(groups, seqlen=S, place="numpy"), True
+    if name == "global_sliding_window":  # 16 global tokens, window 1024 each side
+        return masks.global_sliding_window_mask(S, 16, 1024, place="numpy"), False
+    raise ValueError(name)
+
+
+def small_masks(S, Hk, seed):
+    from reference import random_indices
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for name in ("causal_document", "share_question", "document", "global_sliding_window", "random_eviction"):
+        idx, causal = masks.example_mask(name, S, batch_size=2, num_heads=Hk, seed=seed, place="numpy")
+        out.append((name, idx, causal))
+    for causal, C in ((True, 1), (True, 2), (False, 2), (False, 4)):
+        out.append((f"random_c{C}_{'causal' if causal else 'full'}_hm{Hk}", random_indices(rng, 2, Hk, S, S, causal, C),
+                    causal))
+    out.append(("plain_causal", None, True))
+    return out
+
+
+# ---- the all-to-all, emulated on the host ------------------------------------------------------
+
+def emulate_exchange(xs, packs, unit, splits, unpacks, out_shapes, dtype, place):
+    """Per rank: pack on the device (our op), all-to-all on the host, unpack on the device."""
+    W = len(xs)
+    sends = [to_f32(tensor_ops.gather_units(x, p, unit, [int(splits[r].sum()), unit])) for r, (x, p) in
+             enumerate(zip(xs, packs))]
+    outs = []
+    for d in range(W):
+        pieces = [sends[s][int(splits[s, :d].sum()): int(splits[s, :d].sum()) + int(splits[s, d])] for s in range(W)]
+        recv = device_tensor(np.concatenate(pieces), dtype, place)
+        outs.append(tensor_ops.gather_units(recv, unpacks[d], unit, out_shapes[d]))
+    return outs
+
+
+# ---- one step of every simulated rank ----------------------------------------------------------
+
+class Sim:
+    def __init__(self, plan, indices, causal, dtype, place, B, H, Hk, D, kernel):
+        self.plan, self.indices, self.causal = plan, indices, causal
+        self.dtype, self.place, self.B, self.H, self.Hk, self.D = dtype, place, B, H, Hk, D
+        self.W = plan.world_size
+        self.scale = D ** -0.5
+        self.kernel = GPU_KERNELS[kernel]
+
+    def spec(self, cls, r):
+        return cls(self.plan, r, None, self.indices, self.causal, self.scale, self.kernel, False, self.B, self.place)
+
+    # allgather: local part, remote part (K/V of the others), merge; backward remote first
+    def allgather(self, q, k, v, do, timer=None):
+        W, B, plan = self.W, self.B, self.plan
+        specs = [self.spec(allgather.Spec, r) for r in range(W)]
+        Ls = [plan.num_local_rows(r) for r in range(W)]
+        unit = self.Hk * self.D
+        packs = [idx_t(layouts.kv_send_pack(B, Ls[r], W), self.place) for r in range(W)]
+        unpacks = [idx_t(layouts.kv_recv_unpack(plan, r, B), self.place) for r in range(W)]
+        shapes = [[B, plan.seqlen - Ls[r], self.Hk, self.D] for r in range(W)]
+        splits = layouts.kv_splits(plan, B)
+        k_rem = emulate_exchange(k, packs, unit, splits, unpacks, shapes, self.dtype, self.place)
+        v_rem = emulate_exchange(v, packs, unit, splits, unpacks, shapes, self.dtype, self.place)
+        res, dk_send, saved = [], [], []
+        for r in range(W):
+            m_l, m_r = specs[r].part_masks()
+            out_l, lse_l = allgather.part_forward(specs[r], q[r], k[r], v[r], m_l)
+            out_r, lse_r = allgather.part_forward(specs[r], q[r], k_rem[r], v_rem[r], m_r)
+            out, lse = tensor_ops.merge_partial(out_l, lse_l, out_r, lse_r)
+            dq_r, dk_r, dv_r = allgather.part_backward(specs[r], q[r], k_rem[r], v_rem[r], m_r, out, lse, do[r])
+            saved.append((out, lse, dq_r))
+            dk_send.append((dk_r, dv_r))
+        back_packs = [idx_t(layouts.dkv_send_pack(plan, r, B), self.place) for r in range(W)]
+        back_unpacks = [idx_t(np.arange((W - 1) * B * Ls[r]), self.place) for r in range(W)]
+        back_shapes = [[W - 1, B, Ls[r], self.Hk, self.D] for r in range(W)]
+        back_splits = splits.T.copy()
+        dk_recv = emulate_exchange([d[0] for d in dk_send], back_packs, unit, back_splits, back_unpacks, back_shapes,
+                                   self.dtype, self.place)
+        dv_recv = emulate_exchange([d[1] for d in dk_send], back_packs, unit, back_splits, back_unpacks, back_shapes,
+                                   self.dtype, self.place)
+        for r in range(W):
+            m_l, _ = specs[r].part_masks()
+            out, lse, dq_r = saved[r]
+            dq_l, dk_l, dv_l = allgather.part_backward(specs[r], q[r], k[r], v[r], m_l, out, lse, do[r])
+            res.append((out, tensor_ops.accumulate(dq_l, dq_r), tensor_ops.accumulate(dk_l, dk_recv[r]),
+                        tensor_ops.accumulate(dv_l, dv_recv[r])))
+        return res
+
+    # ulysses: sequence -> heads, the op on all rows of H/W heads, heads -> sequence
+    def _s2h(self, xs, heads):
+        W, B, plan = self.W, self.B, self.plan
+        Ls = [plan.num_local_rows(r) for r in range(W)]
+        unit = heads // W * self.D
+        packs = [idx_t(layouts.seq_to_heads_pack(B, Ls[r], W), self.place) for r in range(W)]
+        unpacks = [idx_t(layouts.seq_to_heads_unpack(plan, B), self.place)] * W
+        return emulate_exchange(xs, packs, unit, layouts.seq_to_heads_splits(plan, B), unpacks,
+                                [[B, plan.seqlen, heads // W, self.D]] * W, self.dtype, self.place)
+
+    def _h2s(self, ys, heads):
+        W, B, plan = self.W, self.B, self.plan
+        Ls = [plan.num_local_rows(r) for r in range(W)]
+        unit = heads // W * self.D
+        packs = [idx_t(layouts.heads_to_seq_pack(plan, B), self.place)] * W
+        unpacks = [idx_t(layouts.heads_to_seq_unpack(B, Ls[r], W), self.place) for r in range(W)]
+        return emulate_exchange(ys, packs, unit, layouts.seq_to_heads_splits(plan, B).T.copy(), unpacks,
+                                [[B, Ls[r], heads, self.D] for r in range(W)], self.dtype, self.place)
+
+    def ulysses(self, q, k, v, do):
+        W = self.W
+        specs = [self.spec(ulysses.Spec, r) for r in range(W)]
+        qh, kh, vh, doh = self._s2h(q, self.H), self._s2h(k, self.Hk), self._s2h(v, self.Hk), self._s2h(do, self.H)
+        outs, grads = [], ([], [], [])
+        for r in range(W):
+            mask = specs[r].mask()
+            out_h, lse_h = tensor_ops.attention_fwd(qh[r], kh[r], vh[r], mask, self.scale, self.causal, self.kernel, False)
+            g = tensor_ops.attention_bwd(qh[r], kh[r], vh[r], mask, out_h, lse_h, doh[r], self.scale, self.causal,
+                                         self.kernel, False)
+            outs.append(out_h)
+            for lst, x in zip(grads, g):
+                lst.append(x)
+        out = self._h2s(outs, self.H)
+        dq, dk, dv = self._h2s(grads[0], self.H), self._h2s(grads[1], self.Hk), self._h2s(grads[2], self.Hk)
+        return list(zip(out, dq, dk, dv))
+
+
+def check(args, place):
+    B, H, Hk, D = 2, 8, 2, 64
+    failures, lines = 0, []
+    for dtype in args.dtypes:
+        for S in (1037,):
+            rng = np.random.default_rng(S)
+            q, k, v, do = (rng.standard_normal((B, S, h, D)).astype(np.float32) for h in (H, Hk, Hk, H))
+            qd, kd, vd, dod = (device_tensor(x, dtype, place) for x in (q, k, v, do))
+            for name, idx, causal in small_masks(S, Hk, seed=S):
+                it = None if idx is None else paddle.to_tensor(idx, place=place)
+                for t in (qd, kd, vd):
+                    t.stop_gradient = False
+                out = pfm.flashmask_attention(qd, kd, vd, it, causal=causal)
+                ref = [to_f32(out)] + [to_f32(g) for g in paddle.grad([out], [qd, kd, vd], [dod])]
+                for W in args.world_sizes:
+                    for method in args.methods:
+                        if method == "ulysses" and (H % W or Hk % W):
+                            continue
+                        plan = ContextParallelPlan(idx, causal, W, method=method, seqlen=S)
+                        sim = Sim(plan, it, causal, dtype, place, B, H, Hk, D, args.kernel)
+                        shard = lambda x: [device_tensor(plan.shard(x, r), dtype, place) for r in range(W)]
+                        got = getattr(sim, method)(shard(q), shard(k), shard(v), shard(do))
+                        worst = 0.0
+                        for r in range(W):
+                            rows = plan.local_rows(r)
+                            errs = [rel(to_f32(g), w[:, rows]) for g, w in zip(got[r], ref)]
+                            worst = max(worst, *errs)
+                        ok = worst <= 1e-2
+                        failures += not ok
+                        line = f"| {dtype} | {name} | {S} | {W} | {method} | {worst:.2e} | {'ok' if ok else 'FAIL'} |"
+                        lines.append(line)
+                        print(line, flush=True)
+    print(f"check: {len(lines)} cases, {failures} failed")
+    return failures
+
+
+# ---- timing ------------------------------------------------------------------------------------
+
+def tiled(rng_block, S, place, dtype):
+    """[1, S, h, D] on the device: a random block repeated (our gather op), no host-size copy."""
+    blk = device_tensor(rng_block, dtype, place)
+    n = rng_block.shape[1]
+    src = idx_t(np.arange(S, dtype=np.int64) % n, place)
+    h, D = rng_block.shape[2], rng_block.shape[3]
+    return tensor_ops.gather_units(blk, src, h * D, [1, S, h, D])
+
+
+class Timer:
+    def __init__(self, place):
+        self.gpu = not isinstance(place, paddle.CPUPlace)
+
+    def sync(self):
+        if self.gpu:
+            paddle.device.cuda.synchronize()
+
+    def __call__(self, fn):
+        self.sync()
+        t0 = time.perf_counter()
+        r = fn()
+        self.sync()
+        return time.perf_counter() - t0, r
+
+
+def bench(args, place):
+    H, Hk, D = 32, 8, 128
+    dtype = args.dtypes[0]
+    timer = Timer(place)
+    rng = np.random.default_rng(0)
+    blocks = {h: rng.standard_normal((1, 4096, h, D)).astype(np.float32) for h in (H, Hk)}
+    start = time.time()
+    out = open(args.out, "a") if args.out else None
+    print("| mask | S | W | method | chunk | work imb. | T1 fwd+bwd ms | rank ms (fwd+bwd) | busiest/mean | "
+          "T1/(W*busiest) | TFLOP/s T1 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for S in args.lengths:
+        for name in args.masks:
+            if time.time() - start > args.budget_s:
+                print(f"(budget reached: skipping {name} at {S})")
+                continue
+            if name == "causal" and S > args.max_causal:
+                print(f"(causal at {S} skipped: --max-causal {args.max_causal})")
+                continue
+            idx, causal = long_context_mask(name, S)
+            it = None if idx is None else paddle.to_tensor(idx, place=place)
+            fwd_flops, bwd_flops = attention_flops(idx, causal, S, S, H, D)
+            q, k, v, do = (tiled(blocks[h], S, place, dtype) for h in (H, Hk, Hk, H))
+
+            def single():
+                o, lse = tensor_ops.attention_fwd(q, k, v, it, D ** -0.5, causal, GPU_KERNELS[args.kernel], False)
+                return tensor_ops.attention_bwd(q, k, v, it, o, lse, do, D ** -0.5, causal, GPU_KERNELS[args.kernel], False)
+
+            single()
+            t1 = min(timer(single)[0] for _ in range(args.repeats))
+            q = k = v = do = None
+            for W in args.world_sizes:
+                for method in args.methods:
+                    plan = ContextParallelPlan(idx, causal, W, method=method, seqlen=S)
+                    times = [rank_step_time(plan, r, it, causal, method, blocks, place, dtype, args, timer)
+                             for r in range(W)]
+                    busiest, mean = max(times), float(np.mean(times))
+                    rec = dict(mask=name, seqlen=S, world_size=W, method=method, chunk_size=plan.chunk_size,
+                               work_imbalance=plan.work_imbalance, token_imbalance=plan.token_imbalance,
+                               t1_ms=t1 * 1e3, rank_ms=[t * 1e3 for t in times], busiest_over_mean=busiest / mean,
+                               efficiency_compute=t1 / (W * busiest), t1_tflops=(fwd_flops + bwd_flops) / t1 / 1e12,
+                               heads=H, heads_k=Hk, dim=D, dtype=dtype, kernel=args.kernel,
+                               device=paddle.device.cuda.get_device_name(0) if timer.gpu else "cpu")
+                    if out:
+                        out.write(json.dumps(rec) + "\n")
+                        out.flush()
+                    print(f"| {name} | {S} | {W} | {method} | {plan.chunk_size} | {plan.work_imbalance:.3f} | "
+                          f"{t1 * 1e3:.1f} | {' / '.join(f'{t * 1e3:.1f}' for t in times)} | {busiest / mean:.3f} | "
+                          f"{t1 / (W * busiest):.3f} | {rec['t1_tflops']:.0f} |", flush=True)
+
+
+def rank_step_time(plan, r, it, causal, method, blocks, place, dtype, args, timer):
+    """Seconds of rank r's GPU work in one fwd+bwd (min over repeats), inputs of the right shapes."""
+    H, Hk, D = blocks[32].shape[2], blocks[8].shape[2], blocks[32].shape[3]
+    S, W, B = plan.seqlen, plan.world_size, 1
+    L = plan.num_local_rows(r)
+    kern = GPU_KERNELS[args.kernel]
+    scale = D ** -0.5
+    if method == "allgather":
+        spec = allgather.Spec(plan, r, None, it, causal, scale, kern, False, B, place)
+        q, k, v, do = (tiled(blocks[h], L, place, dtype) for h in (H, Hk, Hk, H))
+        recv = tiled(blocks[Hk], S - L, place, dtype)  # what the exchange would bring, as received
+        pack = idx_t(layouts.kv_send_pack(B, L, W), place)
+        unpack = idx_t(layouts.kv_recv_unpack(plan, r, B), place)
+        back_pack = idx_t(layouts.dkv_send_pack(plan, r, B), place)
+        n_recv_back = (W - 1) * B * L
+        dk_back = tiled(blocks[Hk], n_recv_back, place, dtype)
+        unit = Hk * D
+
+        def step():
+            m_l, m_r = spec.part_masks()
+            tensor_ops.gather_units(k, pack, unit, [(W - 1) * L, unit])
+            tensor_ops.gather_units(v, pack, unit, [(W - 1) * L, unit])
+            o_l, s_l = allgather.part_forward(spec, q, k, v, m_l)
+            k_rem = tensor_ops.gather_units(recv, unpack, unit, [1, S - L, Hk, D])
+            v_rem = tensor_ops.gather_units(recv, unpack, unit, [1, S - L, Hk, D])
+            o_r, s_r = allgather.part_forward(spec, q, k_rem, v_rem, m_r)
+            o, s = tensor_ops.merge_partial(o_l, s_l, o_r, s_r)
+            dq_r, dk_r, dv_r = allgather.part_backward(spec, q, k_rem, v_rem, m_r, o, s, do)
+            tensor_ops.gather_units(dk_r, back_pack, unit, [n_recv_back, unit])
+            tensor_ops.gather_units(dv_r, back_pack, unit, [n_recv_back, unit])
+            dq_l, dk_l, dv_l = allgather.part_backward(spec, q, k, v, m_l, o, s, do)
+            tensor_ops.accumulate(dq_l, dq_r)
+            tensor_ops.accumulate(dk_l, dk_back)
+            tensor_ops.accumulate(dv_l, dk_back)
+    else:
+        spec = ulysses.Spec(plan, r, None, it, causal, scale, kern, False, B, place)
+        qh, dh = (tiled(blocks[H][:, :, : H // W], S, place, dtype) for _ in range(2))
+        kh, vh = (tiled(blocks[Hk][:, :, : Hk // W], S, place, dtype) for _ in range(2))
+        ql = tiled(blocks[H], L, place, dtype)
+        kl = tiled(blocks[Hk], L, place, dtype)
+        s2h = idx_t(layouts.seq_to_heads_pack(B, L, W), place)
+        s2h_un = idx_t(layouts.seq_to_heads_unpack(plan, B), place)
+        h2s = idx_t(layouts.heads_to_seq_pack(plan, B), place)
+        h2s_un = idx_t(layouts.heads_to_seq_unpack(B, L, W), place)
+        uq, uk = H // W * D, Hk // W * D
+        back_q = tiled(blocks[H][:, :, : H // W], W * L, place, dtype)  # as received from the others
+        back_k = tiled(blocks[Hk][:, :, : Hk // W], W * L, place, dtype)
+
+        def step():
+            for x, u in ((ql, uq), (kl, uk), (kl, uk), (ql, uq)):  # pack q, k, v, dout
+                tensor_ops.gather_units(x, s2h, u, [W * L, u])
+            for x, u, h in ((qh, uq, H), (kh, uk, Hk), (vh, uk, Hk)):  # unpack: global order
+                tensor_ops.gather_units(x, s2h_un, u, [1, S, h // W, D])
+            mask = spec.mask()
+            o, s = tensor_ops.attention_fwd(qh, kh, vh, mask, scale, causal, kern, False)
+            tensor_ops.gather_units(o, h2s, uq, [S, uq])  # out back to the sequence
+            tensor_ops.gather_units(back_q, h2s_un, uq, [1, L, H, D])
+            tensor_ops.gather_units(dh, s2h_un, uq, [1, S, H // W, D])  # dout to heads
+            dq, dk, dv = tensor_ops.attention_bwd(qh, kh, vh, mask, o, s, dh, scale, causal, kern, False)
+            for x, u, back, h in ((dq, uq, back_q, H), (dk, uk, back_k, Hk), (dv, uk, back_k, Hk)):
+                tensor_ops.gather_units(x, h2s, u, [S, u])
+                tensor_ops.gather_units(back, h2s_un, u, [1, L, h, D])
+
+    step()
+    return min(timer(step)[0] for _ in range(args.repeats))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="gpu", choices=["gpu", "cpu"])
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"])
+    ap.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--methods", nargs="+", default=["allgather", "ulysses"])
+    ap.add_argument("--lengths", type=int, nargs="+", default=[65536, 131072, 262144, 1048576])
+    ap.add_argument("--masks", nargs="+", default=["causal_document", "share_question", "global_sliding_window", "causal"])
+    ap.add_argument("--max-causal", type=int, default=262144)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--kernel", default="auto")
+    ap.add_argument("--budget-s", type=float, default=1e9)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    place = paddle.CPUPlace() if args.device == "cpu" else paddle.CUDAPlace(0)
+    pfm.build()
+    failures = check(args, place) if args.check else 0
+    if args.bench:
+        bench(args, place)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
