@@ -6,6 +6,15 @@
 (``paddle.distributed.launch`` takes a script path, not ``-m``; on CPU it uses gloo; do not pass
 ``--devices`` there.)
 
+Context parallel (one packed sequence split over the ranks of a group, needs ``flash_mask``):
+``context_parallel_degree`` (``paddle_flashmask.distributed`` method ``allgather``: K/V
+exchanged) or ``sep_parallel_degree`` (method ``ulysses``: all-to-all between sequence and
+heads; the query and key/value heads must divide by the degree), both PaddleNLP
+``TrainingArguments`` fields, not together. The world size must be a multiple of the degree; the
+rest is data parallel (fleet's hybrid dp x sep groups). The ranks of a group train on the same
+batches, each on its rows of every sequence; the loss is that of the whole batch, and gradients
+are summed over the group, so the run follows the one-process loss curve.
+
 A config is one JSON object (PaddleNLP's llm/config/llama/flashmask/*.json keys where they exist):
 
 - ``stage``: ``sft`` | ``lora`` | ``dpo`` | ``rm``.
@@ -117,6 +126,9 @@ TRAINING_DEFAULTS: Dict[str, Any] = {
     "skip_memory_metrics": True,
 }
 
+# context-parallel keys (TrainingArguments fields) -> paddle_flashmask.distributed plan method
+CP_METHODS = {"context_parallel_degree": "allgather", "sep_parallel_degree": "ulysses"}
+
 logger = logging.getLogger("paddle_flashmask.finetune")
 
 
@@ -183,14 +195,34 @@ def split_config(cfg: Dict[str, Any]):
         raise ValueError(f"stage must be one of {STAGES}, got {opts['stage']!r}")
     if opts["on_overflow"] not in ("truncate", "error", "skip"):
         raise ValueError(f"on_overflow must be truncate, error or skip, got {opts['on_overflow']!r}")
-    for key in ("tensor_parallel_degree", "pipeline_parallel_degree", "sep_parallel_degree",
-                "context_parallel_degree"):
+    for key in ("tensor_parallel_degree", "pipeline_parallel_degree"):
         if int(targs.get(key, 1) or 1) > 1:
-            raise ValueError(f"{key} > 1 is not supported by this runner (data parallel only)")
+            raise ValueError(f"{key} > 1 is not supported by this runner (data and context parallel only)")
+    context_parallel(targs, opts)  # validates the context-parallel keys
     targs.setdefault("output_dir", os.path.join("output", opts["stage"]))
     if "recompute" in targs:
         flags["recompute"] = bool(targs["recompute"])
     return opts, dpo, flags, targs
+
+
+def context_parallel(targs: Dict[str, Any], opts: Optional[Dict[str, Any]] = None):
+    """``(degree, method)`` of the run: ``(1, None)``, ``(d, "allgather")`` for
+    ``context_parallel_degree=d`` or ``(d, "ulysses")`` for ``sep_parallel_degree=d``."""
+    degrees = {}
+    for key in ("context_parallel_degree", "sep_parallel_degree"):
+        v = targs.get(key, -1)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"{key} must be an integer, got {v!r}")
+        if v > 1:
+            degrees[key] = v
+    if len(degrees) > 1:
+        raise ValueError("set context_parallel_degree (allgather) or sep_parallel_degree (ulysses), not both")
+    if not degrees:
+        return 1, None
+    (key, degree), = degrees.items()
+    if opts is not None and not opts["flash_mask"]:
+        raise ValueError(f"{key} > 1 needs flash_mask=true (the plan is built from the collators' indices)")
+    return degree, CP_METHODS[key]
 
 
 def _data_paths(opts, base_dir):
@@ -259,7 +291,24 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
     use_lora = stage == "lora" or bool(opts["lora"])
     if use_lora and stage == "rm":
         raise ValueError("lora is supported for sft/lora/dpo, not rm")
-    args = TrainingArguments(**targs)
+    cp_degree, cp_method = context_parallel(targs, opts)
+    if cp_degree > 1:
+        world = paddle.distributed.get_world_size()
+        key = next(k for k, m in CP_METHODS.items() if m == cp_method)
+        if world % cp_degree:
+            raise ValueError(f"{key}={cp_degree} does not divide the world size {world}: launch a multiple of "
+                             f"{cp_degree} processes (python -m paddle.distributed.launch --nproc_per_node N "
+                             "paddle_flashmask/finetune.py ...)")
+        # we shard per batch from the collators' global indices: PaddleNLP must not split the inputs
+        targs["split_inputs_sequence_dim"] = False
+    args = TrainingArguments(**targs)  # with sep/cp > 1: fleet.init with dp x sep hybrid groups
+    cp = None
+    if cp_degree > 1:
+        from paddle_flashmask.distributed import get_context_parallel_group
+
+        from paddlenlp_patches.context_parallel import ContextParallel
+
+        cp = ContextParallel(cp_degree, cp_method, group=get_context_parallel_group())
     # flash_mask or use_flash_attention: our op (PaddleNLP's flash path is GPU-only and drops dense
     # masks on CPU); both off: PaddleNLP's own eager path with dense masks (the baseline)
     patch = bool(opts["flash_mask"] or opts["use_flash_attention"])
@@ -299,12 +348,16 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
         pp.enable_flashmask(model)
         if ref_model is not None:
             pp.enable_flashmask(ref_model)
+    if cp is not None:
+        for m in (model, ref_model):
+            if m is not None:
+                pp.enable_context_parallel(m)
 
     collate = collators.COLLATORS[stage](pad_token_id(tokenizer), flash_mask=bool(opts["flash_mask"]),
                                          pad_to_multiple_of=opts["pad_to_multiple_of"], count_tokens=True)
     history = pp_trainer.LossHistory()
     common = dict(args=args, train_dataset=train_rows, eval_dataset=dev_rows, data_collator=collate,
-                  tokenizer=tokenizer, callbacks=[history] + list(callbacks or []))
+                  tokenizer=tokenizer, callbacks=[history] + list(callbacks or []), context_parallel=cp)
     if stage in ("sft", "lora"):
         trainer = pp_trainer.FlashmaskTrainer(model=model, **common)
     elif stage == "dpo":
@@ -320,7 +373,8 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
     _print(f"[finetune] stage={stage} params={n_params} trainable={n_train} rows={len(train_rows)} "
            f"examples={docs} real_tokens={real} max_length={max_len} zero_padding={opts['zero_padding']} "
            f"flash_mask={opts['flash_mask']} use_flash_attention={opts['use_flash_attention']} "
-           f"world_size={paddle.distributed.get_world_size()} device={paddle.device.get_device()}")
+           f"world_size={paddle.distributed.get_world_size()} device={paddle.device.get_device()}"
+           + (f" context_parallel={cp.degree}x{cp.method} data_parallel={args.dataset_world_size}" if cp else ""))
     if patch:
         import paddle_flashmask
 

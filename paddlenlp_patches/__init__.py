@@ -16,6 +16,8 @@ Modules (imported lazily, so the data utilities work without paddlenlp installed
 - ``reward_model``: ``LlamaForRewardModel`` (score head, pairwise loss).
 - ``lora``: ``paddlenlp.peft`` LoRA on the attention projections.
 - ``trainer``: Trainer subclasses for SFT, DPO and RM that log tokens/s and peak memory.
+- ``context_parallel``: one sequence split over the ranks of a group (per-batch plan, sharded
+  inputs, distributed attention, losses on the global token axis).
 """
 
 import importlib
@@ -36,6 +38,8 @@ _EXPORTS = {
     "RMCollator": "collators",
     "LlamaForRewardModel": "reward_model",
     "apply_lora": "lora",
+    "ContextParallel": "context_parallel",
+    "enable_context_parallel": "context_parallel",
 }
 
 __all__ = sorted(_EXPORTS)

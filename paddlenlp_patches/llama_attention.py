@@ -13,7 +13,10 @@ replaces the attention function with :func:`flashmask_attn_func`:
 - no indices and no dense mask, or a dense mask that is exactly causal -> our op, plain causal;
 - any other dense mask (padding masks, block masks, ALiBi) -> an exact dense fp32-softmax path;
 - on GPU, a dtype/head_dim the CUDA kernels do not take (they take fp16/bf16, head_dim 32/64/128)
-  -> the same dense path with the indices expanded on device (warned once; O(S^2) memory).
+  -> the same dense path with the indices expanded on device (warned once; O(S^2) memory);
+- under an active context-parallel batch (``paddlenlp_patches.context_parallel``): q/k/v hold this
+  rank's rows -> ``paddle_flashmask.distributed.flashmask_attention`` with the batch's plan and
+  global indices.
 
 Patch points: the module attribute ``llama.modeling.scaled_dot_product_attention`` (bound by
 ``LlamaAttention.__init__``, so it covers models built later), ``llama.fusion_ops
@@ -37,6 +40,8 @@ import paddle_flashmask
 import paddle_flashmask.validation
 from paddlenlp.transformers.llama import fusion_ops
 from paddlenlp.transformers.llama import modeling as llama_modeling
+
+from . import context_parallel
 
 _STATE = {"enabled": False, "orig_sdpa": None, "orig_fusion": None}
 _ORIG_ATTR = "_pfm_orig_attn_func"
@@ -165,11 +170,26 @@ def flashmask_attn_func(query_states, config, key_states, value_states, attentio
                     alibi=alibi, attn_mask_startend_row_indices=attn_mask_startend_row_indices,
                     sequence_parallel=sequence_parallel, reshard_layer=reshard_layer,
                     npu_is_casual=npu_is_casual, skip_recompute=skip_recompute)
-    if reshard_layer is not None or getattr(config, "context_parallel_degree", 1) > 1:
-        raise NotImplementedError("paddlenlp_patches flashmask: sep/context parallel is not supported")
+    if (reshard_layer is not None or getattr(config, "context_parallel_degree", 1) > 1
+            or getattr(config, "sep_parallel_degree", 1) > 1):
+        # PaddleNLP's own sep/cp model paths (reshard layer, ring attention) split the sequence
+        # differently; ours keeps the model config at 1 and shards per batch (context_parallel.py)
+        raise NotImplementedError("paddlenlp_patches flashmask: PaddleNLP's model-config sep/context parallel "
+                                  "is not supported; use paddlenlp_patches.context_parallel (the runner's "
+                                  "context_parallel_degree / sep_parallel_degree), which keeps the model config at 1")
     bsz, q_len, num_heads, _ = query_states.shape
     head_dim = value_states.shape[-1]
-    if attn_mask_startend_row_indices is not None:
+    cp_batch = context_parallel.active()
+    if cp_batch is not None:
+        if alibi is not None:
+            raise ValueError("context parallel attention does not support alibi")
+        if q_len != cp_batch.local_len:
+            raise ValueError(f"context parallel: attention got {q_len} query rows, this rank holds "
+                             f"{cp_batch.local_len} of {cp_batch.seq_len} (prepare the model with "
+                             "paddlenlp_patches.enable_context_parallel)")
+        # the distributed op with the plan's (normalized, global) indices
+        out = cp_batch.attention(query_states, key_states, value_states)
+    elif attn_mask_startend_row_indices is not None:
         if alibi is not None:
             raise ValueError("flashmask attention does not support alibi")
         ind, causal = normalize_indices(attn_mask_startend_row_indices, config)

@@ -14,6 +14,8 @@ import paddle.nn.functional as F
 from paddle import nn
 from paddlenlp.transformers import LlamaModel, LlamaPretrainedModel
 
+from . import context_parallel
+
 
 class LlamaForRewardModel(LlamaPretrainedModel):
     """``from_pretrained`` of a LLaMA causal-LM checkpoint loads the backbone; the score head
@@ -40,6 +42,13 @@ class LlamaForRewardModel(LlamaPretrainedModel):
                             attn_mask_startend_row_indices=attn_mask_startend_row_indices,
                             return_dict=False, use_cache=False)[0]
         ri = response_indexs.astype("int64")
+        cp_batch = context_parallel.active()
+        if cp_batch is not None:
+            # context parallel: hidden holds this rank's rows; score them all and gather the
+            # [B, S] scores over the group (cheap: one value per token), then pick as below
+            scores = cp_batch.gather_tokens(self.score_head(hidden).squeeze(-1))
+            return (paddle.gather_nd(scores, paddle.stack([ri[:, 0], ri[:, 1]], axis=-1)),
+                    paddle.gather_nd(scores, paddle.stack([ri[:, 0], ri[:, 2]], axis=-1)))
         chosen = paddle.gather_nd(hidden, paddle.stack([ri[:, 0], ri[:, 1]], axis=-1))
         rejected = paddle.gather_nd(hidden, paddle.stack([ri[:, 0], ri[:, 2]], axis=-1))
         return self.score_head(chosen).squeeze(-1), self.score_head(rejected).squeeze(-1)

@@ -3,18 +3,26 @@
 All of them log, next to PaddleNLP's ``loss``, ``tokens_per_second`` (real, non-padding tokens of
 all ranks since the previous log, from the collators' ``_num_real_tokens``) and
 ``peak_memory_MB`` (peak device memory allocated on GPU, peak process RSS on CPU; rank 0).
+
+``context_parallel=ContextParallel(...)`` (:mod:`paddlenlp_patches.context_parallel`) makes each
+training/eval step run under that batch's plan (forward and backward); the ranks of a group see
+the same batches (the one-process sampler when there is no data parallel, so the loss curve is the
+one-process one) and count their tokens once. Gradients are summed over the group by fleet's
+hybrid optimizer (``sep`` group: sum; data parallel: mean).
 """
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import sys
 import time
 
 import paddle
 from paddlenlp.trainer import Trainer, TrainerCallback
-from paddlenlp.trl import DPOTrainer
+from paddlenlp.trl import DPOCriterion, DPOTrainer
 
+from . import context_parallel
 from .collators import NUM_TOKENS_KEY
 
 
@@ -35,10 +43,45 @@ def _world_sum(x: float) -> float:
 
 
 class FlashmaskTrainerMixin:
-    """Counts real tokens per batch and adds tokens/s and peak memory to every training log."""
+    """Counts real tokens per batch and adds tokens/s and peak memory to every training log;
+    runs each step under its context-parallel plan when ``context_parallel`` is given."""
+
+    def __init__(self, *args, context_parallel=None, **kwargs):
+        self.pfm_context_parallel = context_parallel
+        super().__init__(*args, **kwargs)
+
+    def _pfm_cp_batch(self, inputs):
+        cp = getattr(self, "pfm_context_parallel", None)
+        if cp is None:
+            return contextlib.nullcontext()
+        return cp.batch(inputs.get("attn_mask_startend_row_indices"), config=getattr(self.model, "config", None),
+                        input_ids=inputs.get("input_ids"))
+
+    def training_step(self, model, inputs, *args, **kwargs):
+        # the plan stays active through the backward (recompute re-runs attention there)
+        with self._pfm_cp_batch(inputs):
+            return super().training_step(model, inputs, *args, **kwargs)
+
+    def prediction_step(self, model, inputs, *args, **kwargs):
+        with self._pfm_cp_batch(inputs):
+            return super().prediction_step(model, inputs, *args, **kwargs)
+
+    def _get_train_sampler(self):
+        cp = getattr(self, "pfm_context_parallel", None)
+        if cp is not None and self.args.dataset_world_size <= 1 and self.train_dataset is not None:
+            # context parallel only: the one-process sampler (np.random is seeded alike on every
+            # rank of the group; ContextParallel.batch checks that they agree), so the batches and
+            # the loss curve are those of one process
+            return paddle.io.BatchSampler(dataset=self.train_dataset, shuffle=True,
+                                          batch_size=self.args.per_device_train_batch_size,
+                                          drop_last=self.args.dataloader_drop_last)
+        return super()._get_train_sampler()
 
     def _prepare_inputs(self, inputs):
         n = inputs.pop(NUM_TOKENS_KEY, None)
+        cp = getattr(self, "pfm_context_parallel", None)
+        if cp is not None and cp.rank != 0:
+            n = None  # every rank of a context-parallel group holds the same batch: count it once
         if n is not None and self.model.training:
             n = int(n.sum()) if hasattr(n, "sum") else int(sum(n))
             self._pfm_tokens = getattr(self, "_pfm_tokens", 0) + n
@@ -79,9 +122,29 @@ class FlashmaskDPOTrainer(FlashmaskTrainerMixin, DPOTrainer):
     ``no_grad`` (each rank on its own shard), so it needs no distributed wrapper.
     """
 
+    def __init__(self, *args, dpo_criterion=None, **kwargs):
+        if dpo_criterion is None:
+            model = kwargs.get("model", args[0] if args else None)
+            dpo_config = kwargs.get("dpo_config")
+            dpo_criterion = ContextParallelDPOCriterion(model.config, dpo_config=dpo_config,
+                                                        ignore_eos_token=kwargs.get("ignore_eos_token", False))
+        super().__init__(*args, dpo_criterion=dpo_criterion, **kwargs)
+
     def _wrap_ref_model(self, model):
         model.eval()
         return model
+
+
+class ContextParallelDPOCriterion(DPOCriterion):
+    """PaddleNLP's DPO criterion; under an active context-parallel plan the local logits' token
+    log-probs are gathered over the group first (identical DPO loss on every rank)."""
+
+    def dpo_logps(self, logits, chosen_labels, rejected_labels, response_indexs, average_log_prob=False):
+        batch = context_parallel.active()
+        if batch is None:
+            return super().dpo_logps(logits, chosen_labels, rejected_labels, response_indexs, average_log_prob)
+        return context_parallel.dpo_logps(self, logits, chosen_labels, rejected_labels, response_indexs,
+                                          average_log_prob, batch)
 
 
 class RewardTrainer(FlashmaskTrainerMixin, Trainer):
@@ -96,9 +159,8 @@ class RewardTrainer(FlashmaskTrainerMixin, Trainer):
         return (loss, (r_c, r_r)) if return_outputs else loss
 
     def prediction_step(self, model, inputs, prediction_loss_only=False, ignore_keys=None):
-        inputs = self._prepare_inputs(inputs)
-        with paddle.no_grad():
-            loss = self.compute_loss(model, inputs)
+        with self._pfm_cp_batch(inputs), paddle.no_grad():
+            loss = self.compute_loss(model, self._prepare_inputs(inputs))
         return loss.detach(), None, None
 
     def log(self, logs, **kwargs):

@@ -127,8 +127,9 @@ def run_bad_input(W, rank, results):
                                              causal=True, plan=plan))
     expect_raise(results, "causal_disagrees", lambda: flashmask_attention(*local, it, causal=False, plan=plan))
     plan_u = ContextParallelPlan(idx, True, W, method="ulysses")
-    q3 = paddle.to_tensor(plan_u.shard(np.repeat(q[:, :, :1], 3, axis=2), rank))
-    k3 = paddle.to_tensor(plan_u.shard(np.repeat(k[:, :, :1], 3, axis=2), rank))
+    odd = W + 1  # heads the group size does not divide
+    q3 = paddle.to_tensor(plan_u.shard(np.repeat(q[:, :, :1], odd, axis=2), rank))
+    k3 = paddle.to_tensor(plan_u.shard(np.repeat(k[:, :, :1], odd, axis=2), rank))
     expect_raise(results, "ulysses_heads_not_divisible",
                  lambda: flashmask_attention(q3, k3, k3, it, causal=True, plan=plan_u))
     # ranks that built different plans (another chunk size) must all stop

@@ -167,6 +167,11 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, causal=
         if _validate_indices:
             _check_index_values(load_ops(), startend_row_indices, plan.seqlen, causal)
     scale = float(softmax_scale) if softmax_scale is not None else D ** -0.5
+    if plan.world_size == 1:  # one rank holds every row: the single-device op, no collectives
+        from ..attention import flashmask_attention as single
+
+        return single(query, key, value, startend_row_indices, causal=causal, return_softmax_lse=return_softmax_lse,
+                      softmax_scale=softmax_scale, deterministic=deterministic, dropout=dropout, training=training)
     layer, spec_cls = _METHODS[plan.method]
     spec = spec_cls(plan, rank, group, startend_row_indices, causal, scale, GPU_KERNELS[gpu_kernel_name],
                     deterministic, B, query.place)
