@@ -142,41 +142,38 @@ class Sim:
     def spec(self, cls, r):
         return cls(self.plan, r, None, self.indices, self.causal, self.scale, self.kernel, False, self.B, self.place)
 
-    # allgather: local part, remote part (K/V of the others), merge; backward remote first
-    def allgather(self, q, k, v, do, timer=None):
-        W, B, plan = self.W, self.B, self.plan
+    # allgather: own keys, then each peer's (ring shifts emulated by host copies), merged by LSE;
+    # backward: peer parts first, their dK/dV summed by the owner in the same fixed order
+    def allgather(self, q, k, v, do):
+        W = self.W
         specs = [self.spec(allgather.Spec, r) for r in range(W)]
-        Ls = [plan.num_local_rows(r) for r in range(W)]
-        unit = self.Hk * self.D
-        packs = [idx_t(layouts.kv_send_pack(B, Ls[r], W), self.place) for r in range(W)]
-        unpacks = [idx_t(layouts.kv_recv_unpack(plan, r, B), self.place) for r in range(W)]
-        shapes = [[B, plan.seqlen - Ls[r], self.Hk, self.D] for r in range(W)]
-        splits = layouts.kv_splits(plan, B)
-        k_rem = emulate_exchange(k, packs, unit, splits, unpacks, shapes, self.dtype, self.place)
-        v_rem = emulate_exchange(v, packs, unit, splits, unpacks, shapes, self.dtype, self.place)
-        res, dk_send, saved = [], [], []
+        host = lambda t: device_tensor(to_f32(t), self.dtype, self.place)  # a shift's transfer
+        saved, sent = [], {}
         for r in range(W):
-            m_l, m_r = specs[r].part_masks()
-            out_l, lse_l = allgather.part_forward(specs[r], q[r], k[r], v[r], m_l)
-            out_r, lse_r = allgather.part_forward(specs[r], q[r], k_rem[r], v_rem[r], m_r)
-            out, lse = tensor_ops.merge_partial(out_l, lse_l, out_r, lse_r)
-            dq_r, dk_r, dv_r = allgather.part_backward(specs[r], q[r], k_rem[r], v_rem[r], m_r, out, lse, do[r])
-            saved.append((out, lse, dq_r))
-            dk_send.append((dk_r, dv_r))
-        back_packs = [idx_t(layouts.dkv_send_pack(plan, r, B), self.place) for r in range(W)]
-        back_unpacks = [idx_t(np.arange((W - 1) * B * Ls[r]), self.place) for r in range(W)]
-        back_shapes = [[W - 1, B, Ls[r], self.Hk, self.D] for r in range(W)]
-        back_splits = splits.T.copy()
-        dk_recv = emulate_exchange([d[0] for d in dk_send], back_packs, unit, back_splits, back_unpacks, back_shapes,
-                                   self.dtype, self.place)
-        dv_recv = emulate_exchange([d[1] for d in dk_send], back_packs, unit, back_splits, back_unpacks, back_shapes,
-                                   self.dtype, self.place)
+            masks = specs[r].part_masks()
+            out, lse = allgather.part_forward(specs[r], q[r], k[r], v[r], masks[r])
+            parts = []
+            for s in specs[r].peers():
+                k_s, v_s = host(k[s]), host(v[s])
+                out_s, lse_s = allgather.part_forward(specs[r], q[r], k_s, v_s, masks[s])
+                out, lse = tensor_ops.merge_partial(out, lse, out_s, lse_s)
+                parts.append((s, k_s, v_s))
+            dq = None
+            for s, k_s, v_s in parts:
+                dq_s, dk_s, dv_s = allgather.part_backward(specs[r], q[r], k_s, v_s, masks[s], out, lse, do[r])
+                sent[(r, s)] = (host(dk_s), host(dv_s))
+                dq = dq_s if dq is None else tensor_ops.accumulate(dq, dq_s)
+            saved.append((out, lse, dq))
+        res = []
         for r in range(W):
-            m_l, _ = specs[r].part_masks()
-            out, lse, dq_r = saved[r]
-            dq_l, dk_l, dv_l = allgather.part_backward(specs[r], q[r], k[r], v[r], m_l, out, lse, do[r])
-            res.append((out, tensor_ops.accumulate(dq_l, dq_r), tensor_ops.accumulate(dk_l, dk_recv[r]),
-                        tensor_ops.accumulate(dv_l, dv_recv[r])))
+            out, lse, dq = saved[r]
+            dq_l, dk, dv = allgather.part_backward(specs[r], q[r], k[r], v[r], specs[r].part_masks()[r], out, lse,
+                                                   do[r])
+            dq = dq_l if dq is None else tensor_ops.accumulate(dq_l, dq)
+            for d in range(1, W):  # from rank r + d, as allgather.backward receives them
+                dk_p, dv_p = sent[((r + d) % W, r)]
+                dk, dv = tensor_ops.accumulate(dk, dk_p), tensor_ops.accumulate(dv, dv_p)
+            res.append((out, dq, dk, dv))
         return res
 
     # ulysses: sequence -> heads, the op on all rows of H/W heads, heads -> sequence
@@ -288,8 +285,8 @@ def bench(args, place):
     start = time.time()
     out = open(args.out, "a") if args.out else None
     print("| mask | S | W | method | chunk | work imb. | T1 fwd+bwd ms | rank ms (fwd+bwd) | busiest/mean | "
-          "T1/(W*busiest) | TFLOP/s T1 |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "T1/(W*busiest) | TFLOP/s T1 | TFLOP/s per GPU |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for S in args.lengths:
         for name in args.masks:
             if time.time() - start > args.budget_s:
@@ -307,8 +304,11 @@ def bench(args, place):
                 o, lse = tensor_ops.attention_fwd(q, k, v, it, D ** -0.5, causal, GPU_KERNELS[args.kernel], False)
                 return tensor_ops.attention_bwd(q, k, v, it, o, lse, do, D ** -0.5, causal, GPU_KERNELS[args.kernel], False)
 
-            single()
-            t1 = min(timer(single)[0] for _ in range(args.repeats))
+            if S <= args.t1_max:
+                single()
+                t1 = min(timer(single)[0] for _ in range(args.repeats))
+            else:  # beyond 2^19 tokens one GPU would run the FA2-class kernels: no fair T1
+                t1 = None
             q = k = v = do = None
             for W in args.world_sizes:
                 for method in args.methods:
@@ -316,18 +316,26 @@ def bench(args, place):
                     times = [rank_step_time(plan, r, it, causal, method, blocks, place, dtype, args, timer)
                              for r in range(W)]
                     busiest, mean = max(times), float(np.mean(times))
+                    flops = fwd_flops + bwd_flops
                     rec = dict(mask=name, seqlen=S, world_size=W, method=method, chunk_size=plan.chunk_size,
                                work_imbalance=plan.work_imbalance, token_imbalance=plan.token_imbalance,
-                               t1_ms=t1 * 1e3, rank_ms=[t * 1e3 for t in times], busiest_over_mean=busiest / mean,
-                               efficiency_compute=t1 / (W * busiest), t1_tflops=(fwd_flops + bwd_flops) / t1 / 1e12,
+                               t1_ms=None if t1 is None else t1 * 1e3, rank_ms=[t * 1e3 for t in times],
+                               busiest_over_mean=busiest / mean,
+                               efficiency_compute=None if t1 is None else t1 / (W * busiest),
+                               t1_tflops=None if t1 is None else flops / t1 / 1e12,
+                               tflops_per_gpu=flops / (W * busiest) / 1e12,
+                               part_keys_max=max(plan.num_local_rows(x) for x in range(W)) if method == "allgather"
+                               else S,
                                heads=H, heads_k=Hk, dim=D, dtype=dtype, kernel=args.kernel,
                                device=paddle.device.cuda.get_device_name(0) if timer.gpu else "cpu")
                     if out:
                         out.write(json.dumps(rec) + "\n")
                         out.flush()
+                    fmt = lambda x, f: "n/a" if x is None else format(x, f)
                     print(f"| {name} | {S} | {W} | {method} | {plan.chunk_size} | {plan.work_imbalance:.3f} | "
-                          f"{t1 * 1e3:.1f} | {' / '.join(f'{t * 1e3:.1f}' for t in times)} | {busiest / mean:.3f} | "
-                          f"{t1 / (W * busiest):.3f} | {rec['t1_tflops']:.0f} |", flush=True)
+                          f"{fmt(rec['t1_ms'], '.1f')} | {' / '.join(f'{t * 1e3:.1f}' for t in times)} | "
+                          f"{busiest / mean:.3f} | {fmt(rec['efficiency_compute'], '.3f')} | "
+                          f"{fmt(rec['t1_tflops'], '.0f')} | {rec['tflops_per_gpu']:.0f} |", flush=True)
 
 
 def rank_step_time(plan, r, it, causal, method, blocks, place, dtype, args, timer):
@@ -340,30 +348,24 @@ def rank_step_time(plan, r, it, causal, method, blocks, place, dtype, args, time
     if method == "allgather":
         spec = allgather.Spec(plan, r, None, it, causal, scale, kern, False, B, place)
         q, k, v, do = (tiled(blocks[h], L, place, dtype) for h in (H, Hk, Hk, H))
-        recv = tiled(blocks[Hk], S - L, place, dtype)  # what the exchange would bring, as received
-        pack = idx_t(layouts.kv_send_pack(B, L, W), place)
-        unpack = idx_t(layouts.kv_recv_unpack(plan, r, B), place)
-        back_pack = idx_t(layouts.dkv_send_pack(plan, r, B), place)
-        n_recv_back = (W - 1) * B * L
-        dk_back = tiled(blocks[Hk], n_recv_back, place, dtype)
-        unit = Hk * D
+        # what the ring shifts bring (each peer's K/V) and send back (dK/dV pieces for r's keys)
+        peers = [(s, tiled(blocks[Hk], plan.num_local_rows(s), place, dtype)) for s in spec.peers()]
+        back = tiled(blocks[Hk], L, place, dtype)
 
         def step():
-            m_l, m_r = spec.part_masks()
-            tensor_ops.gather_units(k, pack, unit, [(W - 1) * L, unit])
-            tensor_ops.gather_units(v, pack, unit, [(W - 1) * L, unit])
-            o_l, s_l = allgather.part_forward(spec, q, k, v, m_l)
-            k_rem = tensor_ops.gather_units(recv, unpack, unit, [1, S - L, Hk, D])
-            v_rem = tensor_ops.gather_units(recv, unpack, unit, [1, S - L, Hk, D])
-            o_r, s_r = allgather.part_forward(spec, q, k_rem, v_rem, m_r)
-            o, s = tensor_ops.merge_partial(o_l, s_l, o_r, s_r)
-            dq_r, dk_r, dv_r = allgather.part_backward(spec, q, k_rem, v_rem, m_r, o, s, do)
-            tensor_ops.gather_units(dk_r, back_pack, unit, [n_recv_back, unit])
-            tensor_ops.gather_units(dv_r, back_pack, unit, [n_recv_back, unit])
-            dq_l, dk_l, dv_l = allgather.part_backward(spec, q, k, v, m_l, o, s, do)
-            tensor_ops.accumulate(dq_l, dq_r)
-            tensor_ops.accumulate(dk_l, dk_back)
-            tensor_ops.accumulate(dv_l, dk_back)
+            masks = spec.part_masks()
+            o, s_ = allgather.part_forward(spec, q, k, v, masks[r])
+            for s, k_s in peers:
+                o_s, l_s = allgather.part_forward(spec, q, k_s, k_s, masks[s])
+                o, s_ = tensor_ops.merge_partial(o, s_, o_s, l_s)
+            dq = None
+            for s, k_s in peers:
+                dq_s, _, _ = allgather.part_backward(spec, q, k_s, k_s, masks[s], o, s_, do)
+                dq = dq_s if dq is None else tensor_ops.accumulate(dq, dq_s)
+            dq_l, dk, dv = allgather.part_backward(spec, q, k, v, masks[r], o, s_, do)
+            tensor_ops.accumulate(dq_l, dq)
+            for _ in peers:
+                dk, dv = tensor_ops.accumulate(dk, back), tensor_ops.accumulate(dv, back)
     else:
         spec = ulysses.Spec(plan, r, None, it, causal, scale, kern, False, B, place)
         qh, dh = (tiled(blocks[H][:, :, : H // W], S, place, dtype) for _ in range(2))
@@ -408,6 +410,8 @@ def main():
     ap.add_argument("--lengths", type=int, nargs="+", default=[65536, 131072, 262144, 1048576])
     ap.add_argument("--masks", nargs="+", default=["causal_document", "share_question", "global_sliding_window", "causal"])
     ap.add_argument("--max-causal", type=int, default=262144)
+    ap.add_argument("--t1-max", type=int, default=1 << 19,
+                    help="longest S timed on one GPU (the Hopper kernels take up to 2^19 tokens)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--kernel", default="auto")
     ap.add_argument("--budget-s", type=float, default=1e9)

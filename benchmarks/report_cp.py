@@ -15,13 +15,16 @@ def load(path):
 
 def table(recs):
     lines = ["| mask | S | W | method | chunk | plan: area busiest/mean | T1 fwd+bwd ms (TFLOP/s) | "
-             "per-rank ms | measured busiest/mean | T1 / (W x busiest) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "per-rank ms | measured busiest/mean | T1 / (W x busiest) | TFLOP/s per GPU |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(recs, key=lambda r: (r["mask"], r["seqlen"], r["world_size"], r["method"])):
+        t1 = "n/a" if r.get("t1_ms") is None else f"{r['t1_ms']:.1f} ({r['t1_tflops']:.0f})"
+        eff = "n/a" if r.get("efficiency_compute") is None else f"{r['efficiency_compute']:.3f}"
+        per_gpu = r.get("tflops_per_gpu")
         lines.append(f"| {r['mask']} | {r['seqlen'] // 1024}K | {r['world_size']} | {r['method']} | {r['chunk_size']} | "
-                     f"{r['work_imbalance']:.3f} | {r['t1_ms']:.1f} ({r['t1_tflops']:.0f}) | "
+                     f"{r['work_imbalance']:.3f} | {t1} | "
                      f"{' / '.join(f'{t:.1f}' for t in r['rank_ms'])} | {r['busiest_over_mean']:.3f} | "
-                     f"{r['efficiency_compute']:.3f} |")
+                     f"{eff} | {'' if per_gpu is None else f'{per_gpu:.0f}'} |")
     return "\n".join(lines)
 
 
@@ -38,7 +41,8 @@ def plot(recs, path):
         for (W, method), style in (((2, "allgather"), "o-"), ((2, "ulysses"), "s--"), ((4, "allgather"), "o-"),
                                    ((4, "ulysses"), "s--")):
             pts = sorted((r["seqlen"], r["efficiency_compute"]) for r in recs
-                         if r["mask"] == m and r["world_size"] == W and r["method"] == method)
+                         if r["mask"] == m and r["world_size"] == W and r["method"] == method
+                         and r.get("efficiency_compute") is not None)
             if pts:
                 ax.plot([p[0] // 1024 for p in pts], [p[1] for p in pts], style, label=f"{method} W={W}")
         ax.axhline(0.9, color="grey", lw=0.8, ls=":")

@@ -163,26 +163,63 @@ def test_layouts_sequence_heads_round_trip():
         np.testing.assert_array_equal(lse_back[r], want)
 
 
-def test_layouts_kv_exchange_and_gradients_back():
+def test_ring_shifts_bring_every_peer_and_send_gradients_home():
+    from paddle_flashmask.distributed.comm import shift_splits
+
     B, S, Hk, D, W = 2, 41, 2, 3, 3
     plan = ContextParallelPlan(None, True, W, seqlen=S, chunk_size=4)
     k = np.random.default_rng(2).standard_normal((B, S, Hk, D))
     local = [plan.shard(k, r) for r in range(W)]
     Ls = [plan.num_local_rows(r) for r in range(W)]
-    rem_rows = [layouts.remote_key_rows(plan, r) for r in range(W)]
-    got = _simulate(local, [layouts.kv_send_pack(B, Ls[r], W) for r in range(W)], Hk * D, layouts.kv_splits(plan, B),
-                    [layouts.kv_recv_unpack(plan, r, B) for r in range(W)], [(B, S - Ls[r], Hk, D) for r in range(W)])
-    for r in range(W):
-        np.testing.assert_array_equal(got[r], k[:, rem_rows[r]])
-    # gradients of the remote keys go back to their owners: rank d receives, from every
-    # other rank, a [B, L_d] piece for its own rows
-    grads = [np.random.default_rng(10 + r).standard_normal((B, S - Ls[r], Hk, D)) for r in range(W)]
-    back = _simulate(grads, [layouts.dkv_send_pack(plan, r, B) for r in range(W)], Hk * D,
-                     layouts.kv_splits(plan, B).T.copy(), [np.arange((W - 1) * B * Ls[r]) for r in range(W)],
-                     [(W - 1, B, Ls[r], Hk, D) for r in range(W)])
-    for d in range(W):
-        want_sum = np.zeros((B, S, Hk, D))
-        for s in range(W):
-            if s != d:
-                np.add.at(want_sum, (slice(None), rem_rows[s]), grads[s])
-        np.testing.assert_allclose(back[d].sum(0), want_sum[:, plan.local_rows(d)])
+    ident = lambda n: np.arange(n)
+    for d in range(1, W):  # as allgather._send_kv: rank r gets rank r - d's keys
+        got = _simulate(local, [ident(B * Ls[r]) for r in range(W)], Hk * D, shift_splits([B * n for n in Ls], d),
+                        [ident(B * Ls[(r - d) % W]) for r in range(W)], [(B, Ls[(r - d) % W], Hk, D) for r in range(W)])
+        for r in range(W):
+            np.testing.assert_array_equal(got[r], k[:, plan.local_rows((r - d) % W)])
+        # as allgather._send_back: the gradient of rank r - d's keys goes home to it
+        grads = [np.random.default_rng(10 * d + r).standard_normal((B, Ls[(r - d) % W], Hk, D)) for r in range(W)]
+        back = _simulate(grads, [ident(B * Ls[(r - d) % W]) for r in range(W)], Hk * D,
+                         shift_splits([B * Ls[(s - d) % W] for s in range(W)], -d),
+                         [ident(B * Ls[r]) for r in range(W)], [(B, Ls[r], Hk, D) for r in range(W)])
+        for r in range(W):
+            np.testing.assert_array_equal(back[r], grads[(r + d) % W])
+
+
+def test_live_tiles_match_their_definition():
+    """A tile is dead when one of the column block's masked intervals covers its rows in
+    every column; the O(S) count equals that definition tile by tile."""
+    from reference import random_indices
+
+    def brute(idx, causal, S, block):
+        a0, a1, b0, b1 = workload.masked_intervals(idx, causal, S)
+        nb = -(-S // block)
+        live = np.zeros(nb)
+        for rb in range(nb):
+            r0, r1 = rb * block, min(S, (rb + 1) * block)
+            for cb in range(nb):
+                c = slice(cb * block, min(S, (cb + 1) * block))
+                dead_a = ((a0[..., c] <= r0) & (a1[..., c] >= r1)).all(-1)
+                dead_b = ((b0[..., c] <= r0) & (b1[..., c] >= r1)).all(-1)
+                live[rb] += (~(dead_a | dead_b)).sum()
+        return live
+
+    rng = np.random.default_rng(0)
+    for S, block in ((300, 32), (257, 64)):
+        cases = [(masks.example_mask(n, S, batch_size=2, num_heads=2, seed=1)[0].numpy(), masks.MASK_BUILDERS[n][1])
+                 for n in ("causal_document", "global_sliding_window", "share_question", "document")]
+        cases += [(random_indices(rng, 2, 2, S, S, c, C), c) for c, C in ((True, 1), (True, 2), (False, 2), (False, 4))]
+        cases += [(None, True), (None, False)]
+        for idx, causal in cases:
+            got = workload.live_tiles_per_row(idx, causal, S, block)
+            np.testing.assert_array_equal(got[::block], brute(idx, causal, S, block))
+            assert got.shape == (S,)
+
+
+def test_global_tokens_balanced_by_tiles():
+    """Rows that see every key make their row block visit every key block: the plan gives
+    that rank fewer tokens (within the 8% token slack) so tiles stay balanced."""
+    idx = masks.global_sliding_window_mask(262144, 16, 1024).numpy()
+    for W in (2, 4):
+        plan = ContextParallelPlan(idx, False, W)
+        assert plan.tile_imbalance <= 1.02 and plan.token_imbalance <= 1.08 and plan.work_imbalance <= 1.10, plan

@@ -98,15 +98,16 @@ def exchange(x, pack, unit, splits, unpack, out_shape, group, rank, sync=False):
     """All-to-all of ``x``'s units: pack (gather into pieces per destination, in rank
     order), send, unpack (gather into ``out_shape``).
 
-    ``pack``/``unpack``: int64 index tensors (``layouts``); ``splits[s][d]``: units rank s
-    sends rank d (every rank passes the same matrix). Returns a handle; ``.wait()``
-    gives the result. On NCCL the transfer runs on the communication stream while the
-    caller computes; gloo completes at once.
+    ``pack``/``unpack``: int64 index tensors (``layouts``), or None where the units are
+    already in order (a reshape, no copy); ``splits[s][d]``: units rank s sends rank d
+    (every rank passes the same matrix). Returns a handle; ``.wait()`` gives the result.
+    On NCCL the transfer runs on the communication stream while the caller computes;
+    gloo completes at once.
     """
-    W = splits.shape[0]
     send_units = int(splits[rank].sum())
     recv_units = int(splits[:, rank].sum())
-    send = tensor_ops.gather_units(x, pack, unit, [send_units, unit])
+    send = x.reshape([send_units, unit]) if pack is None else \
+        tensor_ops.gather_units(x, pack, unit, [send_units, unit])
     if _is_gpu(x):
         from paddle.distributed.communication import stream
 
@@ -116,11 +117,25 @@ def exchange(x, pack, unit, splits, unpack, out_shape, group, rank, sync=False):
                                       sync_op=sync, use_calc_stream=False)
 
         def finish():
-            return tensor_ops.gather_units(recv, unpack, unit, out_shape)
+            return _unpack(recv, unpack, unit, out_shape)
 
         return _Pending(task, finish) if not sync else _Done(finish())
     recv = _alltoall_by_allreduce(send, splits, rank, group, unit)
-    return _Done(tensor_ops.gather_units(recv, unpack, unit, out_shape))
+    return _Done(_unpack(recv, unpack, unit, out_shape))
+
+
+def _unpack(recv, unpack, unit, out_shape):
+    return recv.reshape(out_shape) if unpack is None else tensor_ops.gather_units(recv, unpack, unit, out_shape)
+
+
+def shift_splits(units_per_rank, distance):
+    """Splits of a ring shift: rank s sends its ``units_per_rank[s]`` units to rank
+    ``(s + distance) % W`` and nothing else."""
+    W = len(units_per_rank)
+    m = np.zeros((W, W), dtype=np.int64)
+    for s in range(W):
+        m[s, (s + distance) % W] = units_per_rank[s]
+    return m
 
 
 def _alltoall_by_allreduce(send, splits, rank, group, unit):

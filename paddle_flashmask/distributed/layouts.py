@@ -1,7 +1,8 @@
 """Index maps (numpy, int64) of the exchanges, built once per plan and rank.
 
-Every exchange is pack (a gather into the send buffer, one piece per destination) ->
-all-to-all -> unpack (a gather into the layout the kernels read). Units are contiguous
+Every ulysses exchange is pack (a gather into the send buffer, one piece per destination)
+-> all-to-all -> unpack (a gather into the layout the kernels read); the allgather
+method's ring shifts need no maps. Units are contiguous
 vectors of ``heads x head_dim`` elements (or single LSE values); a map lists, for each
 unit of its output, the unit of its input.
 """
@@ -13,61 +14,6 @@ import numpy as np
 
 def _concat(parts):
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-
-
-# ---- allgather method: K/V of the other ranks, and their gradients back -----------------------
-
-def remote_ranks(world_size, rank):
-    return [r for r in range(world_size) if r != rank]
-
-
-def kv_send_pack(batch, local_len, world_size):
-    """Local K rows, once per other rank: ``[(W-1) * B * L]`` units from ``[B, L]``."""
-    one = np.arange(batch * local_len, dtype=np.int64)
-    return np.tile(one, world_size - 1)
-
-
-def kv_splits(plan, batch):
-    """Units rank s sends rank d when every rank sends its rows to all others."""
-    W = plan.world_size
-    m = np.zeros((W, W), dtype=np.int64)
-    for s in range(W):
-        for d in range(W):
-            if s != d:
-                m[s, d] = batch * plan.num_local_rows(s)
-    return m
-
-
-def kv_recv_unpack(plan, rank, batch):
-    """``[B, S_remote]`` (other ranks' rows, rank by rank) from the received pieces
-    (piece s = rank s's ``[B, L_s]``)."""
-    out, off = [], 0
-    sizes = [plan.num_local_rows(s) for s in remote_ranks(plan.world_size, rank)]
-    cols = []
-    for n in sizes:
-        cols.append((off, n))
-        off += batch * n
-    for b in range(batch):
-        for (base, n) in cols:
-            out.append(base + b * n + np.arange(n, dtype=np.int64))
-    return _concat(out)
-
-
-def remote_key_rows(plan, rank):
-    return _concat([plan.local_rows(s) for s in remote_ranks(plan.world_size, rank)])
-
-
-def dkv_send_pack(plan, rank, batch):
-    """Gradients of the remote keys back to their owners: from ``[B, S_remote]`` to the
-    pieces ``[s][B, L_s]``."""
-    s_remote = sum(plan.num_local_rows(s) for s in remote_ranks(plan.world_size, rank))
-    out, off = [], 0
-    for s in remote_ranks(plan.world_size, rank):
-        n = plan.num_local_rows(s)
-        for b in range(batch):
-            out.append(b * s_remote + off + np.arange(n, dtype=np.int64))
-        off += n
-    return _concat(out)
 
 
 # ---- ulysses: sequence <-> heads ---------------------------------------------------------------

@@ -1,10 +1,11 @@
 """ContextParallelPlan: which query rows each rank of a context-parallel group holds.
 
 The sequence is cut into chunks of ``chunk_size`` tokens; every rank gets about the same
-number of tokens (within 5%, for memory and the rest of the model) chosen so that the
-attention work, the unmasked area of its rows, is balanced too: chunks go heaviest first
-to the least-loaded rank that still has token room, then chunk moves and swaps from the
-busiest rank take the remaining imbalance down. This is the scheme of Paddle's own
+number of tokens (at most 8% over the mean, for memory and the rest of the model) chosen
+so that the attention work is balanced too: chunks go heaviest first to the least-loaded
+rank that still has token room, then chunk moves and swaps from the busiest rank take
+the remaining imbalance down. Work is counted in live 128 x 128 tiles (what the kernels
+pay; ``workload.live_tiles_per_row``) and reported also as unmasked area. This is the scheme of Paddle's own
 FlashMask context parallel, with the workload read exactly from the column intervals
 (``workload.py``) instead of estimated from block summaries. All O(S); no dense mask.
 
@@ -28,7 +29,9 @@ METHODS = ("allgather", "ulysses")
 # that balances both counts within BALANCE_GOAL.
 _CHUNK_SIZES = (2048, 1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1)
 BALANCE_GOAL = 1.05
-TOKEN_SLACK = 0.05
+TOKEN_SLACK = 0.08
+TILE = 128  # the kernels' query/key tile edge, for the work model
+REFINE_TOLERANCE = 0.005
 # Chunks no smaller than this when the sequence allows 8 chunks a rank of it.
 MIN_CHUNK = 128
 
@@ -66,8 +69,11 @@ def _assign(work: np.ndarray, lens: np.ndarray, world_size: int, token_cap: int)
         owner[c] = r
         load[r] += work[c]
         tokens[r] += lens[c]
+    target = load.mean() * (1 + REFINE_TOLERANCE)
     for _ in range(4 * n):
         hi = int(np.argmax(load))
+        if load[hi] <= target:  # close enough to the mean: stop paying O(chunks^2) per move
+            break
         gap = load[hi] - load  # per rank
         a = np.flatnonzero(owner == hi)
         best = (0.0, None)
@@ -129,8 +135,8 @@ class ContextParallelPlan:
         seqlen (int, optional): S, required when ``startend_row_indices`` is None.
 
     Attributes: ``seqlen``, ``world_size``, ``method``, ``causal``, ``chunk_size``,
-    ``num_chunks``, ``chunk_owner`` (rank of every chunk; ranks hold equal token counts
-    within 5% or one chunk), ``rank_work`` and
+    ``num_chunks``, ``chunk_owner`` (rank of every chunk; ranks hold at most 8% or one
+    chunk over the mean token count), ``rank_tiles`` / ``tile_imbalance`` (live tiles), ``rank_work`` and
     ``rank_tokens`` (per rank), ``work_imbalance`` / ``token_imbalance`` (busiest rank
     over the mean), ``fingerprint`` (of the mask the plan was built for).
     """
@@ -173,6 +179,9 @@ class ContextParallelPlan:
         self.indices_shape = None if idx is None else tuple(int(d) for d in idx.shape)
         self.fingerprint = mask_fingerprint(idx, self.causal, S)
         self.row_work = workload.unmasked_per_row(idx, self.causal, S)
+        # what the kernels pay: live 128 x 128 tiles (a row block with a few global rows
+        # visits every key block); the assignment balances this, and reports both
+        self.row_tiles = workload.live_tiles_per_row(idx, self.causal, S, TILE)
         if chunk_size is not None:
             if not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
                 raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
@@ -193,17 +202,20 @@ class ContextParallelPlan:
         starts = np.arange(self.num_chunks, dtype=np.int64) * chunk_size
         self.chunk_len = np.minimum(starts + chunk_size, S) - starts
         chunk_work = np.add.reduceat(self.row_work, starts).astype(np.float64)
-        # A token's non-attention cost (a constant, small against long rows) breaks ties
-        # between empty chunks, so fully masked stretches spread too.
+        chunk_tiles = np.add.reduceat(self.row_tiles, starts)
         # Tokens a rank may hold: the mean plus TOKEN_SLACK (or one chunk, if more), so a
         # rank with a heavy chunk (global tokens) can hold fewer tokens than the others.
+        # A token's non-attention cost (small against long rows) breaks ties between
+        # empty chunks, so fully masked stretches spread too.
         cap = max(int(np.ceil(S / W * (1 + TOKEN_SLACK))), int(np.ceil(S / W / chunk_size)) * chunk_size)
-        self.chunk_owner = _assign(chunk_work + 1e-3 * self.chunk_len, self.chunk_len, W, cap)
+        self.chunk_owner = _assign(chunk_tiles + 1e-3 * self.chunk_len, self.chunk_len, W, cap)
         self.rank_work = np.bincount(self.chunk_owner, weights=chunk_work, minlength=W)
+        self.rank_tiles = np.bincount(self.chunk_owner, weights=chunk_tiles, minlength=W)
         self.rank_tokens = np.bincount(self.chunk_owner, weights=self.chunk_len, minlength=W).astype(np.int64)
         mean_work = self.rank_work.mean()
         self.work_imbalance = float(self.rank_work.max() / mean_work) if mean_work > 0 else 1.0
         self.token_imbalance = float(self.rank_tokens.max() / self.rank_tokens.mean())
+        self.tile_imbalance = float(self.rank_tiles.max() / self.rank_tiles.mean())
 
     def _choose_chunk_size(self):
         best = None
@@ -212,7 +224,7 @@ class ContextParallelPlan:
             if cs < floor or -(-self.seqlen // cs) < self.world_size:
                 continue
             self._build(cs)
-            score = max(self.work_imbalance, self.token_imbalance)
+            score = max(self.tile_imbalance, self.work_imbalance, self.token_imbalance)
             if best is None or score < best[0] - 1e-9:
                 best = (score, cs)
             if score <= BALANCE_GOAL:
@@ -262,8 +274,8 @@ class ContextParallelPlan:
 
     def summary(self) -> str:
         return (f"ContextParallelPlan(S={self.seqlen}, world_size={self.world_size}, method={self.method}, "
-                f"chunk_size={self.chunk_size}, chunks={self.num_chunks}, work imbalance "
-                f"{self.work_imbalance:.3f}, token imbalance {self.token_imbalance:.3f})")
+                f"chunk_size={self.chunk_size}, chunks={self.num_chunks}, busiest/mean: area "
+                f"{self.work_imbalance:.3f}, tiles {self.tile_imbalance:.3f}, tokens {self.token_imbalance:.3f})")
 
     __repr__ = summary
 

@@ -59,3 +59,38 @@ def unmasked_per_row(indices: np.ndarray | None, causal: bool, seqlen: int) -> n
     masked = _coverage(a0, a1, S) + _coverage(b0, b1, S)
     masked -= _coverage(np.maximum(a0, b0), np.minimum(a1, b1), S)
     return heads * S - masked
+
+
+def _blocks_inside(lo, hi, seqlen, block):
+    # Row blocks [first, last) lying wholly inside the rows [lo, hi) (the last block may be short).
+    nb = -(-seqlen // block)
+    first = -(-lo // block)
+    last = np.where(hi >= seqlen, nb, hi // block)
+    return first, np.maximum(last, first)
+
+
+def live_tiles_per_row(indices: np.ndarray | None, causal: bool, seqlen: int, block: int = 128) -> np.ndarray:
+    """Kernel work per query row: the live (not fully masked) ``block x block`` tiles of its
+    row block, summed over batch and mask heads, float64 ``[S]``.
+
+    The kernels pay per tile, not per element: a few rows that see every key (global
+    tokens) make their whole row block visit every key block. A tile is taken as dead when
+    one of the column block's two masked intervals covers its rows in every column (the
+    per-block min/max summaries the kernels skip by); O(B * Hm * S).
+    """
+    S = int(seqlen)
+    nb = -(-S // block)
+    a0, a1, b0, b1 = masked_intervals(indices, causal, S)
+    starts = np.arange(0, S, block)
+    # rows masked in EVERY column of a column block, per interval
+    A_lo, A_hi = np.maximum.reduceat(a0, starts, axis=-1), np.minimum.reduceat(a1, starts, axis=-1)
+    B_lo, B_hi = np.maximum.reduceat(b0, starts, axis=-1), np.minimum.reduceat(b1, starts, axis=-1)
+    dead = np.zeros(nb + 1, dtype=np.int64)
+    for lo, hi, sign in ((A_lo, A_hi, 1), (B_lo, B_hi, 1),
+                         (np.maximum(A_lo, B_lo), np.minimum(A_hi, B_hi), -1)):
+        f, l = _blocks_inside(lo.ravel(), hi.ravel(), S, block)
+        keep = f < l
+        dead += sign * (np.bincount(f[keep], minlength=nb + 1) - np.bincount(l[keep], minlength=nb + 1))
+    heads = a0.shape[0] * a0.shape[1]
+    live_per_block = heads * starts.size - np.cumsum(dead)[:nb]
+    return np.repeat(live_per_block.astype(np.float64), block)[:S]
