@@ -142,37 +142,44 @@ class Sim:
     def spec(self, cls, r):
         return cls(self.plan, r, None, self.indices, self.causal, self.scale, self.kernel, False, self.B, self.place)
 
-    # allgather: own keys, then each peer's (ring shifts emulated by host copies), merged by LSE;
-    # backward: peer parts first, their dK/dV summed by the owner in the same fixed order
+    # allgather: own keys, then each group of peers' (the exchanges emulated by host copies),
+    # merged by LSE; backward: group parts first, their dK/dV summed by the owners
     def allgather(self, q, k, v, do):
         W = self.W
         specs = [self.spec(allgather.Spec, r) for r in range(W)]
-        host = lambda t: device_tensor(to_f32(t), self.dtype, self.place)  # a shift's transfer
+        host = lambda a: device_tensor(a, self.dtype, self.place)  # a transfer
         saved, sent = [], {}
         for r in range(W):
             masks = specs[r].part_masks()
-            out, lse = allgather.part_forward(specs[r], q[r], k[r], v[r], masks[r])
+            out, lse = allgather.part_forward(specs[r], q[r], k[r], v[r], masks[0])
             parts = []
-            for s in specs[r].peers():
-                k_s, v_s = host(k[s]), host(v[s])
-                out_s, lse_s = allgather.part_forward(specs[r], q[r], k_s, v_s, masks[s])
-                out, lse = tensor_ops.merge_partial(out, lse, out_s, lse_s)
-                parts.append((s, k_s, v_s))
+            for gi, g in enumerate(specs[r].groups()):
+                srcs = specs[r].sources(g)
+                k_g = host(np.concatenate([to_f32(k[x]) for x in srcs], axis=1))
+                v_g = host(np.concatenate([to_f32(v[x]) for x in srcs], axis=1))
+                out_g, lse_g = allgather.part_forward(specs[r], q[r], k_g, v_g, masks[1 + gi])
+                out, lse = tensor_ops.merge_partial(out, lse, out_g, lse_g)
+                parts.append((srcs, k_g, v_g, masks[1 + gi]))
             dq = None
-            for s, k_s, v_s in parts:
-                dq_s, dk_s, dv_s = allgather.part_backward(specs[r], q[r], k_s, v_s, masks[s], out, lse, do[r])
-                sent[(r, s)] = (host(dk_s), host(dv_s))
-                dq = dq_s if dq is None else tensor_ops.accumulate(dq, dq_s)
+            for srcs, k_g, v_g, m in parts:
+                dq_g, dk_g, dv_g = allgather.part_backward(specs[r], q[r], k_g, v_g, m, out, lse, do[r])
+                dk_g, dv_g, off = to_f32(dk_g), to_f32(dv_g), 0
+                for x in srcs:  # each source's rows go home
+                    n = self.plan.num_local_rows(x)
+                    sent[(r, x)] = (dk_g[:, off:off + n], dv_g[:, off:off + n])
+                    off += n
+                dq = dq_g if dq is None else tensor_ops.accumulate(dq, dq_g)
             saved.append((out, lse, dq))
         res = []
         for r in range(W):
             out, lse, dq = saved[r]
-            dq_l, dk, dv = allgather.part_backward(specs[r], q[r], k[r], v[r], specs[r].part_masks()[r], out, lse,
+            dq_l, dk, dv = allgather.part_backward(specs[r], q[r], k[r], v[r], specs[r].part_masks()[0], out, lse,
                                                    do[r])
             dq = dq_l if dq is None else tensor_ops.accumulate(dq_l, dq)
-            for d in range(1, W):  # from rank r + d, as allgather.backward receives them
-                dk_p, dv_p = sent[((r + d) % W, r)]
-                dk, dv = tensor_ops.accumulate(dk, dk_p), tensor_ops.accumulate(dv, dv_p)
+            for g in specs[r].groups():  # as allgather.backward receives them
+                senders = sorted((r + d) % W for d in g)
+                dk = tensor_ops.accumulate(dk, host(np.stack([sent[(t, r)][0] for t in senders])))
+                dv = tensor_ops.accumulate(dv, host(np.stack([sent[(t, r)][1] for t in senders])))
             res.append((out, dq, dk, dv))
         return res
 
@@ -228,18 +235,22 @@ def check(args, place):
                 out = pfm.flashmask_attention(qd, kd, vd, it, causal=causal)
                 ref = [to_f32(out)] + [to_f32(g) for g in paddle.grad([out], [qd, kd, vd], [dod])]
                 for W in args.world_sizes:
-                    for method in args.methods:
+                    for method in args.methods + (["allgather_per_peer"] if W > 2 else []):
                         if method == "ulysses" and (H % W or Hk % W):
                             continue
-                        plan = ContextParallelPlan(idx, causal, W, method=method, seqlen=S)
+                        # per_peer: one exchange and kernel call per peer, as when parts hit 2^19 keys
+                        allgather.KEYS_PER_PART = 1 if method == "allgather_per_peer" else 1 << 19
+                        base = method.split("_")[0]
+                        plan = ContextParallelPlan(idx, causal, W, method=base, seqlen=S)
                         sim = Sim(plan, it, causal, dtype, place, B, H, Hk, D, args.kernel)
                         shard = lambda x: [device_tensor(plan.shard(x, r), dtype, place) for r in range(W)]
-                        got = getattr(sim, method)(shard(q), shard(k), shard(v), shard(do))
+                        got = getattr(sim, base)(shard(q), shard(k), shard(v), shard(do))
                         worst = 0.0
                         for r in range(W):
                             rows = plan.local_rows(r)
                             errs = [rel(to_f32(g), w[:, rows]) for g, w in zip(got[r], ref)]
                             worst = max(worst, *errs)
+                        allgather.KEYS_PER_PART = 1 << 19
                         ok = worst <= 1e-2
                         failures += not ok
                         line = f"| {dtype} | {name} | {S} | {W} | {method} | {worst:.2e} | {'ok' if ok else 'FAIL'} |"
@@ -348,23 +359,23 @@ def rank_step_time(plan, r, it, causal, method, blocks, place, dtype, args, time
     if method == "allgather":
         spec = allgather.Spec(plan, r, None, it, causal, scale, kern, False, B, place)
         q, k, v, do = (tiled(blocks[h], L, place, dtype) for h in (H, Hk, Hk, H))
-        # what the ring shifts bring (each peer's K/V) and send back (dK/dV pieces for r's keys)
-        peers = [(s, tiled(blocks[Hk], plan.num_local_rows(s), place, dtype)) for s in spec.peers()]
-        back = tiled(blocks[Hk], L, place, dtype)
+        # what the exchanges bring (each group's K/V) and send back (dK/dV pieces for r's keys)
+        groups = [(gi, tiled(blocks[Hk], sum(plan.num_local_rows(x) for x in spec.sources(g)), place, dtype),
+                   tiled(blocks[Hk], len(g) * L, place, dtype)) for gi, g in enumerate(spec.groups())]
 
         def step():
             masks = spec.part_masks()
-            o, s_ = allgather.part_forward(spec, q, k, v, masks[r])
-            for s, k_s in peers:
-                o_s, l_s = allgather.part_forward(spec, q, k_s, k_s, masks[s])
-                o, s_ = tensor_ops.merge_partial(o, s_, o_s, l_s)
+            o, s_ = allgather.part_forward(spec, q, k, v, masks[0])
+            for gi, k_g, _ in groups:
+                o_g, l_g = allgather.part_forward(spec, q, k_g, k_g, masks[1 + gi])
+                o, s_ = tensor_ops.merge_partial(o, s_, o_g, l_g)
             dq = None
-            for s, k_s in peers:
-                dq_s, _, _ = allgather.part_backward(spec, q, k_s, k_s, masks[s], o, s_, do)
-                dq = dq_s if dq is None else tensor_ops.accumulate(dq, dq_s)
-            dq_l, dk, dv = allgather.part_backward(spec, q, k, v, masks[r], o, s_, do)
+            for gi, k_g, _ in groups:
+                dq_g, _, _ = allgather.part_backward(spec, q, k_g, k_g, masks[1 + gi], o, s_, do)
+                dq = dq_g if dq is None else tensor_ops.accumulate(dq, dq_g)
+            dq_l, dk, dv = allgather.part_backward(spec, q, k, v, masks[0], o, s_, do)
             tensor_ops.accumulate(dq_l, dq)
-            for _ in peers:
+            for _, _, back in groups:
                 dk, dv = tensor_ops.accumulate(dk, back), tensor_ops.accumulate(dv, back)
     else:
         spec = ulysses.Spec(plan, r, None, it, causal, scale, kern, False, B, place)

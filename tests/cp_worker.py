@@ -71,17 +71,23 @@ def mask_cases(S, H, Hk, seed):
 
 
 def run_cases(W, rank, results):
+    from paddle_flashmask.distributed import allgather
+
     B, H, Hk, D = 2, 4, 2, 16
     for S in (77, 130):
         for name, idx, causal in mask_cases(S, H, Hk, seed=S):
             q, k, v, do = case_inputs(S * 7 + len(name), B, S, H, Hk, D)
             ref = single_device(q, k, v, do, idx, causal)
-            for method in ("allgather", "ulysses"):
+            for method in ("allgather", "ulysses", "allgather_per_peer"):
+                if method == "allgather_per_peer" and (W == 2 or S != 130):
+                    continue
                 if method == "ulysses" and (H % W or Hk % W or (idx is not None and idx.shape[1] % W and idx.shape[1] > 1)):
                     continue
                 tag = f"{method}/{name}/S{S}"
+                # per_peer: one all-to-all and kernel call per peer, as when parts hit 2^19 keys
+                allgather.KEYS_PER_PART = 1 if method == "allgather_per_peer" else 1 << 19
                 try:
-                    rows, got = context_parallel(q, k, v, do, idx, causal, W, rank, method)
+                    rows, got = context_parallel(q, k, v, do, idx, causal, W, rank, method.split("_")[0])
                     want = [ref[0][:, rows], ref[1][:, :, rows], ref[2][:, rows]]
                     errs = [rel(got[0], want[0]), float(np.nanmax(np.abs(np.where(np.isinf(want[1]), 0, got[1] - want[1])))),
                             rel(got[2], want[2])]

@@ -54,7 +54,7 @@ if [[ " $STAGES " == *" bench "* ]]; then
   done
   for M in ${CP_1M_MASKS:-causal_document share_question global_sliding_window}; do
     python3 benchmarks/bench_cp_gpu.py --bench --dtypes bfloat16 --world-sizes ${CP_WORLD:-2 4} --lengths 1048576 \
-      --masks $M --repeats 2 --out "$OUT/cp_bench.jsonl" 2>&1 | grep -v -E "^W|^I[0-9]" | tee -a "$OUT/cp_bench.log" | grep "^| [a-z]"
+      --masks $M --methods ${CP_1M_METHODS:-allgather ulysses} --repeats 2 --out "$OUT/cp_bench.jsonl" 2>&1 | grep -v -E "^W|^I[0-9]" | tee -a "$OUT/cp_bench.log" | grep "^| [a-z]"
   done
   stamp "bench done"
 fi

@@ -1,23 +1,28 @@
 """Context parallel by K/V exchange ("allgather"): query rows stay, keys travel.
 
-Forward on rank r: its K/V go to every other rank, one ring shift per distance d (rank r
-sends to r + d and receives from r - d), all started at once. While they travel r attends
-its queries to its own keys, then to each arriving peer's keys in turn, and merges the
-partial softmaxes exactly by their LSE. Backward: each peer part's backward (with the
-merged out/LSE), its dK/dV shifted back to the owner at once, then the local part while
-they travel; every rank sums what it receives for its keys in a fixed order. Each part
-reads the global mask through the remap op (local query rows, that part's key columns),
-so tiles are skipped exactly as on one device, and no part has more keys than one rank
-holds (the Hopper kernels take up to 2^19). Any mask form, head count, GQA.
+Forward on rank r: its K/V go to the other ranks by ring shifts (rank r sends to r + d and
+receives from r - d), the distances taken in groups, one all-to-all per group, all
+started at once. While they travel r attends its queries to its own keys, then to each
+arriving group's keys, and merges the partial softmaxes exactly by their LSE. A group
+holds as many peers as fit in 2^19 keys (the Hopper kernels' longest sequence), so few,
+large kernel calls do the work. Backward: each group part's backward (with the merged
+out/LSE), its dK/dV sent back to their owners at once, then the local part while they
+travel; every rank sums what it receives for its keys in a fixed order. Each part reads
+the global mask through the remap op (local query rows, that part's key columns), so
+tiles are skipped exactly as on one device. Any mask form, head count, GQA.
 """
 
 from __future__ import annotations
 
 import weakref
 
+import numpy as np
 from paddle.autograd import PyLayer
 
 from . import comm, tensor_ops
+
+# Keys of one kernel call at most (the Hopper kernels take sequences up to 2^19).
+KEYS_PER_PART = 1 << 19
 
 
 class Spec:
@@ -31,49 +36,95 @@ class Spec:
         self.W = plan.world_size
         self.L = plan.num_local_rows(rank)
 
-    def peers(self):
-        """Other ranks in the order their K/V arrive: r - 1, r - 2, ... (mod W)."""
-        return [(self.rank - d) % self.W for d in range(1, self.W)]
+    def groups(self):
+        """Ring distances in groups, the same on every rank (sized by the largest rank)."""
+        most = max(self.plan.num_local_rows(x) for x in range(self.W))
+        per = max(1, KEYS_PER_PART // most)
+        dists = list(range(1, self.W))
+        return [dists[i:i + per] for i in range(0, len(dists), per)]
+
+    def sources(self, group):
+        """Ranks whose keys a group brings to this rank, ascending (the all-to-all's order)."""
+        return sorted((self.rank - d) % self.W for d in group)
 
     def part_masks(self):
-        """{rank s: mask of s's keys for this rank's rows} (s = this rank: its own keys);
+        """[mask of this rank's own keys, mask of each group's keys] for this rank's rows;
         cached per indices tensor (every layer of a model passes the same one)."""
+        groups = self.groups()
         if self.indices is None and not self.causal:
-            return {s: None for s in range(self.W)}  # full attention: nothing to mask
+            return [None] * (1 + len(groups))  # full attention: nothing to mask
         key = ("masks", self.rank, id(self.indices) if self.indices is not None else None, str(self.place))
         hit = self.plan._device_cache.get(key)
         if hit is not None and (self.indices is None or hit[0]() is self.indices):
             return hit[1]
         table = self.plan._cached_index(("row_table", self.rank), self.plan.row_table(self.rank), self.place)
-        masks = {}
-        for s in range(self.W):
-            rows = self.plan._cached_index(("rows", s), self.plan.local_rows(s), self.place)
-            masks[s] = tensor_ops.remap_indices(self.indices, rows, table, self.causal, self.plan.chunk_size,
-                                                self.plan.seqlen)
+        key_sets = [[self.rank]] + [self.sources(g) for g in groups]
+        masks = []
+        for ranks in key_sets:
+            rows = np.concatenate([self.plan.local_rows(x) for x in ranks])
+            rows_t = self.plan._cached_index(("rows", tuple(ranks)), rows, self.place)
+            masks.append(tensor_ops.remap_indices(self.indices, rows_t, table, self.causal, self.plan.chunk_size,
+                                                  self.plan.seqlen))
         ref = weakref.ref(self.indices) if self.indices is not None else None
         self.plan._device_cache[key] = (ref, masks)
         return masks
 
-
-def _shift(spec, x, distance, rows_of_sender, out_rows):
-    """Ring shift by ``distance`` of a ``[B, rows, Hk, D]`` tensor: every rank sends x to
-    rank + distance and gets the tensor of rank - distance, shaped ``[B, out_rows, Hk, D]``."""
-    B, _, Hk, D = [int(d) for d in x.shape]
-    units = [B * n for n in rows_of_sender]
-    splits = comm.shift_splits(units, distance)
-    return comm.exchange(x, None, Hk * D, splits, None, [B, out_rows, Hk, D], spec.group, spec.rank)
+    def index(self, name, build):
+        return self.plan._cached_index(("allgather", name, self.rank, self.batch), build(), self.place)
 
 
-def _send_kv(spec, x, distance):
-    rows = [spec.plan.num_local_rows(s) for s in range(spec.W)]
-    return _shift(spec, x, distance, rows, rows[(spec.rank - distance) % spec.W])
+def _group_splits(spec, group, back):
+    """Units rank s sends rank t: its rows to s + d (forward), or the rows of s - d back
+    to their owner (backward), for d in the group."""
+    W, B = spec.W, spec.batch
+    m = np.zeros((W, W), dtype=np.int64)
+    for s in range(W):
+        for d in group:
+            if back:
+                m[s, (s - d) % W] = B * spec.plan.num_local_rows((s - d) % W)
+            else:
+                m[s, (s + d) % W] = B * spec.plan.num_local_rows(s)
+    return m
 
 
-def _send_back(spec, dx, distance):
-    # dK of the keys of peer (rank - distance) goes back to it: a shift by -distance, and
-    # what arrives is the piece for this rank's own keys from rank + distance.
-    rows_sent = [spec.plan.num_local_rows((s - distance) % spec.W) for s in range(spec.W)]
-    return _shift(spec, dx, -distance, rows_sent, spec.L)
+def _batch_major(spec, ranks):
+    """Units of ``[B, sum L]`` (keys of ``ranks`` in order) from the pieces ``[rank][B, L]``."""
+    lens = [spec.plan.num_local_rows(x) for x in ranks]
+    base = np.concatenate([[0], np.cumsum([spec.batch * n for n in lens])[:-1]]).astype(np.int64)
+    return np.concatenate([base[i] + b * n + np.arange(n, dtype=np.int64)
+                           for b in range(spec.batch) for i, n in enumerate(lens)])
+
+
+def _send_kv(spec, x, gi, group):
+    B, L, Hk, D = [int(d) for d in x.shape]
+    srcs = spec.sources(group)
+    keys = sum(spec.plan.num_local_rows(s) for s in srcs)
+    # pieces arrive rank by rank; with B > 1 they are regrouped batch-major (a copy)
+    unpack = None if B == 1 else spec.index(("kv_unpack", gi), lambda: _batch_major(spec, srcs))
+    return comm.exchange(x, _tile_pack(spec, L, len(group), gi), Hk * D, _group_splits(spec, group, False), unpack,
+                         [B, keys, Hk, D], spec.group, spec.rank)
+
+
+def _tile_pack(spec, L, copies, gi):
+    # the local rows once per destination of the group (none needed for one destination)
+    if copies == 1:
+        return None
+    return spec.index(("kv_pack", gi), lambda: np.tile(np.arange(spec.batch * L, dtype=np.int64), copies))
+
+
+def _send_back(spec, dx, gi, group):
+    B, keys, Hk, D = [int(d) for d in dx.shape]
+    srcs = spec.sources(group)
+    # dK/dV of each source's keys back to it: pieces [rank][B, L_rank] in rank order
+    if B == 1:
+        pack = None
+    else:
+        order = _batch_major(spec, srcs)
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(order.size, dtype=np.int64)
+        pack = spec.index(("dkv_pack", gi), lambda: inverse)
+    return comm.exchange(dx, pack, Hk * D, _group_splits(spec, group, True), None,
+                         [len(group), B, spec.L, Hk, D], spec.group, spec.rank)
 
 
 def part_forward(spec, q, k, v, mask):
@@ -91,15 +142,15 @@ def part_backward(spec, q, k, v, mask, out, lse, dout):
 class AllGatherAttention(PyLayer):
     @staticmethod
     def forward(ctx, q, k, v, spec):
-        masks = spec.part_masks()
-        jobs = [(_send_kv(spec, k, d), _send_kv(spec, v, d)) for d in range(1, spec.W)]
-        out, lse = part_forward(spec, q, k, v, masks[spec.rank])  # overlaps the transfers on NCCL
+        masks, groups = spec.part_masks(), spec.groups()
+        jobs = [(_send_kv(spec, k, gi, g), _send_kv(spec, v, gi, g)) for gi, g in enumerate(groups)]
+        out, lse = part_forward(spec, q, k, v, masks[0])  # overlaps the transfers on NCCL
         remote = []
-        for (kj, vj), s in zip(jobs, spec.peers()):
-            k_s, v_s = kj.wait(), vj.wait()
-            out_s, lse_s = part_forward(spec, q, k_s, v_s, masks[s])
-            out, lse = tensor_ops.merge_partial(out, lse, out_s, lse_s)
-            remote += [k_s, v_s]
+        for gi, (kj, vj) in enumerate(jobs):
+            k_g, v_g = kj.wait(), vj.wait()
+            out_g, lse_g = part_forward(spec, q, k_g, v_g, masks[1 + gi])
+            out, lse = tensor_ops.merge_partial(out, lse, out_g, lse_g)
+            remote += [k_g, v_g]
         ctx.spec = spec
         ctx.save_for_backward(q, k, v, out, lse, *remote)
         ctx.mark_non_differentiable(lse)
@@ -109,16 +160,16 @@ class AllGatherAttention(PyLayer):
     def backward(ctx, dout, dlse=None):
         spec = ctx.spec
         q, k, v, out, lse, *remote = ctx.saved_tensor()
-        masks = spec.part_masks()
+        masks, groups = spec.part_masks(), spec.groups()
         dq, back = None, []
-        for d, s in enumerate(spec.peers(), start=1):
-            k_s, v_s = remote[2 * (d - 1)], remote[2 * (d - 1) + 1]
-            dq_s, dk_s, dv_s = part_backward(spec, q, k_s, v_s, masks[s], out, lse, dout)
-            back.append((_send_back(spec, dk_s, d), _send_back(spec, dv_s, d)))
-            dq = dq_s if dq is None else tensor_ops.accumulate(dq, dq_s)
-        dq_l, dk, dv = part_backward(spec, q, k, v, masks[spec.rank], out, lse, dout)  # overlaps the transfers
+        for gi, g in enumerate(groups):
+            k_g, v_g = remote[2 * gi], remote[2 * gi + 1]
+            dq_g, dk_g, dv_g = part_backward(spec, q, k_g, v_g, masks[1 + gi], out, lse, dout)
+            back.append((_send_back(spec, dk_g, gi, g), _send_back(spec, dv_g, gi, g)))
+            dq = dq_g if dq is None else tensor_ops.accumulate(dq, dq_g)
+        dq_l, dk, dv = part_backward(spec, q, k, v, masks[0], out, lse, dout)  # overlaps the transfers
         dq = dq_l if dq is None else tensor_ops.accumulate(dq_l, dq)
-        for kj, vj in back:  # fixed order: deterministic sums
+        for kj, vj in back:  # fixed order (group, then source rank): deterministic sums
             dk = tensor_ops.accumulate(dk, kj.wait())
             dv = tensor_ops.accumulate(dv, vj.wait())
         return dq, dk, dv

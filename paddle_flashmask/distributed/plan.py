@@ -32,6 +32,9 @@ BALANCE_GOAL = 1.05
 TOKEN_SLACK = 0.08
 TILE = 128  # the kernels' query/key tile edge, for the work model
 REFINE_TOLERANCE = 0.005
+# No rank above this many rows where the sequence allows it: the Hopper kernels take at
+# most 2^19 query rows or keys per call (1M tokens on 2 ranks: exactly 2^19 each).
+MAX_ROWS_PER_RANK = 1 << 19
 # Chunks no smaller than this when the sequence allows 8 chunks a rank of it.
 MIN_CHUNK = 128
 
@@ -207,7 +210,8 @@ class ContextParallelPlan:
         # rank with a heavy chunk (global tokens) can hold fewer tokens than the others.
         # A token's non-attention cost (small against long rows) breaks ties between
         # empty chunks, so fully masked stretches spread too.
-        cap = max(int(np.ceil(S / W * (1 + TOKEN_SLACK))), int(np.ceil(S / W / chunk_size)) * chunk_size)
+        fair = int(np.ceil(S / W / chunk_size)) * chunk_size  # the least a cap can be
+        cap = max(min(int(np.ceil(S / W * (1 + TOKEN_SLACK))), MAX_ROWS_PER_RANK), fair)
         self.chunk_owner = _assign(chunk_tiles + 1e-3 * self.chunk_len, self.chunk_len, W, cap)
         self.rank_work = np.bincount(self.chunk_owner, weights=chunk_work, minlength=W)
         self.rank_tiles = np.bincount(self.chunk_owner, weights=chunk_tiles, minlength=W)

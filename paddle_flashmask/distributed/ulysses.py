@@ -8,6 +8,8 @@ mask, and trades back. Needs the head counts divisible by the group size.
 
 from __future__ import annotations
 
+import warnings
+
 from paddle.autograd import PyLayer
 
 from . import comm, layouts, tensor_ops
@@ -67,9 +69,23 @@ def lse_to_seq(spec, lse):
     return comm.exchange(lse, pack, 1, splits, unpack, [B, Hr * W, L], spec.group, spec.rank)
 
 
+_warned_long = []
+
+
+def _warn_long(spec):
+    # The Hopper kernels take up to 2^19 tokens per call; ulysses runs the whole sequence in
+    # one call, so longer ones fall back to the FA2-class kernels (about 5x slower there).
+    if spec.plan.seqlen > (1 << 19) and "cpu" not in str(spec.place).lower() and not _warned_long:
+        _warned_long.append(True)
+        warnings.warn(f"method='ulysses' runs all {spec.plan.seqlen} tokens in one kernel call, beyond the Hopper "
+                      "kernels' 2^19: the FA2-class kernels run it; method='allgather' splits the keys and stays "
+                      "on the Hopper kernels", stacklevel=3)
+
+
 class UlyssesAttention(PyLayer):
     @staticmethod
     def forward(ctx, q, k, v, spec):
+        _warn_long(spec)
         jobs = [seq_to_heads(spec, x) for x in (q, k, v)]
         qh, kh, vh = [j.wait() for j in jobs]
         mask = spec.mask()
