@@ -82,11 +82,14 @@ class _Done:
 
 
 class _Pending:
-    def __init__(self, task, finish):
-        self.task, self.finish = task, finish
+    def __init__(self, task, finish, keep):
+        # keep: the send buffer, alive until the transfer is done (the allocator must not
+        # hand its memory to another tensor while the communication stream reads it)
+        self.task, self.finish, self.keep = task, finish, keep
 
     def wait(self):
         self.task.wait()
+        self.keep = None
         return self.finish()
 
 
@@ -119,7 +122,7 @@ def exchange(x, pack, unit, splits, unpack, out_shape, group, rank, sync=False):
         def finish():
             return _unpack(recv, unpack, unit, out_shape)
 
-        return _Pending(task, finish) if not sync else _Done(finish())
+        return _Pending(task, finish, send) if not sync else _Done(finish())
     recv = _alltoall_by_allreduce(send, splits, rank, group, unit)
     return _Done(_unpack(recv, unpack, unit, out_shape))
 
