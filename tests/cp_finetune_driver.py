@@ -15,7 +15,7 @@ import sys
 def main(cases_path, out_path):
     import paddle
 
-    from paddle_flashmask import finetune
+    from paddlenlp_patches import finetune
 
     with open(cases_path) as f:
         cases = json.load(f)

@@ -21,7 +21,7 @@ except TypeError:  # pytest < 8.2 has no exc_type
     pytest.importorskip("paddlenlp.transformers")
 
 import paddlenlp_patches as pp  # noqa: E402
-from paddle_flashmask import finetune  # noqa: E402
+from paddlenlp_patches import finetune  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "configs")

@@ -1,4 +1,4 @@
-"""The runner (``python -m paddle_flashmask.finetune``): SFT lowers the loss in 20 steps on the
+"""The runner (``python -m paddlenlp_patches.finetune``): SFT lowers the loss in 20 steps on the
 embedded data, LoRA trains only adapters, DPO/RM run, configs are checked, a local PaddleNLP
 checkpoint (model + AutoTokenizer) loads, and a 2-process CPU data-parallel launch works."""
 
@@ -18,7 +18,7 @@ except TypeError:  # pytest < 8.2 has no exc_type
 import paddle  # noqa: E402
 
 import paddlenlp_patches as pp  # noqa: E402
-from paddle_flashmask import finetune  # noqa: E402
+from paddlenlp_patches import finetune  # noqa: E402
 from paddlenlp.trainer import TrainerCallback  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -172,11 +172,11 @@ def test_sft_output_feeds_dpo(tmp_path):
 
 @pytest.mark.skipif(os.environ.get("PFM_SKIP_DISTRIBUTED") == "1", reason="PFM_SKIP_DISTRIBUTED=1")
 def test_two_process_cpu_data_parallel(tmp_path):
-    """python -m paddle.distributed.launch --nproc_per_node 2 paddle_flashmask/finetune.py configs/sft.json
+    """python -m paddle.distributed.launch --nproc_per_node 2 paddlenlp_patches/finetune.py configs/sft.json
     (gloo on CPU, about 20 s here; PFM_SKIP_DISTRIBUTED=1 skips it). Each rank trains on its shard."""
     log_dir = tmp_path / "log"
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir", str(log_dir),
-           os.path.join(ROOT, "paddle_flashmask", "finetune.py"), cfg("sft"), "--max_steps", "6",
+           os.path.join(ROOT, "paddlenlp_patches", "finetune.py"), cfg("sft"), "--max_steps", "6",
            "--logging_steps", "3", "--disable_tqdm", "true", "--do_eval", "false",
            "--output_dir", str(tmp_path / "out")]
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))

@@ -1,7 +1,7 @@
 """Fine-tune runner: PaddleNLP's Trainer for sft / lora / dpo / rm with FlashMask attention.
 
-    python -m paddle_flashmask.finetune configs/sft.json [--max_steps 20 --output_dir out ...]
-    python -m paddle.distributed.launch --nproc_per_node 2 paddle_flashmask/finetune.py configs/sft.json
+    python -m paddlenlp_patches.finetune configs/sft.json [--max_steps 20 --output_dir out ...]
+    python -m paddle.distributed.launch --nproc_per_node 2 paddlenlp_patches/finetune.py configs/sft.json
 
 (``paddle.distributed.launch`` takes a script path, not ``-m``; on CPU it uses gloo; do not pass
 ``--devices`` there.)
@@ -129,7 +129,7 @@ TRAINING_DEFAULTS: Dict[str, Any] = {
 # context-parallel keys (TrainingArguments fields) -> paddle_flashmask.distributed plan method
 CP_METHODS = {"context_parallel_degree": "allgather", "sep_parallel_degree": "ulysses"}
 
-logger = logging.getLogger("paddle_flashmask.finetune")
+logger = logging.getLogger("paddlenlp_patches.finetune")
 
 
 def _parse_value(text: str):
@@ -298,7 +298,7 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
         if world % cp_degree:
             raise ValueError(f"{key}={cp_degree} does not divide the world size {world}: launch a multiple of "
                              f"{cp_degree} processes (python -m paddle.distributed.launch --nproc_per_node N "
-                             "paddle_flashmask/finetune.py ...)")
+                             "paddlenlp_patches/finetune.py ...)")
         # we shard per batch from the collators' global indices: PaddleNLP must not split the inputs
         targs["split_inputs_sequence_dim"] = False
     args = TrainingArguments(**targs)  # with sep/cp > 1: fleet.init with dp x sep hybrid groups
@@ -417,7 +417,7 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="python -m paddle_flashmask.finetune",
+        prog="python -m paddlenlp_patches.finetune",
         description="PaddleNLP fine-tuning (sft/lora/dpo/rm) with FlashMask attention. "
                     "Extra '--key value' pairs override config keys (values parsed as JSON).")
     parser.add_argument("config", help="JSON config, e.g. configs/sft.json")
