@@ -285,6 +285,7 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
 
     import paddlenlp_patches as pp
     from paddlenlp_patches import collators, modeling, trainer as pp_trainer
+    from paddlenlp_patches.checkpoint import resolve_resume
     from paddlenlp_patches.tokenizer import load_tokenizer, pad_token_id
 
     stage = opts["stage"]
@@ -302,6 +303,8 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
         # we shard per batch from the collators' global indices: PaddleNLP must not split the inputs
         targs["split_inputs_sequence_dim"] = False
     args = TrainingArguments(**targs)  # with sep/cp > 1: fleet.init with dp x sep hybrid groups
+    # a partial or corrupt checkpoint stops here, before anything trains, on every rank
+    resume = resolve_resume(args.resume_from_checkpoint, args.output_dir)
     cp = None
     if cp_degree > 1:
         from paddle_flashmask.distributed import get_context_parallel_group
@@ -332,18 +335,21 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
     if getattr(model_cfg, "max_position_embeddings", max_len) < max_len:
         raise ValueError(f"max length {max_len} exceeds the model's max_position_embeddings "
                          f"{model_cfg.max_position_embeddings}")
-    model = modeling.build_model(stage, model_cfg, model_path, seed=args.seed)
-    ref_model = None
-    if stage == "dpo" and not use_lora and not dpo_opts["reference_free"]:
-        ref_model = modeling.build_model(stage, copy.deepcopy(model_cfg), model_path, seed=args.seed)
-        ref_model.set_state_dict(model.state_dict())
-        for p in ref_model.parameters():
-            p.stop_gradient = True
-    if use_lora:
-        from paddlenlp_patches.lora import apply_lora
+    # Parameter names (which key the optimizer's checkpointed state) restart from 0 in
+    # every run, also when a process runs several: a resumed run matches its checkpoint.
+    with paddle.utils.unique_name.guard():
+        model = modeling.build_model(stage, model_cfg, model_path, seed=args.seed)
+        ref_model = None
+        if stage == "dpo" and not use_lora and not dpo_opts["reference_free"]:
+            ref_model = modeling.build_model(stage, copy.deepcopy(model_cfg), model_path, seed=args.seed)
+            ref_model.set_state_dict(model.state_dict())
+            for p in ref_model.parameters():
+                p.stop_gradient = True
+        if use_lora:
+            from paddlenlp_patches.lora import apply_lora
 
-        model = apply_lora(model, r=opts["lora_rank"], lora_alpha=opts["lora_alpha"],
-                           lora_dropout=opts["lora_dropout"], target_modules=opts["lora_target_modules"])
+            model = apply_lora(model, r=opts["lora_rank"], lora_alpha=opts["lora_alpha"],
+                               lora_dropout=opts["lora_dropout"], target_modules=opts["lora_target_modules"])
     if patch:
         pp.enable_flashmask(model)
         if ref_model is not None:
@@ -380,7 +386,8 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
 
         paddle_flashmask.build()  # load (or JIT-build, ~20 s once) the op before timing starts
     t0 = time.time()
-    trainer.train()
+    with paddle.utils.unique_name.guard():  # optimizer state names too (see the models above)
+        trainer.train(resume_from_checkpoint=resume)
     wall = time.time() - t0
     summary: Dict[str, Any] = {
         "stage": stage,
