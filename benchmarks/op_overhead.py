@@ -1,0 +1,73 @@
+"""Where the op loses against the bare kernel (a script, not a test; GPU).
+
+For plain causal bf16 attention (D=128, 32:8 heads) it times, in one process:
+- per call: CUDA events around each single call (how bench_gpu.py times; the GPU idles
+  while Python dispatches, so host latency counts);
+- back to back: events around N calls queued without a sync (host latency hidden when it
+  is shorter than the kernel: what a model's layers see);
+- host: wall clock of N calls queued without a sync, per call (Python + op dispatch).
+Run it next to the Paddle-free harness (`flashmask_harness --time`) in the same device call.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+import paddle  # noqa: E402
+
+import paddle_flashmask as pfm  # noqa: E402
+from bench_gpu import StreamEvents, device_tensor  # noqa: E402
+from mask_area import attention_flops  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lengths", type=int, nargs="+", default=[8192, 16384, 32768])
+    ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--kernel", default="sm90")
+    args = ap.parse_args()
+    place = paddle.CUDAPlace(0)
+    pfm.build()
+    pfm.set_gpu_kernel(args.kernel)
+    ev = StreamEvents()
+    rng = np.random.default_rng(0)
+    H, Hk, D = 32, 8, 128
+    print("| S | pass | per call ms (TFLOP/s) | back to back ms (TFLOP/s) | host us per call |")
+    print("|---|---|---|---|---|")
+    for S in args.lengths:
+        q, k, v, do = (device_tensor(rng.standard_normal((1, S, h, D), dtype=np.float32), "bfloat16", place)
+                       for h in (H, Hk, Hk, H))
+        for t in (q, k, v):
+            t.stop_gradient = False
+        fwd_flops, bwd_flops = attention_flops(None, True, S, S, H, D)
+        fwd = lambda: pfm.flashmask_attention(q, k, v, causal=True)
+        outs = [fwd()]
+        bwd = lambda: paddle.grad(outs, [q, k, v], [do], retain_graph=True)
+        for name, fn, flops in (("fwd", fwd, fwd_flops), ("bwd", bwd, bwd_flops)):
+            fn()
+            single = float(np.median([ev.time_ms(fn) for _ in range(5)]))
+
+            def burst():
+                for _ in range(args.calls):
+                    fn()
+
+            many = float(np.median([ev.time_ms(burst) for _ in range(3)])) / args.calls
+            paddle.device.cuda.synchronize()
+            t0 = time.perf_counter()
+            burst()
+            host_us = (time.perf_counter() - t0) / args.calls * 1e6
+            paddle.device.cuda.synchronize()
+            print(f"| {S} | {name} | {single:.3f} ({flops / single / 1e9:.0f}) | {many:.3f} ({flops / many / 1e9:.0f}) "
+                  f"| {host_us:.0f} |", flush=True)
+        outs = None
+
+
+if __name__ == "__main__":
+    main()
