@@ -18,6 +18,8 @@ Modules (imported lazily, so the data utilities work without paddlenlp installed
 - ``trainer``: Trainer subclasses for SFT, DPO and RM that log tokens/s and peak memory.
 - ``context_parallel``: one sequence split over the ranks of a group (per-batch plan, sharded
   inputs, distributed attention, losses on the global token axis).
+- ``paddleformers``: the same op as PaddleFormers' "flashmask" attention entry (needs
+  paddleformers; ``pp.enable_paddleformers_flashmask()`` or ``pp.paddleformers.enable_flashmask()``).
 """
 
 import importlib
@@ -42,11 +44,24 @@ _EXPORTS = {
     "enable_context_parallel": "context_parallel",
 }
 
-__all__ = sorted(_EXPORTS)
+# PaddleFormers' names clash with the PaddleNLP patch's: exported under these (module, name)
+_ALIASES = {
+    "enable_paddleformers_flashmask": ("paddleformers", "enable_flashmask"),
+    "disable_paddleformers_flashmask": ("paddleformers", "disable_flashmask"),
+    "paddleformers_flashmask_enabled": ("paddleformers", "flashmask_enabled"),
+}
+_SUBMODULES = {"paddleformers"}
+
+__all__ = sorted(_EXPORTS)  # not the aliases: `import *` must not need paddleformers
 
 
 def __getattr__(name):
     if name in _EXPORTS:
         mod = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
         return getattr(mod, name)
+    if name in _ALIASES:
+        mod_name, attr = _ALIASES[name]
+        return getattr(importlib.import_module(f"{__name__}.{mod_name}"), attr)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
