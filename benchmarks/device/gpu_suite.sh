@@ -9,23 +9,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/pfm_out}; mkdir -p "$OUT"
 STAGES=${STAGES:-"tests sanitize bench"}
-T0=$(date +%s); stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-
-bash .gpu2/device-install.sh > "$OUT/install.log" 2>&1 || { tail -20 "$OUT/install.log"; exit 1; }
-source /root/pdgpu/env.sh
-if [ -f .gpu_objs/cutlass-include.tar.xz ]; then
-  mkdir -p /root/cutlass-include && tar xJf .gpu_objs/cutlass-include.tar.xz -C /root/cutlass-include
-  export PADDLE_FLASHMASK_CUTLASS_INCLUDE=/root/cutlass-include
-fi
-[ -d .gpu_objs ] && export PADDLE_FLASHMASK_CUDA_OBJECTS=$PWD/.gpu_objs
-export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PADDLE_FLASHMASK_CACHE=/root/pfm_cache PYTHONUNBUFFERED=1
-export PADDLE_FLASHMASK_CUDA_ARCHS=${PADDLE_FLASHMASK_CUDA_ARCHS:-90a}
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/device.txt"
-stamp "runtime ready"
-
-python3 -c "import paddle_flashmask as p; p.build()" > "$OUT/build.log" 2>&1 \
-  || { grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
-stamp "op built"
+source benchmarks/device/runtime_env.sh
 
 if [[ " $STAGES " == *" tests "* ]]; then
   timeout "${TEST_TIMEOUT_S:-420}" python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py > "$OUT/gpu_tests.log" 2>&1

@@ -10,31 +10,13 @@
 #include <vector>
 
 #include "../flashmask/cp_ops.h"
+#include "op_glue.h"
 #include "paddle/extension.h"
 
 namespace {
 
-template <typename Fn>
-void rethrow_as_paddle_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    PD_THROW(e.what());
-  }
-}
-
-flashmask::DType float_dtype(paddle::DataType dtype, const char* op) {
-  switch (dtype) {
-    case paddle::DataType::FLOAT32:
-      return flashmask::DType::kFloat32;
-    case paddle::DataType::FLOAT16:
-      return flashmask::DType::kFloat16;
-    case paddle::DataType::BFLOAT16:
-      return flashmask::DType::kBFloat16;
-    default:
-      PD_THROW(std::string(op) + ": expected float32, float16 or bfloat16 tensors");
-  }
-}
+using flashmask_glue::float_dtype;
+using flashmask_glue::rethrow_as_paddle_error;
 
 void check_same_place(const paddle::Tensor& a, const paddle::Tensor& b, const char* op) {
   PD_CHECK(a.place() == b.place(), op, ": all tensors must be on one device, got ",

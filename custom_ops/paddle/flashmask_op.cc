@@ -16,22 +16,12 @@
 #include <vector>
 
 #include "../flashmask/flashmask_api.h"
+#include "op_glue.h"
 #include "paddle/extension.h"
 
 namespace {
 
-flashmask::DType core_dtype(paddle::DataType dtype) {
-  switch (dtype) {
-    case paddle::DataType::FLOAT32:
-      return flashmask::DType::kFloat32;
-    case paddle::DataType::FLOAT16:
-      return flashmask::DType::kFloat16;
-    case paddle::DataType::BFLOAT16:
-      return flashmask::DType::kBFloat16;
-    default:
-      PD_THROW("flashmask_attention: expected float32, float16 or bfloat16 tensors");
-  }
-}
+using flashmask_glue::rethrow_as_paddle_error;
 
 struct Strides {
   int64_t batch, row, head;
@@ -62,25 +52,13 @@ flashmask::GpuKernel core_gpu_kernel(int gpu_kernel) {
   return static_cast<flashmask::GpuKernel>(gpu_kernel);
 }
 
-// The kernel core reports bad calls with std::invalid_argument (and CUDA
-// failures with std::runtime_error); Paddle 2.6 aborts the process on a
-// foreign exception, so turn them into Paddle errors (Python exceptions).
-template <typename Fn>
-void rethrow_as_paddle_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    PD_THROW(e.what());
-  }
-}
-
 // Fills everything but the data pointers' dtype-specific outputs.
 flashmask::FwdParams make_fwd_params(const paddle::Tensor& q, const paddle::Tensor& k,
                                      const paddle::Tensor& v, const paddle::Tensor* indices,
                                      float softmax_scale, bool causal, int gpu_kernel) {
   flashmask::FwdParams p;
   p.gpu_kernel = core_gpu_kernel(gpu_kernel);
-  p.dtype = core_dtype(q.dtype());
+  p.dtype = flashmask_glue::float_dtype(q.dtype(), "flashmask_attention");
   p.q = q.data();
   p.k = k.data();
   p.v = v.data();

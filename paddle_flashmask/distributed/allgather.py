@@ -20,21 +20,14 @@ import numpy as np
 from paddle.autograd import PyLayer
 
 from . import comm, tensor_ops
+from .spec import CallSpec
 
 # Keys of one kernel call at most (the Hopper kernels take sequences up to 2^19).
 KEYS_PER_PART = 1 << 19
 
 
-class Spec:
-    """Everything but q/k/v a call needs; index tensors cached on the plan per place."""
-
-    def __init__(self, plan, rank, group, indices, causal, scale, gpu_kernel, deterministic, batch, place):
-        self.plan, self.rank, self.group = plan, rank, group
-        self.indices, self.causal, self.scale = indices, causal, scale
-        self.gpu_kernel, self.deterministic = gpu_kernel, deterministic
-        self.batch, self.place = batch, place
-        self.W = plan.world_size
-        self.L = plan.num_local_rows(rank)
+class Spec(CallSpec):
+    method = "allgather"
 
     def groups(self):
         """Ring distances in groups, the same on every rank (sized by the largest rank)."""
@@ -68,9 +61,6 @@ class Spec:
         ref = weakref.ref(self.indices) if self.indices is not None else None
         self.plan._device_cache[key] = (ref, masks)
         return masks
-
-    def index(self, name, build):
-        return self.plan._cached_index(("allgather", name, self.rank, self.batch), build(), self.place)
 
 
 def _group_splits(spec, group, back):

@@ -13,19 +13,11 @@ import warnings
 from paddle.autograd import PyLayer
 
 from . import comm, layouts, tensor_ops
+from .spec import CallSpec
 
 
-class Spec:
-    def __init__(self, plan, rank, group, indices, causal, scale, gpu_kernel, deterministic, batch, place):
-        self.plan, self.rank, self.group = plan, rank, group
-        self.indices, self.causal, self.scale = indices, causal, scale
-        self.gpu_kernel, self.deterministic = gpu_kernel, deterministic
-        self.batch, self.place = batch, place
-        self.W = plan.world_size
-        self.L = plan.num_local_rows(rank)
-
-    def idx(self, name, build):
-        return self.plan._cached_index(("ulysses", name, self.rank, self.batch), build(), self.place)
+class Spec(CallSpec):
+    method = "ulysses"
 
     def mask(self):
         """The mask heads of this rank's head group (all of them when Hm == 1)."""
@@ -34,7 +26,7 @@ class Spec:
             return ind
         Bm, Hm, S, C = [int(d) for d in ind.shape]
         per = Hm // self.W
-        src = self.idx(("mask_heads", Bm, Hm), lambda: layouts.mask_head_slice(Bm, Hm, self.W, self.rank, S, C))
+        src = self.index(("mask_heads", Bm, Hm), lambda: layouts.mask_head_slice(Bm, Hm, self.W, self.rank, S, C))
         return tensor_ops.gather_units(ind, src, S * C, [Bm, per, S, C])
 
 
@@ -43,8 +35,8 @@ def seq_to_heads(spec, x):
     B, L, Hx, D = [int(d) for d in x.shape]
     W, plan = spec.W, spec.plan
     unit = (Hx // W) * D
-    pack = spec.idx("s2h_pack", lambda: layouts.seq_to_heads_pack(B, L, W))
-    unpack = spec.idx("s2h_unpack", lambda: layouts.seq_to_heads_unpack(plan, B))
+    pack = spec.index("s2h_pack", lambda: layouts.seq_to_heads_pack(B, L, W))
+    unpack = spec.index("s2h_unpack", lambda: layouts.seq_to_heads_unpack(plan, B))
     splits = layouts.seq_to_heads_splits(plan, B)  # rank s sends its B*L_s units to every rank
     return comm.exchange(x, pack, unit, splits, unpack, [B, plan.seqlen, Hx // W, D], spec.group, spec.rank)
 
@@ -53,8 +45,8 @@ def heads_to_seq(spec, y):
     """Inverse of seq_to_heads: ``[B, S, Hx / W, D]`` -> ``[B, L, Hx, D]``."""
     B, S, Hr, D = [int(d) for d in y.shape]
     W, plan, L = spec.W, spec.plan, spec.L
-    pack = spec.idx("h2s_pack", lambda: layouts.heads_to_seq_pack(plan, B))
-    unpack = spec.idx("h2s_unpack", lambda: layouts.heads_to_seq_unpack(B, L, W))
+    pack = spec.index("h2s_pack", lambda: layouts.heads_to_seq_pack(plan, B))
+    unpack = spec.index("h2s_unpack", lambda: layouts.heads_to_seq_unpack(B, L, W))
     splits = layouts.seq_to_heads_splits(plan, B).T.copy()  # rank s sends d its B*L_d units
     return comm.exchange(y, pack, Hr * D, splits, unpack, [B, L, Hr * W, D], spec.group, spec.rank)
 
@@ -63,8 +55,8 @@ def lse_to_seq(spec, lse):
     """LSE ``[B, H / W, S]`` -> ``[B, H, L]``."""
     B, Hr, S = [int(d) for d in lse.shape]
     W, plan, L = spec.W, spec.plan, spec.L
-    pack = spec.idx(("lse_pack", Hr), lambda: layouts.lse_heads_to_seq_pack(plan, B, Hr))
-    unpack = spec.idx(("lse_unpack", Hr), lambda: layouts.lse_heads_to_seq_unpack(B, Hr, L, W))
+    pack = spec.index(("lse_pack", Hr), lambda: layouts.lse_heads_to_seq_pack(plan, B, Hr))
+    unpack = spec.index(("lse_unpack", Hr), lambda: layouts.lse_heads_to_seq_unpack(B, Hr, L, W))
     splits = layouts.seq_to_heads_splits(plan, B).T * Hr
     return comm.exchange(lse, pack, 1, splits, unpack, [B, Hr * W, L], spec.group, spec.rank)
 
