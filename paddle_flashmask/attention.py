@@ -172,7 +172,12 @@ def flashmask_attention(
             (somewhat slower). ``None`` follows Paddle's ``FLAGS_cudnn_deterministic`` where this
             Paddle has that flag (as Paddle's own flash attention does), else False. The CPU
             backward is always deterministic (and independent of the thread count).
-        return_seed_offset, fixed_seed_offset, rng_name, block_mask: accepted for signature
+        block_mask (Tensor, optional): int32 ``[batch or 1, Hm, ceil(seqlen_q / 128),
+            ceil(seqlen_k / 128)]`` of 0/1, as Paddle's: 0 masks a whole 128 x 128 block of
+            (query rows, key columns) on top of the column mask (Hm: the indices' mask heads, or
+            1 or ``num_heads_k`` without indices). Masked blocks are skipped, never computed.
+            CPU kernels only so far: on GPU it raises.
+        return_seed_offset, fixed_seed_offset, rng_name: accepted for signature
             compatibility with Paddle; only their defaults are supported.
         name: unused, kept for Paddle compatibility.
 
@@ -197,7 +202,8 @@ def flashmask_attention(
             "dropout, which is not implemented yet"
         )
     if block_mask is not None:
-        raise NotImplementedError("flashmask_attention: block_mask is not supported yet; pass None")
+        num_mask_heads = None if startend_row_indices is None else int(startend_row_indices.shape[1])
+        validation.check_block_mask(block_mask, query, batch, seqlen_q, seqlen_k, num_heads_k, num_mask_heads)
     window = validation.normalize_window(window_size, seqlen_q, seqlen_k)
     if window is not None and startend_row_indices is not None:
         raise ValueError("window_size cannot be combined with startend_row_indices; pass only one")
@@ -220,6 +226,7 @@ def flashmask_attention(
         _contiguous(key),
         _contiguous(value),
         None if startend_row_indices is None else _contiguous(startend_row_indices),
+        None if block_mask is None else _contiguous(block_mask),
         scale,
         causal,
         left,

@@ -127,6 +127,37 @@ def check_indices_shape(indices, causal, batch, seqlen_k, num_heads_k):
         )
 
 
+BLOCK_MASK_SIZE = 128
+
+
+def check_block_mask(block_mask, query, batch, seqlen_q, seqlen_k, num_heads_k, num_mask_heads):
+    """Paddle's block_mask: int32 [B or 1, Hm, ceil(Sq/128), ceil(Sk/128)] of 0/1 (1 keeps the
+    128 x 128 block), Hm that of the indices (1 or Hk without indices), on the query's device;
+    the kernels that take it are the CPU ones."""
+    if not _is_tensor(block_mask):
+        raise TypeError(f"block_mask must be a paddle.Tensor, got {type(block_mask).__name__}")
+    if block_mask.dtype != paddle.int32:
+        raise TypeError(f"block_mask must be int32, got {block_mask.dtype}")
+    rows = -(-seqlen_q // BLOCK_MASK_SIZE)
+    cols = -(-seqlen_k // BLOCK_MASK_SIZE)
+    shape = [int(d) for d in block_mask.shape]
+    heads_ok = len(shape) == 4 and (shape[1] == num_mask_heads if num_mask_heads is not None
+                                    else shape[1] in (1, num_heads_k))
+    if not heads_ok or shape[0] not in (1, batch) or shape[2:] != [rows, cols]:
+        heads = f"{num_mask_heads} (the indices' mask heads)" if num_mask_heads is not None else f"1 or {num_heads_k}"
+        raise ValueError(f"block_mask must be [batch {batch} or 1, {heads}, ceil(seqlen_q/128) = {rows}, "
+                         f"ceil(seqlen_k/128) = {cols}], got {shape}")
+    if paddle.in_dynamic_mode() and str(block_mask.place) != str(query.place):
+        raise ValueError(f"block_mask must be on the device of query ({query.place}), got {block_mask.place}")
+    if not query.place.is_cpu_place():
+        raise NotImplementedError("block_mask runs on the CPU kernels only so far; the GPU kernels do not "
+                                  "take it yet")
+    if paddle.in_dynamic_mode():
+        values = block_mask.numpy()
+        if values.size and (values.min() < 0 or values.max() > 1):
+            raise ValueError("block_mask values must be 0 (masked block) or 1 (kept block)")
+
+
 def check_indices_values(flags, seqlen_q):
     """Raises for the error flags reported by the index check op."""
     problems = [msg.format(sq=seqlen_q) for bit, msg in _INDEX_ERRORS if flags & bit]

@@ -590,11 +590,12 @@ def test_gpu_kernel_env_unknown_name(default_gpu_kernel, spy, monkeypatch):
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bm", ["tensor", "list", "false"])
-def test_block_mask_not_implemented(spy, bm):
+@pytest.mark.parametrize("bm,exc", [("tensor", ValueError), ("list", TypeError), ("false", TypeError)])
+def test_bad_block_mask_rejected(spy, bm, exc):
+    """(tests/test_block_mask.py checks block masks themselves.)"""
     q, k, v = qkv()
-    val = {"tensor": paddle.ones([B, 1, 1, 1], dtype="int32"), "list": [], "false": False}[bm]
-    assert_rejected(spy, NotImplementedError, r"block_mask", q, k, v, block_mask=val)
+    val = {"tensor": paddle.ones([B, 1, 1, 7], dtype="int32"), "list": [], "false": False}[bm]
+    assert_rejected(spy, exc, r"block_mask", q, k, v, block_mask=val)
 
 
 def test_return_seed_offset_not_implemented(spy):

@@ -227,11 +227,11 @@ def qkv(rng, b, sq, sk, h, hk, d, dtype):
 
 
 def fwd(ops, q, k, v, idx, causal, scale):
-    return ops.pfm_flashmask_attention(q, k, v, idx, scale, causal, -1, -1, 0, False)
+    return ops.pfm_flashmask_attention(q, k, v, idx, None, scale, causal, -1, -1, 0, False)
 
 
 def bwd(ops, q, k, v, idx, out, lse, dout, causal, scale):
-    return ops.pfm_flashmask_attention_bwd(q, k, v, idx, out, lse, dout, scale, causal, -1, -1, 0, False)
+    return ops.pfm_flashmask_attention_bwd(q, k, v, idx, None, out, lse, dout, scale, causal, -1, -1, 0, False)
 
 
 @pytest.mark.parametrize("causal,cols", ATTN_FORMS)

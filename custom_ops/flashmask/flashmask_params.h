@@ -37,6 +37,18 @@ struct MaskParams {
   bool causal = false;       // also mask j > i + (seqlen_k - seqlen_q)
 };
 
+// Block-level mask on top of the column mask (Paddle's block_mask): one int32
+// per 128 x 128 block of (query rows, key columns), 0 = every element of the
+// block masked. [batch or 1, heads, ceil(Sq / 128), ceil(Sk / 128)], heads 1 or
+// the mask's Hm (query head h uses h / (H / heads)).
+struct BlockMaskParams {
+  const int32_t* data = nullptr;  // nullptr: no block mask
+  int64_t batch_stride = 0;       // 0 broadcasts over the batch
+  int64_t head_stride = 0;        // 0 broadcasts over the heads
+  int num_heads = 1;
+  int col_blocks = 0;             // ceil(seqlen_k / 128)
+};
+
 struct FwdParams {
   DType dtype = DType::kFloat32;
 
@@ -61,6 +73,7 @@ struct FwdParams {
 
   float softmax_scale = 1.f;
   MaskParams mask;
+  BlockMaskParams block_mask;  // CPU kernels only for now
 
   int num_threads = 0;  // CPU only; 0 = all cores available to the process
   GpuKernel gpu_kernel = GpuKernel::kAuto;  // GPU only

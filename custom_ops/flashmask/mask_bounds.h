@@ -137,6 +137,20 @@ FLASHMASK_HOST_DEVICE int64_t mask_summary_row(const FwdParams& p, int batch, in
   return int64_t(mask_batch_of(p.mask, batch)) * p.mask.num_heads + mask_head_of(p, head);
 }
 
+// Edge of a block_mask block; every kernel tile lies inside one block (tiles
+// are at most 128 and aligned to their size).
+constexpr int kBlockMaskSize = 128;
+
+// False when the block_mask masks the block holding the tile that starts at
+// query row r0 and key column c0 (its tiles are then skipped like kSkip ones).
+FLASHMASK_HOST_DEVICE bool block_kept(const FwdParams& p, int batch, int head, int r0, int c0) {
+  const BlockMaskParams& m = p.block_mask;
+  if (m.data == nullptr) return true;
+  const int mask_head = m.num_heads == 1 ? 0 : head / (p.num_heads / m.num_heads);
+  return m.data[batch * m.batch_stride + mask_head * m.head_stride +
+                int64_t(r0 / kBlockMaskSize) * m.col_blocks + c0 / kBlockMaskSize] != 0;
+}
+
 enum class TileKind : int {
   kSkip = 0,     // every element masked: no loads, no math
   kPartial = 1,  // some elements masked: apply the bounds elementwise

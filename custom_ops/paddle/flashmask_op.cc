@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../flashmask/flashmask_api.h"
+#include "../flashmask/mask_bounds.h"
 #include "op_glue.h"
 #include "paddle/extension.h"
 
@@ -126,6 +127,28 @@ paddle::optional<paddle::Tensor> effective_indices(
 }
 
 
+// Paddle's block_mask: int32 [B or 1, 1 or Hk, ceil(Sq/128), ceil(Sk/128)], 0 = the
+// 128 x 128 block is masked. The CPU kernels skip such tiles; the GPU kernels do not
+// take it yet.
+void set_block_mask(flashmask::FwdParams& p, const paddle::optional<paddle::Tensor>& block_mask,
+                    const paddle::Tensor& q) {
+  if (!block_mask) return;
+  const auto& m = block_mask.get();
+  const auto& s = m.shape();
+  const int64_t rb = (p.seqlen_q + flashmask::kBlockMaskSize - 1) / flashmask::kBlockMaskSize;
+  const int64_t cb = (p.seqlen_k + flashmask::kBlockMaskSize - 1) / flashmask::kBlockMaskSize;
+  PD_CHECK(m.dtype() == paddle::DataType::INT32 && s.size() == 4 && (s[0] == 1 || s[0] == p.batch) &&
+               (s[1] == 1 || s[1] == p.num_heads_k) && s[2] == rb && s[3] == cb,
+           "flashmask_attention: block_mask must be int32 [B or 1, 1 or Hk, ceil(Sq/128), ceil(Sk/128)]");
+  PD_CHECK(q.is_cpu(), "flashmask_attention: block_mask runs on CPU only so far (the GPU kernels do not "
+                       "take it yet)");
+  p.block_mask.data = m.data<int32_t>();
+  p.block_mask.num_heads = int(s[1]);
+  p.block_mask.col_blocks = int(cb);
+  p.block_mask.head_stride = s[1] == 1 ? 0 : rb * cb;
+  p.block_mask.batch_stride = s[0] == 1 ? 0 : s[1] * rb * cb;
+}
+
 #if defined(FLASHMASK_WITH_CUDA)
 void check_cuda_config(const flashmask::FwdParams& p) {
   PD_CHECK(flashmask::cuda_supports(p.dtype, p.head_dim),
@@ -164,6 +187,7 @@ paddle::Tensor gpu_workspace(int64_t elems, paddle::DataType dtype, const paddle
 std::vector<paddle::Tensor> FlashMaskForward(const paddle::Tensor& q, const paddle::Tensor& k,
                                              const paddle::Tensor& v,
                                              const paddle::optional<paddle::Tensor>& indices,
+                                             const paddle::optional<paddle::Tensor>& block_mask,
                                              float softmax_scale, bool causal, int window_left,
                                              int window_right, int gpu_kernel,
                                              bool deterministic) {
@@ -175,6 +199,7 @@ std::vector<paddle::Tensor> FlashMaskForward(const paddle::Tensor& q, const padd
                            q.place());
   flashmask::FwdParams p =
       make_fwd_params(q, k, v, mask ? &mask.get() : nullptr, softmax_scale, causal, gpu_kernel);
+  set_block_mask(p, block_mask, q);
   p.out = out.data();
   p.softmax_lse = lse.data<float>();
   if (q.is_cpu()) {
@@ -196,6 +221,7 @@ std::vector<paddle::Tensor> FlashMaskForward(const paddle::Tensor& q, const padd
 std::vector<paddle::Tensor> FlashMaskBackward(const paddle::Tensor& q, const paddle::Tensor& k,
                                               const paddle::Tensor& v,
                                               const paddle::optional<paddle::Tensor>& indices,
+                                              const paddle::optional<paddle::Tensor>& block_mask,
                                               const paddle::Tensor& out,
                                               const paddle::Tensor& lse,
                                               const paddle::Tensor& dout, float softmax_scale,
@@ -218,6 +244,7 @@ std::vector<paddle::Tensor> FlashMaskBackward(const paddle::Tensor& q, const pad
   flashmask::BwdParams p;
   static_cast<flashmask::FwdParams&>(p) =
       make_fwd_params(q, k, v, mask ? &mask.get() : nullptr, softmax_scale, causal, gpu_kernel);
+  set_block_mask(p, block_mask, q);
   // The CPU backward is deterministic either way; on GPU this picks the
   // atomic-free dQ kernel and one-writer dK/dV slots (see BwdParams).
   p.deterministic = deterministic;
@@ -293,13 +320,15 @@ std::vector<paddle::Tensor> FlashMaskCheckIndices(const paddle::Tensor& indices,
 std::vector<std::vector<int64_t>> FlashMaskForwardInferShape(
     const std::vector<int64_t>& q_shape, const std::vector<int64_t>& k_shape,
     const std::vector<int64_t>& v_shape,
-    const paddle::optional<std::vector<int64_t>>& indices_shape) {
+    const paddle::optional<std::vector<int64_t>>& indices_shape,
+    const paddle::optional<std::vector<int64_t>>& block_mask_shape) {
   return {q_shape, {q_shape[0], q_shape[2], q_shape[1]}};
 }
 
 std::vector<paddle::DataType> FlashMaskForwardInferDtype(
     const paddle::DataType& q_dtype, const paddle::DataType& k_dtype,
-    const paddle::DataType& v_dtype, const paddle::optional<paddle::DataType>& indices_dtype) {
+    const paddle::DataType& v_dtype, const paddle::optional<paddle::DataType>& indices_dtype,
+    const paddle::optional<paddle::DataType>& block_mask_dtype) {
   return {q_dtype, paddle::DataType::FLOAT32};
 }
 
@@ -312,7 +341,7 @@ std::vector<paddle::DataType> FlashMaskForwardInferDtype(
   }
 
 PD_BUILD_OP(pfm_flashmask_attention)
-    .Inputs({"q", "k", "v", paddle::Optional("startend_row_indices")})
+    .Inputs({"q", "k", "v", paddle::Optional("startend_row_indices"), paddle::Optional("block_mask")})
     .Outputs({"out", "softmax_lse"})
     .Attrs(FLASHMASK_ATTRS)
     .SetKernelFn(PD_KERNEL(FlashMaskForward))
@@ -320,8 +349,8 @@ PD_BUILD_OP(pfm_flashmask_attention)
     .SetInferDtypeFn(PD_INFER_DTYPE(FlashMaskForwardInferDtype));
 
 PD_BUILD_GRAD_OP(pfm_flashmask_attention)
-    .Inputs({"q", "k", "v", paddle::Optional("startend_row_indices"), "out", "softmax_lse",
-             paddle::Grad("out")})
+    .Inputs({"q", "k", "v", paddle::Optional("startend_row_indices"), paddle::Optional("block_mask"),
+             "out", "softmax_lse", paddle::Grad("out")})
     .Outputs({paddle::Grad("q"), paddle::Grad("k"), paddle::Grad("v")})
     .Attrs(FLASHMASK_ATTRS)
     .SetKernelFn(PD_KERNEL(FlashMaskBackward));
@@ -333,6 +362,7 @@ std::vector<std::vector<int64_t>> FlashMaskBackwardInferShape(
     const std::vector<int64_t>& q_shape, const std::vector<int64_t>& k_shape,
     const std::vector<int64_t>& v_shape,
     const paddle::optional<std::vector<int64_t>>& indices_shape,
+    const paddle::optional<std::vector<int64_t>>& block_mask_shape,
     const std::vector<int64_t>& out_shape, const std::vector<int64_t>& lse_shape,
     const std::vector<int64_t>& dout_shape) {
   return {q_shape, k_shape, v_shape};
@@ -341,14 +371,14 @@ std::vector<std::vector<int64_t>> FlashMaskBackwardInferShape(
 std::vector<paddle::DataType> FlashMaskBackwardInferDtype(
     const paddle::DataType& q_dtype, const paddle::DataType& k_dtype,
     const paddle::DataType& v_dtype, const paddle::optional<paddle::DataType>& indices_dtype,
-    const paddle::DataType& out_dtype, const paddle::DataType& lse_dtype,
+    const paddle::optional<paddle::DataType>& block_mask_dtype, const paddle::DataType& out_dtype, const paddle::DataType& lse_dtype,
     const paddle::DataType& dout_dtype) {
   return {q_dtype, k_dtype, v_dtype};
 }
 
 PD_BUILD_OP(pfm_flashmask_attention_bwd)
-    .Inputs({"q", "k", "v", paddle::Optional("startend_row_indices"), "out", "softmax_lse",
-             "dout"})
+    .Inputs({"q", "k", "v", paddle::Optional("startend_row_indices"), paddle::Optional("block_mask"),
+             "out", "softmax_lse", "dout"})
     .Outputs({"dq", "dk", "dv"})
     .Attrs(FLASHMASK_ATTRS)
     .SetKernelFn(PD_KERNEL(FlashMaskBackward))

@@ -40,14 +40,14 @@ def remap_indices(indices, key_rows, row_table, causal, chunk_size, seqlen):
 
 def attention_fwd(q, k, v, indices, scale, causal, gpu_kernel, deterministic):
     """(out, lse) of the single-device op, outside autograd."""
-    out, lse = _ops().pfm_flashmask_attention(q, k, v, indices, float(scale), bool(causal), -1, -1,
+    out, lse = _ops().pfm_flashmask_attention(q, k, v, indices, None, float(scale), bool(causal), -1, -1,
                                               int(gpu_kernel), bool(deterministic))
     return out, lse
 
 
 def attention_bwd(q, k, v, indices, out, lse, dout, scale, causal, gpu_kernel, deterministic):
     """(dq, dk, dv) of the single-device backward for a given (possibly merged) out and lse."""
-    dq, dk, dv = _ops().pfm_flashmask_attention_bwd(q, k, v, indices, out, lse, dout, float(scale),
+    dq, dk, dv = _ops().pfm_flashmask_attention_bwd(q, k, v, indices, None, out, lse, dout, float(scale),
                                                     bool(causal), -1, -1, int(gpu_kernel), bool(deterministic))
     return dq, dk, dv
 

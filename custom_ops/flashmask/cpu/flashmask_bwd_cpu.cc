@@ -132,7 +132,8 @@ void bwd_impl(const BwdParams& p) {
         const int rows = std::min(kBlockM, p.seqlen_q - r0);
         const TileKind kind = classify_tile(block_bounds, p.mask.causal, p.seqlen_q, p.seqlen_k,
                                             r0, r0 + rows, c0, c0 + kBlockN);
-        if (kind == TileKind::kSkip) continue;
+        // every head of the group shares the mask head, so its block_mask too
+        if (kind == TileKind::kSkip || !block_kept(p, batch, first_head, r0, c0)) continue;
         for (int head = head_k * group; head < (head_k + 1) * group; ++head) {
           load_rows(w.q.data(), padded_dim, kBlockM,
                     row_ptr<T>(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, batch, r0,
@@ -202,7 +203,7 @@ void bwd_impl(const BwdParams& p) {
         const TileKind kind = classify_tile(bounds.get(summary_row, k_block),
                                             p.mask.causal, p.seqlen_q, p.seqlen_k, r0, r0 + rows,
                                             c0, c0 + kBlockN);
-        if (kind == TileKind::kSkip) continue;
+        if (kind == TileKind::kSkip || !block_kept(p, batch, head, r0, c0)) continue;
         const int cols = std::min(kBlockN, p.seqlen_k - c0);
         const T* k = row_ptr<T>(p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, batch, c0,
                                 head_k);

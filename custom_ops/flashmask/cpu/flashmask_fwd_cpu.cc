@@ -94,7 +94,7 @@ void fwd_impl(const FwdParams& p) {
       const int c0 = k_block * kBlockN;
       const TileKind kind = classify_tile(bounds.get(summary_row, k_block), p.mask.causal,
                                           p.seqlen_q, p.seqlen_k, r0, r0 + rows, c0, c0 + kBlockN);
-      if (kind == TileKind::kSkip) continue;
+      if (kind == TileKind::kSkip || !block_kept(p, batch, head, r0, c0)) continue;
       const int cols = std::min(kBlockN, p.seqlen_k - c0);
       const T* k = static_cast<const T*>(p.k) + batch * p.k_batch_stride + c0 * p.k_row_stride +
                    head_k * p.k_head_stride;
