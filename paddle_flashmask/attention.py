@@ -175,8 +175,8 @@ def flashmask_attention(
         block_mask (Tensor, optional): int32 ``[batch or 1, Hm, ceil(seqlen_q / 128),
             ceil(seqlen_k / 128)]`` of 0/1, as Paddle's: 0 masks a whole 128 x 128 block of
             (query rows, key columns) on top of the column mask (Hm: the indices' mask heads, or
-            1 or ``num_heads_k`` without indices). Masked blocks are skipped, never computed.
-            CPU kernels only so far: on GPU it raises.
+            1 or ``num_heads_k`` without indices). Masked blocks are skipped, never loaded, by
+            every kernel (CPU, FA2-class, Hopper).
         return_seed_offset, fixed_seed_offset, rng_name: accepted for signature
             compatibility with Paddle; only their defaults are supported.
         name: unused, kept for Paddle compatibility.

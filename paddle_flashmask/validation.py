@@ -132,8 +132,8 @@ BLOCK_MASK_SIZE = 128
 
 def check_block_mask(block_mask, query, batch, seqlen_q, seqlen_k, num_heads_k, num_mask_heads):
     """Paddle's block_mask: int32 [B or 1, Hm, ceil(Sq/128), ceil(Sk/128)] of 0/1 (1 keeps the
-    128 x 128 block), Hm that of the indices (1 or Hk without indices), on the query's device;
-    the kernels that take it are the CPU ones."""
+    128 x 128 block), Hm that of the indices (1 or Hk without indices), on the query's device.
+    Values are read back once per call (one small copy on GPU)."""
     if not _is_tensor(block_mask):
         raise TypeError(f"block_mask must be a paddle.Tensor, got {type(block_mask).__name__}")
     if block_mask.dtype != paddle.int32:
@@ -149,9 +149,6 @@ def check_block_mask(block_mask, query, batch, seqlen_q, seqlen_k, num_heads_k, 
                          f"ceil(seqlen_k/128) = {cols}], got {shape}")
     if paddle.in_dynamic_mode() and str(block_mask.place) != str(query.place):
         raise ValueError(f"block_mask must be on the device of query ({query.place}), got {block_mask.place}")
-    if not query.place.is_cpu_place():
-        raise NotImplementedError("block_mask runs on the CPU kernels only so far; the GPU kernels do not "
-                                  "take it yet")
     if paddle.in_dynamic_mode():
         values = block_mask.numpy()
         if values.size and (values.min() < 0 or values.max() > 1):

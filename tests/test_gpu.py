@@ -377,3 +377,41 @@ def test_bad_indices_rejected_on_gpu():
     bad = np.full((1, 1, 64, 1), 65, dtype=np.int32)
     with pytest.raises(ValueError, match="startend_row_indices"):
         pfm.flashmask_attention(q, q, q, paddle.to_tensor(bad, place=gpu()), causal=True)
+
+
+# --------------------------------------------------------------------------------------
+# block_mask: 128 x 128 blocks masked on top of the column mask (both families)
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("causal,cols", [(True, 1), (True, 2), (False, 2), (False, 4), (True, 0)])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(300, 300), (129, 700), (1000, 1000)])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_block_mask(gpu_kernel, causal, cols, seqlen_q, seqlen_k, deterministic):
+    batch, heads, heads_k, dim = 2, 8, 2, 128
+    rng = np.random.default_rng(seed_of("block_mask", causal, cols, seqlen_q, seqlen_k))
+    hm = heads_k if cols else 1
+    indices = random_indices(rng, batch, hm, seqlen_q, seqlen_k, causal, cols) if cols else None
+    bm = (rng.random((batch, hm, -(-seqlen_q // 128), -(-seqlen_k // 128))) < 0.6).astype(np.int32)
+    bm[0, 0, 0, :] = 0  # the first 128 rows of batch 0, mask head 0 see no key
+    q, k, v, dout = gpu_inputs(seed_of("bm_in", seqlen_q), batch, seqlen_q, seqlen_k, heads, heads_k, dim,
+                               "bfloat16")
+    idx = None if indices is None else paddle.to_tensor(indices, place=gpu())
+    out, lse = pfm.flashmask_attention(q, k, v, idx, causal=causal, block_mask=paddle.to_tensor(bm, place=gpu()),
+                                       return_softmax_lse=True, deterministic=deterministic)
+    dq, dk, dv = paddle.grad([out], [q, k, v], [dout])
+    got = {"out": to_host_f64(out), "lse": lse._copy_to(paddle.CPUPlace(), True).numpy(),
+           "dq": to_host_f64(dq), "dk": to_host_f64(dk), "dv": to_host_f64(dv)}
+    rounded = [to_host_f64(t) for t in (q, k, v, dout)]
+    keep = keep_mask(indices, causal, batch, hm, seqlen_q, seqlen_k)
+    blocks = np.repeat(np.repeat(bm, 128, 2), 128, 3)[:, :, :seqlen_q, :seqlen_k].astype(bool)
+    keep = keep & np.broadcast_to(blocks, keep.shape)
+    ref = attention_fwd_bwd(*rounded[:3], keep, dim**-0.5, rounded[3])
+    finite = np.isfinite(ref["lse"])
+    np.testing.assert_array_equal(np.isfinite(got["lse"]), finite)
+    assert np.all(got["out"][~finite.transpose(0, 2, 1)] == 0)
+    assert rel_err(got["lse"][finite], ref["lse"][finite]) < 1e-4
+    assert rel_err(got["out"], ref["out"]) < TOL
+    for name in ("dq", "dk", "dv"):
+        assert np.all(np.isfinite(got[name])), name
+        assert rel_err(got[name], ref[name], ref.get(name + "_mag")) < TOL, name

@@ -128,8 +128,7 @@ paddle::optional<paddle::Tensor> effective_indices(
 
 
 // Paddle's block_mask: int32 [B or 1, 1 or Hk, ceil(Sq/128), ceil(Sk/128)], 0 = the
-// 128 x 128 block is masked. The CPU kernels skip such tiles; the GPU kernels do not
-// take it yet.
+// 128 x 128 block is masked; every kernel skips its tiles (flashmask::block_kept).
 void set_block_mask(flashmask::FwdParams& p, const paddle::optional<paddle::Tensor>& block_mask,
                     const paddle::Tensor& q) {
   if (!block_mask) return;
@@ -140,8 +139,7 @@ void set_block_mask(flashmask::FwdParams& p, const paddle::optional<paddle::Tens
   PD_CHECK(m.dtype() == paddle::DataType::INT32 && s.size() == 4 && (s[0] == 1 || s[0] == p.batch) &&
                (s[1] == 1 || s[1] == p.num_heads_k) && s[2] == rb && s[3] == cb,
            "flashmask_attention: block_mask must be int32 [B or 1, 1 or Hk, ceil(Sq/128), ceil(Sk/128)]");
-  PD_CHECK(q.is_cpu(), "flashmask_attention: block_mask runs on CPU only so far (the GPU kernels do not "
-                       "take it yet)");
+  PD_CHECK(m.place() == q.place(), "flashmask_attention: block_mask must be on the device of query");
   p.block_mask.data = m.data<int32_t>();
   p.block_mask.num_heads = int(s[1]);
   p.block_mask.col_blocks = int(cb);

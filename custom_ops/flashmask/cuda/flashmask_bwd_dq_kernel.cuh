@@ -77,7 +77,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSM)
       has_columns ? reinterpret_cast<const BlockBounds*>(p.block_bounds) +
                         mask_summary_row(p, batch, head) * k_blocks
                   : nullptr;
+  static_assert(kBlockMaskSize % kBlockM == 0 && kBlockMaskSize % kBlockN == 0,
+                "a tile lies inside one block_mask block");
   auto classify = [&](int n) {
+    if (!block_kept(p, batch, head, r0, n * kBlockN)) return TileKind::kSkip;
     return classify_tile(has_columns ? &block_bounds[n] : nullptr, causal, seqlen_q, seqlen_k, r0,
                          r1, n * kBlockN, n * kBlockN + kBlockN);
   };

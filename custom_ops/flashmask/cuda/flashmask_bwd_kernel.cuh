@@ -113,7 +113,10 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
   const int key_a = c0 + warp * 16 + lane / 4;  // this thread's keys: key_a, key_a + 8
 
+  static_assert(kBlockMaskSize % kBlockM == 0 && kBlockMaskSize % kBlockN == 0,
+                "a tile lies inside one block_mask block");
   auto classify = [&](int m) {
+    if (!block_kept(p, batch, head, m * kBlockM, c0)) return TileKind::kSkip;
     return classify_tile(has_columns, tile_bounds, causal, seqlen_q, seqlen_k, m * kBlockM,
                          min(m * kBlockM + kBlockM, seqlen_q), c0, c0 + kBlockN);
   };

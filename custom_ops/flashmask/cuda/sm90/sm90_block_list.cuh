@@ -86,7 +86,10 @@ __device__ __forceinline__ const BlockBounds* summary_row(const FwdParams& p, in
 
 template <int kBlockM, int kBlockN>
 __device__ __forceinline__ TileKind classify_block(const FwdParams& p, const BlockBounds* summary,
-                                                   int m, int n) {
+                                                   int batch, int head, int m, int n) {
+  static_assert(kBlockMaskSize % kBlockM == 0 && kBlockMaskSize % kBlockN == 0,
+                "a tile lies inside one block_mask block");
+  if (!block_kept(p, batch, head, m * kBlockM, n * kBlockN)) return TileKind::kSkip;
   const int summary_blocks = (p.seqlen_k + cuda::kMaskBlockN - 1) / cuda::kMaskBlockN;
   const BlockBounds s =
       summary ? tile_bounds<kBlockN>(summary, n, summary_blocks) : empty_block_bounds();
@@ -108,7 +111,7 @@ __device__ int build_live_key_blocks(const FwdParams& p, int batch, int head, in
   }
   const BlockBounds* summary = summary_row(p, batch, head);
   return compact_live_blocks<kThreads>(
-      tid, 0, n_end, [&](int n) { return classify_block<kBlockM, kBlockN>(p, summary, m_block, n); },
+      tid, 0, n_end, [&](int n) { return classify_block<kBlockM, kBlockN>(p, summary, batch, head, m_block, n); },
       list, warp_counts, sync);
 }
 
@@ -125,7 +128,7 @@ __device__ int build_live_query_blocks(const FwdParams& p, int batch, int head, 
   const BlockBounds* summary = summary_row(p, batch, head);
   return compact_live_blocks<kThreads>(
       threadIdx.x, m_begin, m_blocks,
-      [&](int m) { return classify_block<kBlockM, kBlockN>(p, summary, m, n_block); }, list,
+      [&](int m) { return classify_block<kBlockM, kBlockN>(p, summary, batch, head, m, n_block); }, list,
       warp_counts, [] { __syncthreads(); });
 }
 
