@@ -8,6 +8,8 @@ for correctness). Data packing around the collectives is our own ops (tensor_ops
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import paddle
 import paddle.distributed as dist
@@ -107,6 +109,8 @@ def exchange(x, pack, unit, splits, unpack, out_shape, group, rank, sync=False):
     On NCCL the transfer runs on the communication stream while the caller computes;
     gloo completes at once.
     """
+    if _is_gpu(x) or _FORCE_PADDING:
+        splits, pack, unpack = _without_empty_pieces(x, unit, splits, pack, unpack, rank)
     send_units = int(splits[rank].sum())
     recv_units = int(splits[:, rank].sum())
     send = x.reshape([send_units, unit]) if pack is None else \
@@ -125,6 +129,48 @@ def exchange(x, pack, unit, splits, unpack, out_shape, group, rank, sync=False):
         return _Pending(task, finish, send) if not sync else _Done(finish())
     recv = _alltoall_by_allreduce(send, splits, rank, group, unit)
     return _Done(_unpack(recv, unpack, unit, out_shape))
+
+
+# Paddle 2.6's alltoall_single slices its tensors per piece and refuses an empty piece
+# (seen on 2 H200s: "The start row index must be less than the end row index"), and
+# every ring shift sends a rank nothing for itself. So on NCCL each empty piece carries one
+# dummy unit, which the unpack map skips. Maps are built once per (pack, unpack, splits).
+_FORCE_PADDING = os.environ.get("PADDLE_FLASHMASK_CP_PAD_EMPTY") == "1"  # tests: the same path on gloo
+_padded_maps = {}
+
+
+def _without_empty_pieces(x, unit, splits, pack, unpack, rank):
+    if (splits > 0).all():
+        return splits, pack, unpack
+    x_units = int(np.prod([int(d) for d in x.shape])) // unit
+    key = (id(pack), id(unpack), splits.tobytes(), splits.shape, rank, x_units, str(x.place))
+    hit = _padded_maps.get(key)
+    if hit is not None and hit[0] is pack and hit[1] is unpack:
+        return hit[2], hit[3], hit[4]
+    W = splits.shape[0]
+    pack_np = None if pack is None else pack.numpy()
+    pieces, off = [], 0
+    for d in range(W):  # what this rank sends, destination by destination
+        n = int(splits[rank, d])
+        if n:
+            pieces.append(np.arange(off, off + n) if pack_np is None else pack_np[off:off + n])
+        else:
+            pieces.append(np.zeros(1, dtype=np.int64))  # a dummy unit (this rank's unit 0)
+        off += n
+    true_to_padded, padded_off = [], 0
+    for src in range(W):  # where each really sent unit lands in the padded receive buffer
+        n = int(splits[src, rank])
+        true_to_padded.append(padded_off + np.arange(n, dtype=np.int64))
+        padded_off += max(n, 1)
+    true_to_padded = np.concatenate(true_to_padded)
+    new_unpack = true_to_padded if unpack is None else true_to_padded[unpack.numpy()]
+    padded = np.maximum(splits, 1)
+    pack_t = paddle.to_tensor(np.concatenate(pieces).astype(np.int64), place=x.place)
+    unpack_t = paddle.to_tensor(new_unpack.astype(np.int64), place=x.place)
+    if len(_padded_maps) > 256:
+        _padded_maps.clear()
+    _padded_maps[key] = (pack, unpack, padded, pack_t, unpack_t)
+    return padded, pack_t, unpack_t
 
 
 def _unpack(recv, unpack, unit, out_shape):
