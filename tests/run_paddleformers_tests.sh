@@ -8,4 +8,4 @@ cd "$(dirname "$0")/.."
 VENV=${PFM_PADDLEFORMERS_VENV:-.venv-paddleformers}
 [ -x "$VENV/bin/python" ] || python3 -m venv --system-site-packages "$VENV"
 "$VENV/bin/python" -m pip install -q paddleformers==1.2.0 aistudio-sdk==0.3.9 "numpy<=1.26.4" "pyarrow<22"
-PFM_REQUIRE_PADDLEFORMERS=1 "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_paddleformers.py
+PFM_REQUIRE_PADDLEFORMERS=1 "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_paddleformers.py tests/test_paddleformers_finetune.py
