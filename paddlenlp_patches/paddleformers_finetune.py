@@ -372,35 +372,16 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
     return summary
 
 
-def _parse_value(text):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
 def main(argv=None):
+    from paddlenlp_patches.cli import parse_overrides
+
     parser = argparse.ArgumentParser(
         prog="python -m paddlenlp_patches.paddleformers_finetune",
         description="PaddleFormers fine-tuning (SFT, LoRA, DPO) with FlashMask attention. "
                     "Extra '--key value' pairs override config keys (values parsed as JSON).")
     parser.add_argument("config", help="JSON config, e.g. configs/paddleformers/sft.json")
     args, rest = parser.parse_known_args(argv)
-    overrides: Dict[str, Any] = {}
-    i = 0
-    while i < len(rest):
-        key = rest[i]
-        if not key.startswith("--"):
-            parser.error(f"expected --key value, got {key!r}")
-        key = key[2:]
-        if "=" in key:
-            key, val = key.split("=", 1)
-            i += 1
-        elif i + 1 < len(rest) and not rest[i + 1].startswith("--"):
-            val, i = rest[i + 1], i + 2
-        else:
-            val, i = "true", i + 1
-        overrides[key] = _parse_value(val)
+    overrides = parse_overrides(parser, rest)
     run(args.config, overrides)
     return 0
 

@@ -1,0 +1,34 @@
+"""Command-line overrides shared by the fine-tune runners: ``--key value`` pairs after the
+config path, values parsed as JSON (``--max_steps 20``, ``--lora true``, ``--x=1``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List
+
+
+def parse_value(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_overrides(parser, rest: List[str]) -> Dict[str, Any]:
+    """``{key: value}`` from the arguments argparse left over; a stray word is a parser error."""
+    overrides: Dict[str, Any] = {}
+    i = 0
+    while i < len(rest):
+        key = rest[i]
+        if not key.startswith("--"):
+            parser.error(f"expected --key value, got {key!r}")
+        key = key[2:]
+        if "=" in key:
+            key, val = key.split("=", 1)
+            i += 1
+        elif i + 1 < len(rest) and not rest[i + 1].startswith("--"):
+            val, i = rest[i + 1], i + 2
+        else:
+            val, i = "true", i + 1
+        overrides[key] = parse_value(val)
+    return overrides
