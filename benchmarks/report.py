@@ -3,10 +3,9 @@
 tables of benchmarks/RESULTS.md and a PNG plot of fwd+bwd TFLOP/s per mask.
 
     python benchmarks/report.py benchmarks/results/RUN \
-        --out benchmarks/RESULTS.md --plot benchmarks/results/tflops_h200.png
+        --out benchmarks/RESULTS.md --plot benchmarks/results/h200/tflops_h200.png
     # the data behind the current RESULTS.md (FA2-class kernels only; peers of two calls):
-    python benchmarks/report.py benchmarks/results/h200_v1 benchmarks/results/h200_v2 \
-        benchmarks/results/h200_v3 --title "NVIDIA H200, 2026-11-21"
+    python benchmarks/report.py benchmarks/results/h200 --title "NVIDIA H200"
 
 Each positional argument is a results directory (every *.jsonl in it, in name
 order: gpu_results.jsonl from ours, peer_results.jsonl from the peers of the
