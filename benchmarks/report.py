@@ -4,7 +4,7 @@ tables of benchmarks/RESULTS.md and a PNG plot of fwd+bwd TFLOP/s per mask.
 
     python benchmarks/report.py benchmarks/results/RUN \
         --out benchmarks/RESULTS.md --plot benchmarks/results/h200/tflops_h200.png
-    # the data behind the current RESULTS.md (FA2-class kernels only; peers of two calls):
+    # one chip's current results:
     python benchmarks/report.py benchmarks/results/h200 --title "NVIDIA H200"
 
 Each positional argument is a results directory (every *.jsonl in it, in name
