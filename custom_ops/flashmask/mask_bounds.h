@@ -151,6 +151,16 @@ FLASHMASK_HOST_DEVICE bool block_kept(const FwdParams& p, int batch, int head, i
                 int64_t(r0 / kBlockMaskSize) * m.col_blocks + c0 / kBlockMaskSize] != 0;
 }
 
+// The block_mask entries of the query rows starting at r0, one per 128-key block
+// (nullptr: no block mask): kernels whose query rows are fixed look it up once.
+FLASHMASK_HOST_DEVICE const int32_t* block_mask_row(const FwdParams& p, int batch, int head, int r0) {
+  const BlockMaskParams& m = p.block_mask;
+  if (m.data == nullptr) return nullptr;
+  const int mask_head = m.num_heads == 1 ? 0 : head / (p.num_heads / m.num_heads);
+  return m.data + batch * m.batch_stride + mask_head * m.head_stride +
+         int64_t(r0 / kBlockMaskSize) * m.col_blocks;
+}
+
 enum class TileKind : int {
   kSkip = 0,     // every element masked: no loads, no math
   kPartial = 1,  // some elements masked: apply the bounds elementwise

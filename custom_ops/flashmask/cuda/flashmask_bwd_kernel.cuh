@@ -115,8 +115,19 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 
   static_assert(kBlockMaskSize % kBlockM == 0 && kBlockMaskSize % kBlockN == 0,
                 "a tile lies inside one block_mask block");
+  // This CTA's block_mask column (its key block's entry in row block 0), in shared memory
+  // and re-read at each use: the kernel runs at the register limit (head dim 128) and a
+  // value held across the loop spilled.
+  __shared__ const int32_t* s_block_mask;
+  if (tid == 0) s_block_mask = block_mask_row(p, batch, head, 0) == nullptr
+                                   ? nullptr
+                                   : block_mask_row(p, batch, head, 0) + c0 / kBlockMaskSize;
+  __syncthreads();
   auto classify = [&](int m) {
-    if (!block_kept(p, batch, head, m * kBlockM, c0)) return TileKind::kSkip;
+    const int32_t* block_mask = *const_cast<const int32_t* volatile*>(&s_block_mask);
+    if (block_mask != nullptr &&
+        block_mask[int64_t(m * kBlockM / kBlockMaskSize) * p.block_mask.col_blocks] == 0)
+      return TileKind::kSkip;
     return classify_tile(has_columns, tile_bounds, causal, seqlen_q, seqlen_k, m * kBlockM,
                          min(m * kBlockM + kBlockM, seqlen_q), c0, c0 + kBlockN);
   };

@@ -76,8 +76,14 @@ __global__ void __launch_bounds__(Traits::kNThreads)
                   : nullptr;
   static_assert(kBlockMaskSize % kBlockM == 0 && kBlockMaskSize % kBlockN == 0,
                 "a tile lies inside one block_mask block");
+  // This CTA's block_mask row, in shared memory and re-read at each use: the kernel runs
+  // at its register limit and a value held across the loop spilled (NOTES.md, block_mask).
+  __shared__ const int32_t* s_block_mask;
+  if (tid == 0) s_block_mask = block_mask_row(p, batch, head, r0);
+  __syncthreads();
   auto classify = [&](int n) {
-    if (!block_kept(p, batch, head, r0, n * kBlockN)) return TileKind::kSkip;
+    const int32_t* block_mask = *const_cast<const int32_t* volatile*>(&s_block_mask);
+    if (block_mask != nullptr && block_mask[n * kBlockN / kBlockMaskSize] == 0) return TileKind::kSkip;
     return classify_tile(has_columns ? &block_bounds[n] : nullptr, causal, seqlen_q, seqlen_k, r0,
                          r1, n * kBlockN, n * kBlockN + kBlockN);
   };
