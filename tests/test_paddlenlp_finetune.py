@@ -105,8 +105,17 @@ def test_config_errors(tmp_path):
 
 
 def test_cli_overrides_parse():
-    assert finetune._parse_value("20") == 20 and finetune._parse_value("abc") == "abc"
-    assert finetune._parse_value('{"a": 1}') == {"a": 1}
+    import argparse
+
+    from paddlenlp_patches.cli import parse_overrides, parse_value
+
+    assert parse_value("20") == 20 and parse_value("abc") == "abc"
+    assert parse_value('{"a": 1}') == {"a": 1}
+    parser = argparse.ArgumentParser()
+    assert parse_overrides(parser, ["--max_steps", "20", "--lora", "--x=1", "--name", "abc"]) == \
+        {"max_steps": 20, "lora": True, "x": 1, "name": "abc"}
+    with pytest.raises(SystemExit):
+        parse_overrides(parser, ["stray"])
 
 
 def _spm_tokenizer_dir(path):
