@@ -32,3 +32,15 @@ def parse_overrides(parser, rest: List[str]) -> Dict[str, Any]:
             val, i = "true", i + 1
         overrides[key] = parse_value(val)
     return overrides
+
+
+def main(argv, prog: str, description: str, example: str, run) -> int:
+    """A runner's command line: ``prog CONFIG [--key value ...]`` -> ``run(CONFIG, overrides)``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description + " Extra '--key value' pairs override config keys (values parsed as JSON).")
+    parser.add_argument("config", help=f"JSON config, e.g. {example}")
+    args, rest = parser.parse_known_args(argv)
+    run(args.config, parse_overrides(parser, rest))
+    return 0

@@ -52,7 +52,6 @@ if __name__ == "__main__" and not __package__:
     _here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
-import argparse
 import copy
 import dataclasses
 import json
@@ -416,17 +415,9 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
 
 
 def main(argv=None):
-    from paddlenlp_patches.cli import parse_overrides
+    from paddlenlp_patches import cli
 
-    parser = argparse.ArgumentParser(
-        prog="python -m paddlenlp_patches.finetune",
-        description="PaddleNLP fine-tuning (sft/lora/dpo/rm) with FlashMask attention. "
-                    "Extra '--key value' pairs override config keys (values parsed as JSON).")
-    parser.add_argument("config", help="JSON config, e.g. configs/sft.json")
-    args, rest = parser.parse_known_args(argv)
-    overrides = parse_overrides(parser, rest)
-    run(args.config, overrides)
-    return 0
+    return cli.main(argv, "python -m paddlenlp_patches.finetune", "PaddleNLP fine-tuning (sft/lora/dpo/rm) with FlashMask attention.", "configs/sft.json", run)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ their pieces unchanged:
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import logging
@@ -373,17 +372,9 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
 
 
 def main(argv=None):
-    from paddlenlp_patches.cli import parse_overrides
+    from paddlenlp_patches import cli
 
-    parser = argparse.ArgumentParser(
-        prog="python -m paddlenlp_patches.paddleformers_finetune",
-        description="PaddleFormers fine-tuning (SFT, LoRA, DPO) with FlashMask attention. "
-                    "Extra '--key value' pairs override config keys (values parsed as JSON).")
-    parser.add_argument("config", help="JSON config, e.g. configs/paddleformers/sft.json")
-    args, rest = parser.parse_known_args(argv)
-    overrides = parse_overrides(parser, rest)
-    run(args.config, overrides)
-    return 0
+    return cli.main(argv, "python -m paddlenlp_patches.paddleformers_finetune", "PaddleFormers fine-tuning (SFT, LoRA, DPO) with FlashMask attention.", "configs/paddleformers/sft.json", run)
 
 
 if __name__ == "__main__":
