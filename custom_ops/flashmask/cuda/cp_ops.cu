@@ -12,6 +12,7 @@
 
 #include "../cp_ops.h"
 #include "cuda_check.h"
+#include "mma_utils.cuh"
 
 namespace flashmask {
 namespace {
@@ -22,24 +23,8 @@ struct alignas(sizeof(T) * kVec) Pack {
   T x[kVec];
 };
 
-__device__ __forceinline__ float load_f32(float x) { return x; }
-__device__ __forceinline__ float load_f32(__half x) { return __half2float(x); }
-__device__ __forceinline__ float load_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T>
-__device__ __forceinline__ T store_as(float x);
-template <>
-__device__ __forceinline__ float store_as<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __half store_as<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 store_as<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
+using cuda::from_float;
+using cuda::to_float;
 
 bool aligned_to(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
 
@@ -106,7 +91,7 @@ __global__ void merge_kernel(CpMergeParams p, int lanes_log2) {
       Pack<T, kVec> r;
       if (m == -CUDART_INF_F) {
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) r.x[k] = store_as<T>(0.f);
+        for (int k = 0; k < kVec; ++k) r.x[k] = from_float<T>(0.f);
         if (first) p.lse[l] = m;
       } else {
         const float wa = expf(la - m), wb = expf(lb - m), s = wa + wb;
@@ -114,7 +99,7 @@ __global__ void merge_kernel(CpMergeParams p, int lanes_log2) {
         const Pack<T, kVec> vb = *reinterpret_cast<const Pack<T, kVec>*>(ob + e);
 #pragma unroll
         for (int k = 0; k < kVec; ++k) {
-          r.x[k] = store_as<T>((wa * load_f32(va.x[k]) + wb * load_f32(vb.x[k])) / s);
+          r.x[k] = from_float<T>((wa * to_float(va.x[k]) + wb * to_float(vb.x[k])) / s);
         }
         if (first) p.lse[l] = m + logf(s);
       }
@@ -130,15 +115,15 @@ __global__ void accumulate_kernel(const T* a, const T* b, T* out, int64_t n, int
     const Pack<T, kVec> va = *reinterpret_cast<const Pack<T, kVec>*>(a + e);
     float sum[kVec];
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) sum[k] = load_f32(va.x[k]);
+    for (int k = 0; k < kVec; ++k) sum[k] = to_float(va.x[k]);
     for (int64_t p = 0; p < pieces; ++p) {
       const Pack<T, kVec> vb = *reinterpret_cast<const Pack<T, kVec>*>(b + p * n + e);
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) sum[k] += load_f32(vb.x[k]);
+      for (int k = 0; k < kVec; ++k) sum[k] += to_float(vb.x[k]);
     }
     Pack<T, kVec> r;
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) r.x[k] = store_as<T>(sum[k]);
+    for (int k = 0; k < kVec; ++k) r.x[k] = from_float<T>(sum[k]);
     *reinterpret_cast<Pack<T, kVec>*>(out + e) = r;
   }
 }

@@ -104,6 +104,10 @@ __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float x, float y) {
 template <typename T>
 __device__ __forceinline__ float to_float(T x);
 template <>
+__device__ __forceinline__ float to_float<float>(float x) {
+  return x;
+}
+template <>
 __device__ __forceinline__ float to_float<__half>(__half x) {
   return __half2float(x);
 }
@@ -114,6 +118,10 @@ __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) {
 
 template <typename T>
 __device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) {
+  return x;
+}
 template <>
 __device__ __forceinline__ __half from_float<__half>(float x) {
   return __float2half_rn(x);
