@@ -80,7 +80,7 @@ def lse_heads_to_seq_unpack(batch, heads_per_rank, local_len, world_size):
     return (((r * batch + b) * heads_per_rank + h) * local_len + i).ravel()
 
 
-def mask_head_slice(batch_m, mask_heads, world_size, rank, seqlen, cols):
+def mask_head_slice(batch_m, mask_heads, world_size, rank):
     """Units (``S * C`` each) of the rank's mask heads ``[Bm, Hm / W]`` of ``[Bm, Hm]``."""
     per = mask_heads // world_size
     b = np.arange(batch_m, dtype=np.int64)[:, None]

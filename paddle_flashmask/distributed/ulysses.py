@@ -26,7 +26,7 @@ class Spec(CallSpec):
             return ind
         Bm, Hm, S, C = [int(d) for d in ind.shape]
         per = Hm // self.W
-        src = self.index(("mask_heads", Bm, Hm), lambda: layouts.mask_head_slice(Bm, Hm, self.W, self.rank, S, C))
+        src = self.index(("mask_heads", Bm, Hm), lambda: layouts.mask_head_slice(Bm, Hm, self.W, self.rank))
         return tensor_ops.gather_units(ind, src, S * C, [Bm, per, S, C])
 
 
