@@ -43,4 +43,19 @@ def main(argv, prog: str, description: str, example: str, run) -> int:
     parser.add_argument("config", help=f"JSON config, e.g. {example}")
     args, rest = parser.parse_known_args(argv)
     run(args.config, parse_overrides(parser, rest))
+    finish_distributed()
     return 0
+
+
+def finish_distributed() -> None:
+    """Leave a multi-process run in step: every rank waits for the others, then closes its process
+    group. Without this a rank that finished first closes its gloo sockets while a peer's transport
+    thread still reads them, and that peer aborts (SIGABRT) after training had succeeded."""
+    import paddle.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() < 2:
+        return
+    dist.barrier()
+    destroy = getattr(dist, "destroy_process_group", None)
+    if destroy is not None:
+        destroy()

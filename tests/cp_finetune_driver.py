@@ -15,7 +15,7 @@ import sys
 def main(cases_path, out_path):
     import paddle
 
-    from paddlenlp_patches import finetune
+    from paddlenlp_patches import cli, finetune
 
     with open(cases_path) as f:
         cases = json.load(f)
@@ -27,6 +27,7 @@ def main(cases_path, out_path):
     if paddle.distributed.get_rank() == 0:
         with open(out_path, "w") as f:
             json.dump(results, f)
+    cli.finish_distributed()
     return 0
 
 
