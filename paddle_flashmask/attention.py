@@ -148,8 +148,9 @@ def flashmask_attention(
         key (Tensor): ``[batch, seqlen_k, num_heads_k, head_dim]``; ``num_heads`` must be a
             multiple of ``num_heads_k`` (GQA/MQA).
         value (Tensor): same shape as ``key``.
-        startend_row_indices (Tensor, optional): int32 ``[batch, Hm, seqlen_k, C]`` with Hm 1 or
-            ``num_heads_k`` (1 broadcasts over heads). For key column j (values are query rows):
+        startend_row_indices (Tensor, optional): int32 ``[batch, Hm, seqlen_k, C]`` with Hm 1
+            (broadcast over heads), ``num_heads_k`` (one mask per GQA group) or ``num_heads`` (one per
+            query head). For key column j (values are query rows):
 
             - ``causal=True, C=1``: rows ``i >= LTS_j`` are masked;
             - ``causal=True, C=2``: rows ``LTS_j <= i < LTE_j`` are masked;
@@ -175,7 +176,7 @@ def flashmask_attention(
         block_mask (Tensor, optional): int32 ``[batch or 1, Hm, ceil(seqlen_q / 128),
             ceil(seqlen_k / 128)]`` of 0/1, as Paddle's: 0 masks a whole 128 x 128 block of
             (query rows, key columns) on top of the column mask (Hm: the indices' mask heads, or
-            1 or ``num_heads_k`` without indices). Masked blocks are skipped, never loaded, by
+            1, ``num_heads_k`` or ``num_heads`` without indices). Masked blocks are skipped, never loaded, by
             every kernel (CPU, FA2-class, Hopper).
         return_seed_offset, fixed_seed_offset, rng_name: accepted for signature
             compatibility with Paddle; only their defaults are supported.
@@ -203,12 +204,13 @@ def flashmask_attention(
         )
     if block_mask is not None:
         num_mask_heads = None if startend_row_indices is None else int(startend_row_indices.shape[1])
-        validation.check_block_mask(block_mask, query, batch, seqlen_q, seqlen_k, num_heads_k, num_mask_heads)
+        validation.check_block_mask(block_mask, query, batch, seqlen_q, seqlen_k, num_heads_k, num_heads,
+                                    num_mask_heads)
     window = validation.normalize_window(window_size, seqlen_q, seqlen_k)
     if window is not None and startend_row_indices is not None:
         raise ValueError("window_size cannot be combined with startend_row_indices; pass only one")
     if startend_row_indices is not None:
-        validation.check_indices_shape(startend_row_indices, causal, batch, seqlen_k, num_heads_k)
+        validation.check_indices_shape(startend_row_indices, causal, batch, seqlen_k, num_heads_k, num_heads)
         if paddle.in_dynamic_mode() and str(startend_row_indices.place) != str(query.place):
             raise ValueError(
                 f"startend_row_indices must be on the device of query ({query.place}), "

@@ -98,7 +98,7 @@ def normalize_window(window_size, seqlen_q, seqlen_k):
     return min(int(left), longest), min(int(right), longest)
 
 
-def check_indices_shape(indices, causal, batch, seqlen_k, num_heads_k):
+def check_indices_shape(indices, causal, batch, seqlen_k, num_heads_k, num_heads):
     if not _is_tensor(indices):
         raise TypeError(f"startend_row_indices must be a paddle.Tensor, got {type(indices).__name__}")
     if indices.dtype != paddle.int32:
@@ -111,9 +111,10 @@ def check_indices_shape(indices, causal, batch, seqlen_k, num_heads_k):
     bm, hm, skm, c = indices.shape
     if bm != batch:
         raise ValueError(f"startend_row_indices batch size {bm} does not match query batch size {batch}")
-    if hm not in (1, num_heads_k):
+    if hm not in (1, num_heads_k, num_heads):
         raise ValueError(
-            f"startend_row_indices mask heads (dim 1) must be 1 or the key num_heads {num_heads_k}, got {hm}"
+            f"startend_row_indices mask heads (dim 1) must be 1, the key num_heads {num_heads_k} or the query "
+            f"num_heads {num_heads}, got {hm}"
         )
     if skm != seqlen_k:
         raise ValueError(
@@ -130,9 +131,9 @@ def check_indices_shape(indices, causal, batch, seqlen_k, num_heads_k):
 BLOCK_MASK_SIZE = 128
 
 
-def check_block_mask(block_mask, query, batch, seqlen_q, seqlen_k, num_heads_k, num_mask_heads):
+def check_block_mask(block_mask, query, batch, seqlen_q, seqlen_k, num_heads_k, num_heads, num_mask_heads):
     """Paddle's block_mask: int32 [B or 1, Hm, ceil(Sq/128), ceil(Sk/128)] of 0/1 (1 keeps the
-    128 x 128 block), Hm that of the indices (1 or Hk without indices), on the query's device.
+    128 x 128 block), Hm that of the indices (1, Hk or H without indices), on the query's device.
     Values are read back once per call (one small copy on GPU)."""
     if not _is_tensor(block_mask):
         raise TypeError(f"block_mask must be a paddle.Tensor, got {type(block_mask).__name__}")
@@ -142,9 +143,9 @@ def check_block_mask(block_mask, query, batch, seqlen_q, seqlen_k, num_heads_k, 
     cols = -(-seqlen_k // BLOCK_MASK_SIZE)
     shape = [int(d) for d in block_mask.shape]
     heads_ok = len(shape) == 4 and (shape[1] == num_mask_heads if num_mask_heads is not None
-                                    else shape[1] in (1, num_heads_k))
+                                    else shape[1] in (1, num_heads_k, num_heads))
     if not heads_ok or shape[0] not in (1, batch) or shape[2:] != [rows, cols]:
-        heads = f"{num_mask_heads} (the indices' mask heads)" if num_mask_heads is not None else f"1 or {num_heads_k}"
+        heads = f"{num_mask_heads} (the indices' mask heads)" if num_mask_heads is not None else f"1, {num_heads_k} or {num_heads}"
         raise ValueError(f"block_mask must be [batch {batch} or 1, {heads}, ceil(seqlen_q/128) = {rows}, "
                          f"ceil(seqlen_k/128) = {cols}], got {shape}")
     if paddle.in_dynamic_mode() and str(block_mask.place) != str(query.place):

@@ -62,7 +62,7 @@ def mask_cases(S, H, Hk, seed):
         idx, causal = masks.example_mask(name, S, batch_size=2, num_heads=Hk, seed=seed)
         out.append((name, idx.numpy(), causal))
     for causal, C in ((True, 1), (True, 2), (False, 2), (False, 4)):
-        for hm in (1, Hk):
+        for hm in ((1, Hk, H) if C in (1, 4) else (1, Hk)):
             out.append((f"random_c{C}_{'causal' if causal else 'full'}_hm{hm}",
                         random_indices(rng, 2, hm, S, S, causal, C), causal))
     out.append(("plain_causal", None, True))

@@ -10,7 +10,8 @@ from paddle_flashmask import masks
 
 
 def keep_mask(indices, causal, batch, num_heads_k, seqlen_q, seqlen_k, window=None):
-    """Dense bool keep mask [B, Hk, Sq, Sk] for indices (numpy), window or neither."""
+    """Dense bool keep mask [B, Hk, Sq, Sk] for indices (numpy), window or neither; [B, H, Sq, Sk]
+    when the indices have a mask head per query head (H > Hk)."""
     if window is not None:
         left, right = window
         i = np.arange(seqlen_q)[:, None]
@@ -27,7 +28,8 @@ def keep_mask(indices, causal, batch, num_heads_k, seqlen_q, seqlen_k, window=No
             keep = np.tril(keep, k=seqlen_k - seqlen_q)
         return np.broadcast_to(keep, (batch, num_heads_k, seqlen_q, seqlen_k))
     keep = masks.to_dense(np.asarray(indices), causal, seqlen_q=seqlen_q)
-    return np.broadcast_to(keep, (batch, num_heads_k, seqlen_q, seqlen_k))
+    heads = max(num_heads_k, keep.shape[1])
+    return np.broadcast_to(keep, (batch, heads, seqlen_q, seqlen_k))
 
 
 def attention_fwd_bwd(q, k, v, keep, scale, dout=None):

@@ -1,5 +1,5 @@
 """flashmask_attention on CPU against the float64 dense-mask reference:
-output, LSE and dq/dk/dv for every mask form, GQA/MQA, Hm = 1 and Hm = Hk,
+output, LSE and dq/dk/dv for every mask form, GQA/MQA, Hm = 1, Hk and H,
 Sq != Sk, odd lengths, fully masked rows and low-precision inputs."""
 
 import sys
@@ -95,10 +95,10 @@ def test_unequal_lengths(rng, causal, cols, seqlen_q, seqlen_k):
 
 
 @pytest.mark.parametrize("heads,heads_k", [(4, 4), (4, 2), (6, 1)])
-@pytest.mark.parametrize("mask_heads", ["one", "per_kv_head"])
+@pytest.mark.parametrize("mask_heads", ["one", "per_kv_head", "per_query_head"])
 @pytest.mark.parametrize("causal,cols", [(True, 1), (False, 4)])
 def test_gqa_and_mask_heads(rng, heads, heads_k, mask_heads, causal, cols):
-    hm = 1 if mask_heads == "one" else heads_k
+    hm = {"one": 1, "per_kv_head": heads_k, "per_query_head": heads}[mask_heads]
     idx = random_indices(rng, 2, hm, 150, 150, causal, cols)
     run_case(rng, 2, 150, 150, heads, heads_k, 24, causal, idx)
 
@@ -331,15 +331,15 @@ def test_non_contiguous_inputs(rng):
     seqlen_k=st.integers(1, 200),
     group=st.sampled_from([1, 2, 3]),
     heads_k=st.sampled_from([1, 2]),
-    per_head_mask=st.booleans(),
+    mask_heads=st.sampled_from(["one", "per_kv_head", "per_query_head"]),
     form=st.sampled_from(FORMS),
     dim=st.sampled_from([8, 16, 48]),
     seed=st.integers(0, 2**31 - 1),
 )
-def test_property_random_shapes(seqlen_q, seqlen_k, group, heads_k, per_head_mask, form, dim, seed):
+def test_property_random_shapes(seqlen_q, seqlen_k, group, heads_k, mask_heads, form, dim, seed):
     rng = np.random.default_rng(seed)
     causal, cols = form
-    hm = heads_k if per_head_mask else 1
+    hm = {"one": 1, "per_kv_head": heads_k, "per_query_head": group * heads_k}[mask_heads]
     idx = None if cols == 0 else random_indices(rng, 2, hm, seqlen_q, seqlen_k, causal, cols)
     run_case(rng, 2, seqlen_q, seqlen_k, group * heads_k, heads_k, dim, causal, idx)
 

@@ -1,6 +1,6 @@
 """block_mask (Paddle 3.x's block-level mask on top of the column mask, 128 x 128 blocks,
 0 = masked): CPU kernels against the float64 dense reference of (column mask AND expanded
-block mask), every index form, Hm = 1 and Hk, GQA, batch broadcast, odd lengths, rows left
+block mask), every index form, Hm = 1, Hk and H, GQA, batch broadcast, odd lengths, rows left
 with no key; bad block masks raise naming the argument."""
 
 import numpy as np
@@ -29,20 +29,21 @@ def run(q, k, v, do, idx, bm, causal, dtype="float32"):
 
 
 @pytest.mark.parametrize("form", [(True, 1), (True, 2), (False, 2), (False, 4), (True, None), (False, None)])
-@pytest.mark.parametrize("mask_heads", [1, HK])
+@pytest.mark.parametrize("mask_heads", [1, HK, H])
 @pytest.mark.parametrize("seqlens", [(300, 300), (129, 257)])
 def test_block_mask_matches_the_dense_reference(form, mask_heads, seqlens):
     causal, C = form
     sq, sk = seqlens
     rng = np.random.default_rng(sq + sk + (C or 0) + mask_heads)
     idx = None if C is None else random_indices(rng, B, mask_heads, sq, sk, causal, C)
-    bm_heads = mask_heads if idx is not None else mask_heads
+    bm_heads = mask_heads
     bm = (rng.random((B, bm_heads, -(-sq // 128), -(-sk // 128))) < 0.6).astype(np.int32)
     bm[0, 0, 0, :] = 0  # rows 0-127 of batch 0, mask head 0 see no key at all
     q, do = (rng.standard_normal((B, sq, H, D)).astype(np.float32) for _ in range(2))
     k, v = (rng.standard_normal((B, sk, HK, D)).astype(np.float32) for _ in range(2))
-    keep = keep_mask(idx, causal, B, HK, sq, sk)
-    keep = keep & np.broadcast_to(np.repeat(expanded(bm, sq, sk), HK // bm_heads, 1), keep.shape)
+    keep_heads = H if mask_heads == H else HK  # heads the mask varies over
+    keep = keep_mask(idx, causal, B, keep_heads, sq, sk)
+    keep = keep & np.broadcast_to(np.repeat(expanded(bm, sq, sk), keep_heads // bm_heads, 1), keep.shape)
     ref = attention_fwd_bwd(q, k, v, keep, D ** -0.5, do)
     out, lse, (dq, dk, dv) = run(q, k, v, do, idx, bm, causal)
     assert rel_err(out, ref["out"]) < 1e-5

@@ -168,7 +168,7 @@ def test_unequal_and_long(gpu_kernel, causal, cols, seqlen_q, seqlen_k):
                  use_cpu_reference=seqlen_q > 2000)
 
 
-@pytest.mark.parametrize("heads,heads_k,hm", [(8, 2, 1), (8, 2, 2), (8, 1, 1), (4, 4, 4)])
+@pytest.mark.parametrize("heads,heads_k,hm", [(8, 2, 1), (8, 2, 2), (8, 2, 8), (8, 1, 1), (8, 1, 8), (4, 4, 4)])
 def test_gqa_mask_heads(gpu_kernel, heads, heads_k, hm):
     idx = random_indices(np.random.default_rng(heads * 10 + hm), 2, hm, 333, 333, False, 4)
     run_gpu_case(seed_of(heads, heads_k, hm), 2, 333, 333, heads, heads_k, 64, False, idx)
@@ -272,7 +272,7 @@ HEAD_GROUP_PLANS = [(2, 0), (4, 0), (8, 0), (4, 6), (8, 6), (4, None)]
 
 
 @pytest.mark.parametrize("sm90_bwd_head_group", HEAD_GROUP_PLANS, indirect=True, ids=str)
-@pytest.mark.parametrize("heads,heads_k,hm", [(8, 2, 1), (8, 2, 2), (8, 1, 1)])
+@pytest.mark.parametrize("heads,heads_k,hm", [(8, 2, 1), (8, 2, 2), (8, 2, 8), (8, 1, 1), (8, 1, 8)])
 @pytest.mark.parametrize("causal,cols", [(True, 0), (True, 1), (False, 4)])
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_sm90_bwd_head_groups(sm90_bwd_head_group, heads, heads_k, hm, causal, cols, deterministic):

@@ -80,7 +80,7 @@ flashmask::FwdParams make_fwd_params(const paddle::Tensor& q, const paddle::Tens
     const auto& s = indices->shape();
     PD_CHECK(indices->dtype() == paddle::DataType::INT32 && s.size() == 4,
              "flashmask_attention: startend_row_indices must be int32 [B, Hm, Sk, C]");
-    PD_CHECK(s[2] == p.seqlen_k && (s[1] == 1 || s[1] == p.num_heads_k) &&
+    PD_CHECK(s[2] == p.seqlen_k && (s[1] == 1 || s[1] == p.num_heads_k || s[1] == p.num_heads) &&
                  (s[0] == 1 || s[0] == p.batch),
              "flashmask_attention: startend_row_indices shape does not match key");
     PD_CHECK(causal ? (s[3] == 1 || s[3] == 2) : (s[3] == 2 || s[3] == 4),
@@ -127,7 +127,7 @@ paddle::optional<paddle::Tensor> effective_indices(
 }
 
 
-// Paddle's block_mask: int32 [B or 1, 1 or Hk, ceil(Sq/128), ceil(Sk/128)], 0 = the
+// Paddle's block_mask: int32 [B or 1, 1, Hk or H, ceil(Sq/128), ceil(Sk/128)], 0 = the
 // 128 x 128 block is masked; every kernel skips its tiles (flashmask::block_kept).
 void set_block_mask(flashmask::FwdParams& p, const paddle::optional<paddle::Tensor>& block_mask,
                     const paddle::Tensor& q) {
@@ -137,8 +137,8 @@ void set_block_mask(flashmask::FwdParams& p, const paddle::optional<paddle::Tens
   const int64_t rb = (p.seqlen_q + flashmask::kBlockMaskSize - 1) / flashmask::kBlockMaskSize;
   const int64_t cb = (p.seqlen_k + flashmask::kBlockMaskSize - 1) / flashmask::kBlockMaskSize;
   PD_CHECK(m.dtype() == paddle::DataType::INT32 && s.size() == 4 && (s[0] == 1 || s[0] == p.batch) &&
-               (s[1] == 1 || s[1] == p.num_heads_k) && s[2] == rb && s[3] == cb,
-           "flashmask_attention: block_mask must be int32 [B or 1, 1 or Hk, ceil(Sq/128), ceil(Sk/128)]");
+               (s[1] == 1 || s[1] == p.num_heads_k || s[1] == p.num_heads) && s[2] == rb && s[3] == cb,
+           "flashmask_attention: block_mask must be int32 [B or 1, 1, Hk or H, ceil(Sq/128), ceil(Sk/128)]");
   PD_CHECK(m.place() == q.place(), "flashmask_attention: block_mask must be on the device of query");
   p.block_mask.data = m.data<int32_t>();
   p.block_mask.num_heads = int(s[1]);

@@ -150,8 +150,9 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, causal=
     if startend_row_indices is not None and int(startend_row_indices.shape[0]) not in (1, B):
         raise ValueError(f"startend_row_indices batch size {int(startend_row_indices.shape[0])} does not match "
                          f"query batch size {B}")
-    if startend_row_indices is not None and int(startend_row_indices.shape[1]) not in (1, int(key.shape[2])):
-        raise ValueError(f"startend_row_indices mask heads must be 1 or the key heads {int(key.shape[2])}")
+    if startend_row_indices is not None and int(startend_row_indices.shape[1]) not in (1, int(key.shape[2]), H):
+        raise ValueError(f"startend_row_indices mask heads must be 1, the key heads {int(key.shape[2])} or the "
+                         f"query heads {H}, got {int(startend_row_indices.shape[1])}")
     if startend_row_indices is not None and paddle.in_dynamic_mode() and \
             str(startend_row_indices.place) != str(query.place):
         raise ValueError(f"startend_row_indices must be on the device of query ({query.place}), "

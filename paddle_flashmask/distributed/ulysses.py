@@ -2,7 +2,7 @@
 
 Each rank trades its rows of all heads for all rows of its share of the heads (H / W
 query heads, Hk / W key/value heads, Hm / W mask heads when the mask has one per KV
-head), runs the single-device op on the whole sequence in global order with the global
+or query head), runs the single-device op on the whole sequence in global order with the global
 mask, and trades back. Needs the head counts divisible by the group size.
 """
 

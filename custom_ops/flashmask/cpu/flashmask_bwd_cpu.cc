@@ -21,6 +21,9 @@ namespace {
 
 struct BwdScratch {
   std::vector<float> q, dout, kt, vt, k, s, dp, t, acc_a, acc_b;
+  // pass 1: each query head's mask summary row and index columns for this key block
+  std::vector<const BlockBounds*> head_bounds;
+  std::vector<const int32_t*> head_columns;
   void ensure(int padded_dim) {
     if (!q.empty()) return;
     const int64_t rows_by_dim = int64_t(std::max(kBlockM, kBlockN)) * padded_dim;
@@ -107,12 +110,16 @@ void bwd_impl(const BwdParams& p) {
       const int batch = int(item / (int64_t(k_blocks) * p.num_heads_k));
       const int c0 = k_block * kBlockN;
       const int cols = std::min(kBlockN, p.seqlen_k - c0);
-      // Every query head of the group uses the same mask head (Hm is 1 or Hk).
       const int first_head = head_k * group;
-      const BlockBounds* block_bounds = bounds.get(mask_summary_row(p, batch, first_head), k_block);
-      const int32_t* columns = mask_columns(p, batch, first_head);
-
+      // The group's query heads share K/V but may each have a mask head (Hm = H).
       BwdScratch& w = scratch[worker];
+      w.head_bounds.resize(group);
+      w.head_columns.resize(group);
+      for (int g = 0; g < group; ++g) {
+        w.head_bounds[g] = bounds.get(mask_summary_row(p, batch, first_head + g), k_block);
+        w.head_columns[g] = mask_columns(p, batch, first_head + g);
+      }
+
       w.ensure(padded_dim);
       float* dk_acc = w.acc_a.data();
       float* dv_acc = w.acc_b.data();
@@ -130,11 +137,10 @@ void bwd_impl(const BwdParams& p) {
       for (int q_block = 0; q_block < q_blocks; ++q_block) {
         const int r0 = q_block * kBlockM;
         const int rows = std::min(kBlockM, p.seqlen_q - r0);
-        const TileKind kind = classify_tile(block_bounds, p.mask.causal, p.seqlen_q, p.seqlen_k,
-                                            r0, r0 + rows, c0, c0 + kBlockN);
-        // every head of the group shares the mask head, so its block_mask too
-        if (kind == TileKind::kSkip || !block_kept(p, batch, first_head, r0, c0)) continue;
-        for (int head = head_k * group; head < (head_k + 1) * group; ++head) {
+        for (int head = first_head; head < first_head + group; ++head) {
+          const TileKind kind = classify_tile(w.head_bounds[head - first_head], p.mask.causal,
+                                              p.seqlen_q, p.seqlen_k, r0, r0 + rows, c0, c0 + kBlockN);
+          if (kind == TileKind::kSkip || !block_kept(p, batch, head, r0, c0)) continue;
           load_rows(w.q.data(), padded_dim, kBlockM,
                     row_ptr<T>(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, batch, r0,
                                head),
@@ -146,7 +152,8 @@ void bwd_impl(const BwdParams& p) {
           gemm<false>(kBlockM, kBlockN, padded_dim, w.q.data(), padded_dim, w.kt.data(), kBlockN,
                       w.s.data(), kBlockN);
           if (kind == TileKind::kPartial) {
-            apply_mask(w.s.data(), kBlockN, r0, rows, c0, kBlockN, columns, p.mask.col_stride,
+            apply_mask(w.s.data(), kBlockN, r0, rows, c0, kBlockN, w.head_columns[head - first_head],
+                       p.mask.col_stride,
                        p.mask, p.seqlen_q, p.seqlen_k);
           }
           gemm<false>(kBlockM, kBlockN, padded_dim, w.dout.data(), padded_dim, w.vt.data(),

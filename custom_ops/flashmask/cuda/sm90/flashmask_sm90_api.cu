@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <numeric>
 #include <stdexcept>
 
 #include "flashmask_sm90_api.h"
@@ -50,6 +51,17 @@ constexpr int kBwdGroupStepsPerRows = 16384;
 
 }  // namespace
 
+// Consecutive query heads that share K/V AND their column and block masks: a
+// grouped CTA lists one head's live blocks for all of its heads. The GQA group,
+// cut down where the mask has a head per query head (Hm = H).
+static int shared_mask_heads(const BwdParams& p) {
+  int shared = p.num_heads / p.num_heads_k;
+  const auto heads_per_mask = [&](int mask_heads) { return mask_heads > 1 ? p.num_heads / mask_heads : shared; };
+  if (p.mask.startend_row_indices != nullptr) shared = std::gcd(shared, heads_per_mask(p.mask.num_heads));
+  if (p.block_mask.data != nullptr) shared = std::gcd(shared, heads_per_mask(p.block_mask.num_heads));
+  return shared;
+}
+
 int bwd_head_group(const BwdParams& p, int requested) {
   // Default: up to 4 heads, with the grouping fitted to each key block's work
   // (bwd_group_max_steps), so light key blocks (windows, ends of documents)
@@ -57,7 +69,7 @@ int bwd_head_group(const BwdParams& p, int requested) {
   // Deterministic runs need a fixed slot per CTA, hence uniform grouping,
   // and there the default stays 1 (NOTES.md, sm90 v7a/v8).
   if (requested <= 0) requested = p.deterministic ? 1 : kDefaultBwdHeadGroup;
-  const int group = p.num_heads / p.num_heads_k;
+  const int group = shared_mask_heads(p);
   for (int g = std::min(requested, group); g > 1; --g) {
     if (group % g == 0) return g;
   }
