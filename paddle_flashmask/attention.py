@@ -147,7 +147,9 @@ def flashmask_attention(
         query (Tensor): ``[batch, seqlen_q, num_heads, head_dim]``, float32, float16 or bfloat16.
         key (Tensor): ``[batch, seqlen_k, num_heads_k, head_dim]``; ``num_heads`` must be a
             multiple of ``num_heads_k`` (GQA/MQA).
-        value (Tensor): same shape as ``key``.
+        value (Tensor): ``[batch, seqlen_k, num_heads_k, head_dim_v]``, the shape of ``key`` except
+            possibly the head dim (MLA-style, e.g. 192 for q/k and 128 for v; CPU only for now); the
+            output has ``head_dim_v``.
         startend_row_indices (Tensor, optional): int32 ``[batch, Hm, seqlen_k, C]`` with Hm 1
             (broadcast over heads), ``num_heads_k`` (one mask per GQA group) or ``num_heads`` (one per
             query head). For key column j (values are query rows):
@@ -183,12 +185,13 @@ def flashmask_attention(
         name: unused, kept for Paddle compatibility.
 
     Returns:
-        ``out`` shaped like ``query``, or ``(out, softmax_lse)`` when ``return_softmax_lse``.
+        ``out`` ``[batch, seqlen_q, num_heads, head_dim_v]`` (the shape of ``query`` unless value has
+        its own head dim), or ``(out, softmax_lse)`` when ``return_softmax_lse``.
         A query row whose keys are all masked outputs zeros, and no NaN/inf reaches any
         gradient.
     """
     batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim = validation.check_qkv(query, key, value)
-    validation.check_device_support(query, head_dim)
+    validation.check_device_support(query, head_dim, int(value.shape[3]))
     validation.check_scalar_args(dropout, softmax_scale, training)
     causal = validation.check_flag("causal", causal)
     return_softmax_lse = validation.check_flag("return_softmax_lse", return_softmax_lse)
@@ -204,8 +207,12 @@ def flashmask_attention(
         )
     if block_mask is not None:
         num_mask_heads = None if startend_row_indices is None else int(startend_row_indices.shape[1])
+        # values read back once per tensor: every layer of a model gets the same block_mask
+        values_checked = _already_checked(block_mask, -1, "block_mask")
         validation.check_block_mask(block_mask, query, batch, seqlen_q, seqlen_k, num_heads_k, num_heads,
-                                    num_mask_heads)
+                                    num_mask_heads, check_values=not values_checked)
+        if not values_checked and paddle.in_dynamic_mode():
+            _remember_checked(block_mask, -1, "block_mask")
     window = validation.normalize_window(window_size, seqlen_q, seqlen_k)
     if window is not None and startend_row_indices is not None:
         raise ValueError("window_size cannot be combined with startend_row_indices; pass only one")

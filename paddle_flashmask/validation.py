@@ -38,7 +38,8 @@ def _shape_str(t):
 
 
 def check_qkv(query, key, value):
-    """Returns (batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim)."""
+    """Returns (batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim); value may have its
+    own head dim (MLA-style: q/k 192, v 128), which the output then has."""
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not _is_tensor(t):
             raise TypeError(f"{name} must be a paddle.Tensor, got {type(t).__name__}")
@@ -54,8 +55,9 @@ def check_qkv(query, key, value):
         )
     b, sq, h, d = query.shape
     bk, sk, hk, dk = key.shape
-    if list(value.shape) != list(key.shape):
-        raise ValueError(f"value must have the shape of key {_shape_str(key)}, got {_shape_str(value)}")
+    if list(value.shape[:3]) != list(key.shape[:3]) or value.shape[3] == 0:
+        raise ValueError(f"value must be [batch, seqlen_k, num_heads_k] of key {_shape_str(key)} with a head_dim "
+                         f"> 0 of its own, got {_shape_str(value)}")
     if bk != b:
         raise ValueError(f"key batch size {bk} does not match query batch size {b}")
     if dk != d:
@@ -131,10 +133,12 @@ def check_indices_shape(indices, causal, batch, seqlen_k, num_heads_k, num_heads
 BLOCK_MASK_SIZE = 128
 
 
-def check_block_mask(block_mask, query, batch, seqlen_q, seqlen_k, num_heads_k, num_heads, num_mask_heads):
+def check_block_mask(block_mask, query, batch, seqlen_q, seqlen_k, num_heads_k, num_heads, num_mask_heads,
+                     check_values=True):
     """Paddle's block_mask: int32 [B or 1, Hm, ceil(Sq/128), ceil(Sk/128)] of 0/1 (1 keeps the
     128 x 128 block), Hm that of the indices (1, Hk or H without indices), on the query's device.
-    Values are read back once per call (one small copy on GPU)."""
+    Values are read back when ``check_values`` (one small copy on GPU; the caller skips it for a
+    tensor already checked)."""
     if not _is_tensor(block_mask):
         raise TypeError(f"block_mask must be a paddle.Tensor, got {type(block_mask).__name__}")
     if block_mask.dtype != paddle.int32:
@@ -150,7 +154,7 @@ def check_block_mask(block_mask, query, batch, seqlen_q, seqlen_k, num_heads_k, 
                          f"ceil(seqlen_k/128) = {cols}], got {shape}")
     if paddle.in_dynamic_mode() and str(block_mask.place) != str(query.place):
         raise ValueError(f"block_mask must be on the device of query ({query.place}), got {block_mask.place}")
-    if paddle.in_dynamic_mode():
+    if check_values and paddle.in_dynamic_mode():
         values = block_mask.numpy()
         if values.size and (values.min() < 0 or values.max() > 1):
             raise ValueError("block_mask values must be 0 (masked block) or 1 (kept block)")
@@ -206,14 +210,18 @@ def check_gpu_kernel(what, value, allowed):
 GPU_HEAD_DIMS = (32, 64, 128)
 
 
-def check_device_support(query, head_dim):
-    """The CUDA kernels take fp16/bf16 with head_dim 32, 64 or 128 (the CPU kernel takes any)."""
+def check_device_support(query, head_dim, value_head_dim=None):
+    """The CUDA kernels take fp16/bf16 with head_dim 32, 64 or 128, value's the same (the CPU
+    kernel takes any)."""
     if not paddle.in_dynamic_mode() or not query.place.is_gpu_place():
         return  # static graphs are checked by the op when they run
     if query.dtype not in (paddle.float16, paddle.bfloat16):
         raise TypeError(f"query/key/value on GPU must be float16 or bfloat16, got {query.dtype}")
     if head_dim not in GPU_HEAD_DIMS:
         raise ValueError(f"head_dim on GPU must be one of {GPU_HEAD_DIMS}, got {head_dim}")
+    if value_head_dim is not None and value_head_dim != head_dim:
+        raise ValueError(f"value head_dim on GPU must equal the query/key head_dim {head_dim}, got "
+                         f"{value_head_dim} (the CPU kernel takes a value head_dim of its own)")
 
 
 # What the Hopper kernels take (custom_ops/flashmask/cuda/sm90).

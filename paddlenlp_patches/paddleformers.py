@@ -21,8 +21,9 @@ Contract (from PaddleFormers' sources): q ``[B, H, Sq, Dq]``, k ``[B, Hk, Sk, Dq
 - Dense path (exact, fp32 softmax, O(S^2) memory; warned once) for what the op cannot express:
   attention sinks (GPT-OSS ``sink``), ``softcap``, ``dropout > 0``, and on GPU a dtype/head dim
   the CUDA kernels do not take (they take fp16/bf16 with head dim 32/64/128).
-- ``Dv != Dq`` (MLA): the narrower of v and q/k is zero-padded to the wider head dim (exact:
-  zero columns add nothing to q.k or to the output) and the output sliced back to ``Dv``.
+- ``Dv != Dq`` (MLA): the CPU kernel takes v's own head dim; on GPU, whose kernels take one
+  head dim, the narrower of v and q/k is zero-padded to the wider one (exact: zero columns add
+  nothing to q.k or to the output) and the output sliced back to ``Dv``.
 - ``scaling`` is honoured (PaddleFormers' own entry ignores it: wrong for Gemma3 when
   ``query_pre_attn_scalar != head_dim``). Exception: DeepSeek-V3 under "flashmask" pre-scales q
   by ``scaling`` and pads v itself, expecting ``1/sqrt(Dq)``; it is recognised by the bare
@@ -210,16 +211,18 @@ def flashmask_attention_forward(module, query, key, value, attention_mask=None,
 
     dense_why = ("an attention sink" if sink is not None else "softcap" if softcap
                  else "dropout" if dropout and dropout > 0 else None)
-    D = max(Dq, Dv)
+    # the CPU kernel takes v's own head dim; the GPU kernels one for q, k and v
+    D = max(Dq, Dv) if query.place.is_gpu_place() else Dq
     if dense_why is None and op_kw is not None and not _op_supports(query, D):
         dense_why = f"no GPU kernel for {query.dtype} head_dim {D}"
     if dense_why is None and op_kw is not None:
-        # our op wants [B, S, H, D] and one head dim: zero-pad the narrower side (exact)
+        # our op wants [B, S, H, D]; on GPU one head dim: zero-pad the narrower side (exact)
         q, k, v = (x.transpose([0, 2, 1, 3]) for x in (query, key, value))
-        q, k, v = _pad_last(q, D), _pad_last(k, D), _pad_last(v, D)
+        q, k = _pad_last(q, D), _pad_last(k, D)
+        v = _pad_last(v, D) if query.place.is_gpu_place() else v
         out = paddle_flashmask.flashmask_attention(q, k, v, ind, causal=bool(causal), softmax_scale=scale,
                                                    **op_kw)
-        out = out[:, :, :, :Dv] if Dv != D else out
+        out = out[:, :, :, :Dv] if out.shape[-1] != Dv else out
     else:
         if dense_why is not None:
             _warn_once(f"flashmask attention: exact dense path for {dense_why} (O(S^2) memory)")

@@ -27,12 +27,13 @@ def rel(a, b):
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
-def case_inputs(seed, B, S, H, Hk, D):
+def case_inputs(seed, B, S, H, Hk, D, Dv=None):
     rng = np.random.default_rng(seed)
+    Dv = D if Dv is None else Dv
     q = rng.standard_normal((B, S, H, D)).astype(np.float32)
     k = rng.standard_normal((B, S, Hk, D)).astype(np.float32)
-    v = rng.standard_normal((B, S, Hk, D)).astype(np.float32)
-    do = rng.standard_normal((B, S, H, D)).astype(np.float32)
+    v = rng.standard_normal((B, S, Hk, Dv)).astype(np.float32)
+    do = rng.standard_normal((B, S, H, Dv)).astype(np.float32)
     return q, k, v, do
 
 
@@ -74,30 +75,33 @@ def run_cases(W, rank, results):
     from paddle_flashmask.distributed import allgather
 
     B, H, Hk, D = 2, 4, 2, 16
-    for S in (77, 130):
-        for name, idx, causal in mask_cases(S, H, Hk, seed=S):
-            q, k, v, do = case_inputs(S * 7 + len(name), B, S, H, Hk, D)
-            ref = single_device(q, k, v, do, idx, causal)
-            for method in ("allgather", "ulysses", "allgather_per_peer"):
-                if method == "allgather_per_peer" and (W == 2 or S != 130):
-                    continue
-                if method == "ulysses" and (H % W or Hk % W or (idx is not None and idx.shape[1] % W and idx.shape[1] > 1)):
-                    continue
-                tag = f"{method}/{name}/S{S}"
-                # per_peer: one all-to-all and kernel call per peer, as when parts hit 2^19 keys
-                allgather.KEYS_PER_PART = 1 if method == "allgather_per_peer" else 1 << 19
-                try:
-                    rows, got = context_parallel(q, k, v, do, idx, causal, W, rank, method.split("_")[0])
-                    want = [ref[0][:, rows], ref[1][:, :, rows], ref[2][:, rows]]
-                    errs = [rel(got[0], want[0]), float(np.nanmax(np.abs(np.where(np.isinf(want[1]), 0, got[1] - want[1])))),
-                            rel(got[2], want[2])]
-                    lse_inf_ok = bool(np.array_equal(np.isinf(got[1]), np.isinf(want[1])))
-                    # dk/dv: this rank's rows of the full gradient
-                    errs += [rel(got[3], ref[3][:, rows]), rel(got[4], ref[4][:, rows])]
-                    results["cases"].append({"case": tag, "errs": errs, "lse_inf_ok": lse_inf_ok,
-                                             "rows": int(len(rows))})
-                except Exception:
-                    results["cases"].append({"case": tag, "error": traceback.format_exc()[-2000:]})
+    cases = [(S, name, idx, causal, None) for S in (77, 130) for name, idx, causal in mask_cases(S, H, Hk, seed=S)]
+    # value with a head dim of its own (MLA-style)
+    cases += [(130, name + "_dv8", idx, causal, 8) for name, idx, causal in mask_cases(130, H, Hk, seed=130)
+              if name in ("causal_document", f"random_c4_full_hm{H}")]
+    for S, name, idx, causal, Dv in cases:
+        q, k, v, do = case_inputs(S * 7 + len(name), B, S, H, Hk, D, Dv)
+        ref = single_device(q, k, v, do, idx, causal)
+        for method in ("allgather", "ulysses", "allgather_per_peer"):
+            if method == "allgather_per_peer" and (W == 2 or S != 130):
+                continue
+            if method == "ulysses" and (H % W or Hk % W or (idx is not None and idx.shape[1] % W and idx.shape[1] > 1)):
+                continue
+            tag = f"{method}/{name}/S{S}"
+            # per_peer: one all-to-all and kernel call per peer, as when parts hit 2^19 keys
+            allgather.KEYS_PER_PART = 1 if method == "allgather_per_peer" else 1 << 19
+            try:
+                rows, got = context_parallel(q, k, v, do, idx, causal, W, rank, method.split("_")[0])
+                want = [ref[0][:, rows], ref[1][:, :, rows], ref[2][:, rows]]
+                errs = [rel(got[0], want[0]), float(np.nanmax(np.abs(np.where(np.isinf(want[1]), 0, got[1] - want[1])))),
+                        rel(got[2], want[2])]
+                lse_inf_ok = bool(np.array_equal(np.isinf(got[1]), np.isinf(want[1])))
+                # dk/dv: this rank's rows of the full gradient
+                errs += [rel(got[3], ref[3][:, rows]), rel(got[4], ref[4][:, rows])]
+                results["cases"].append({"case": tag, "errs": errs, "lse_inf_ok": lse_inf_ok,
+                                         "rows": int(len(rows))})
+            except Exception:
+                results["cases"].append({"case": tag, "error": traceback.format_exc()[-2000:]})
 
 
 def expect_raise(results, tag, fn):

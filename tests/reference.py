@@ -33,7 +33,7 @@ def keep_mask(indices, causal, batch, num_heads_k, seqlen_q, seqlen_k, window=No
 
 
 def attention_fwd_bwd(q, k, v, keep, scale, dout=None):
-    """q [B,Sq,H,D], k/v [B,Sk,Hk,D], keep [B,Hk|1,Sq,Sk]. Returns dict of float64 arrays."""
+    """q [B,Sq,H,D], k [B,Sk,Hk,D], v [B,Sk,Hk,Dv], keep [B,Hk|H|1,Sq,Sk]. Returns dict of float64 arrays."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     b, sq, h, d = q.shape
     hk = k.shape[2]
@@ -69,7 +69,7 @@ def attention_fwd_bwd(q, k, v, keep, scale, dout=None):
         # Sum the GQA group back onto the kv heads.
         res["dq"] = dq.transpose(0, 2, 1, 3)
         res["dk"] = dk.reshape(b, hk, group, -1, d).sum(2).transpose(0, 2, 1, 3)
-        res["dv"] = dv.reshape(b, hk, group, -1, d).sum(2).transpose(0, 2, 1, 3)
+        res["dv"] = dv.reshape(b, hk, group, -1, v.shape[3]).sum(2).transpose(0, 2, 1, 3)
         res["dq_mag"] = dq_mag.transpose(0, 2, 1, 3)
         res["dk_mag"] = dk_mag.reshape(b, hk, group, -1, d).sum(2).transpose(0, 2, 1, 3)
         res["dv_mag"] = res["dv"]

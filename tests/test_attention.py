@@ -29,19 +29,21 @@ def as_f64(t):
 
 
 def run_case(rng, batch, seqlen_q, seqlen_k, heads, heads_k, dim, causal, indices=None,
-             window=None, dtype="float32", scale=None, use_backward=True):
-    """Runs the op (forward + loss.backward()) and compares with the reference."""
+             window=None, dtype="float32", scale=None, use_backward=True, dim_v=None):
+    """Runs the op (forward + loss.backward()) and compares with the reference. dim_v: value's
+    own head dim (MLA-style), default dim."""
+    dim_v = dim if dim_v is None else dim_v
     q = to_paddle(rng.standard_normal((batch, seqlen_q, heads, dim)), dtype)
     k = to_paddle(rng.standard_normal((batch, seqlen_k, heads_k, dim)), dtype)
-    v = to_paddle(rng.standard_normal((batch, seqlen_k, heads_k, dim)), dtype)
-    dout = to_paddle(rng.standard_normal((batch, seqlen_q, heads, dim)), dtype)
+    v = to_paddle(rng.standard_normal((batch, seqlen_k, heads_k, dim_v)), dtype)
+    dout = to_paddle(rng.standard_normal((batch, seqlen_q, heads, dim_v)), dtype)
     for t in (q, k, v):
         t.stop_gradient = False
     idx = None if indices is None else paddle.to_tensor(indices)
     out, lse = pfm.flashmask_attention(
         q, k, v, idx, causal=causal, window_size=window, return_softmax_lse=True, softmax_scale=scale
     )
-    assert out.shape == q.shape and out.dtype == q.dtype
+    assert list(out.shape) == [batch, seqlen_q, heads, dim_v] and out.dtype == q.dtype
     assert lse.shape == [batch, heads, seqlen_q] and lse.dtype == paddle.float32
 
     mask_heads = heads_k if indices is None else indices.shape[1]
@@ -101,6 +103,40 @@ def test_gqa_and_mask_heads(rng, heads, heads_k, mask_heads, causal, cols):
     hm = {"one": 1, "per_kv_head": heads_k, "per_query_head": heads}[mask_heads]
     idx = random_indices(rng, 2, hm, 150, 150, causal, cols)
     run_case(rng, 2, 150, 150, heads, heads_k, 24, causal, idx)
+
+
+@pytest.mark.parametrize("causal,cols", FORMS)
+@pytest.mark.parametrize("dim,dim_v", [(24, 16), (16, 40), (192, 128)])
+def test_value_head_dim_of_its_own(rng, causal, cols, dim, dim_v):
+    """MLA-style attention (DeepSeek-V3: q/k 192, v 128): out and dv take value's head dim."""
+    seqlen = 77 if dim == 192 else 150
+    idx = None if cols == 0 else random_indices(rng, 2, 2, seqlen, seqlen, causal, cols)
+    run_case(rng, 2, seqlen, seqlen, 4, 2, dim, causal, idx, dim_v=dim_v)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(1, 130), (130, 70)])
+def test_value_head_dim_unequal_lengths_and_precision(rng, dtype, seqlen_q, seqlen_k):
+    idx = random_indices(rng, 1, 6, seqlen_q, seqlen_k, False, 4)  # one mask per query head
+    run_case(rng, 1, seqlen_q, seqlen_k, 6, 2, 48, False, idx, dtype=dtype, dim_v=32)
+
+
+def test_value_head_dim_with_fully_masked_rows_and_block_mask(rng):
+    S = 260
+    idx = masks.causal_document_mask([[100, 60, 100]])  # per-document causal
+    bm = np.ones([1, 1, 3, 3], np.int32)
+    bm[0, 0, 2, :] = 0  # rows 256-259 see nothing
+    q = paddle.to_tensor(rng.standard_normal((1, S, 4, 32)).astype(np.float32), stop_gradient=False)
+    k = paddle.to_tensor(rng.standard_normal((1, S, 2, 32)).astype(np.float32), stop_gradient=False)
+    v = paddle.to_tensor(rng.standard_normal((1, S, 2, 8)).astype(np.float32), stop_gradient=False)
+    do = rng.standard_normal((1, S, 4, 8))
+    out = pfm.flashmask_attention(q, k, v, idx, causal=True, block_mask=paddle.to_tensor(bm))
+    grads = paddle.grad([out], [q, k, v], [paddle.to_tensor(do.astype(np.float32))])
+    keep = keep_mask(idx.numpy(), True, 1, 2, S, S) & (np.arange(S) < 256)[None, None, :, None]
+    ref = attention_fwd_bwd(as_f64(q), as_f64(k), as_f64(v), keep, 32**-0.5, do)
+    assert rel_err(as_f64(out), ref["out"]) < 1e-5 and np.all(out.numpy()[0, 256:] == 0)
+    for name, g in zip(("dq", "dk", "dv"), grads):
+        assert rel_err(as_f64(g), ref[name], ref[name + "_mag"]) < 1e-5, name
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

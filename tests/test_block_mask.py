@@ -91,3 +91,21 @@ def test_bad_block_mask_raises(bad, err, match):
     idx = paddle.to_tensor(random_indices(np.random.default_rng(0), B, 1, 300, 300, True, 1))
     with pytest.raises(err, match=match):
         pfm.flashmask_attention(q, k, k, idx, causal=True, block_mask=bad())
+
+
+def test_block_mask_values_read_once_per_tensor_and_again_after_in_place_change(monkeypatch):
+    """Every layer gets the same block_mask: its values are read back (a device sync on GPU)
+    once, and again only when the tensor changed in place."""
+    q = paddle.randn([1, 200, H, D])
+    k = paddle.randn([1, 200, HK, D])
+    bm = paddle.ones([1, 1, 2, 2], dtype="int32")
+    reads = []
+    real_numpy = paddle.Tensor.numpy
+    monkeypatch.setattr(paddle.Tensor, "numpy",
+                        lambda self, *a, **kw: (reads.append(list(self.shape)), real_numpy(self, *a, **kw))[1])
+    for _ in range(3):
+        pfm.flashmask_attention(q, k, k, causal=True, block_mask=bm)
+    assert reads.count([1, 1, 2, 2]) == 1, reads
+    bm[0, 0, 1, 1] = 3  # in place: no longer 0/1
+    with pytest.raises(ValueError, match="0 \\(masked block\\) or 1"):
+        pfm.flashmask_attention(q, k, k, causal=True, block_mask=bm)

@@ -69,7 +69,9 @@ struct FwdParams {
   int seqlen_k = 0;
   int num_heads = 0;    // H (query heads)
   int num_heads_k = 0;  // Hk (key/value heads), H % Hk == 0
-  int head_dim = 0;
+  int head_dim = 0;     // of q and k
+  int head_dim_v = 0;   // of v and out (MLA: 128 with q/k at 192); 0 = head_dim
+  FLASHMASK_HOST_DEVICE int value_head_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
 
   float softmax_scale = 1.f;
   MaskParams mask;

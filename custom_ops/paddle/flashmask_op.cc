@@ -29,9 +29,14 @@ struct Strides {
 };
 
 // [batch, seqlen, heads, dim], contiguous.
-Strides bshd_strides(const paddle::Tensor& t) {
-  const auto& s = t.shape();
+Strides bshd_strides(const std::vector<int64_t>& s) {
   return Strides{s[1] * s[2] * s[3], s[2] * s[3], s[3]};
+}
+Strides bshd_strides(const paddle::Tensor& t) { return bshd_strides(t.shape()); }
+
+// out and dout: query's batch, rows and heads with value's head dim.
+std::vector<int64_t> out_shape_of(const std::vector<int64_t>& q_shape, const std::vector<int64_t>& v_shape) {
+  return {q_shape[0], q_shape[1], q_shape[2], v_shape[3]};
 }
 
 void check_qkv(const paddle::Tensor& q, const paddle::Tensor& k, const paddle::Tensor& v) {
@@ -39,7 +44,10 @@ void check_qkv(const paddle::Tensor& q, const paddle::Tensor& k, const paddle::T
            "flashmask_attention: query/key/value must be 4-D [batch, seqlen, heads, head_dim]");
   PD_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(),
            "flashmask_attention: query/key/value must share one dtype");
-  PD_CHECK(k.shape() == v.shape(), "flashmask_attention: key and value shapes differ");
+  // value may have its own head dim (MLA: q/k 192, v 128); out follows value.
+  PD_CHECK(k.shape()[0] == v.shape()[0] && k.shape()[1] == v.shape()[1] && k.shape()[2] == v.shape()[2] &&
+               v.shape()[3] > 0,
+           "flashmask_attention: key and value differ in batch, length or heads");
   PD_CHECK(q.shape()[0] == k.shape()[0] && q.shape()[3] == k.shape()[3],
            "flashmask_attention: batch or head_dim of query and key differ");
   PD_CHECK(k.shape()[2] > 0 && q.shape()[2] % k.shape()[2] == 0,
@@ -64,14 +72,16 @@ flashmask::FwdParams make_fwd_params(const paddle::Tensor& q, const paddle::Tens
   p.k = k.data();
   p.v = v.data();
   const Strides qs = bshd_strides(q), ks = bshd_strides(k), vs = bshd_strides(v);
+  const Strides os = bshd_strides(out_shape_of(q.shape(), v.shape()));
   p.q_batch_stride = qs.batch, p.q_row_stride = qs.row, p.q_head_stride = qs.head;
   p.k_batch_stride = ks.batch, p.k_row_stride = ks.row, p.k_head_stride = ks.head;
   p.v_batch_stride = vs.batch, p.v_row_stride = vs.row, p.v_head_stride = vs.head;
-  p.o_batch_stride = qs.batch, p.o_row_stride = qs.row, p.o_head_stride = qs.head;
+  p.o_batch_stride = os.batch, p.o_row_stride = os.row, p.o_head_stride = os.head;
   p.batch = int(q.shape()[0]);
   p.seqlen_q = int(q.shape()[1]);
   p.num_heads = int(q.shape()[2]);
   p.head_dim = int(q.shape()[3]);
+  p.head_dim_v = int(v.shape()[3]);
   p.seqlen_k = int(k.shape()[1]);
   p.num_heads_k = int(k.shape()[2]);
   p.softmax_scale = softmax_scale;
@@ -151,6 +161,9 @@ void set_block_mask(flashmask::FwdParams& p, const paddle::optional<paddle::Tens
 void check_cuda_config(const flashmask::FwdParams& p) {
   PD_CHECK(flashmask::cuda_supports(p.dtype, p.head_dim),
            "flashmask_attention on GPU takes float16/bfloat16 inputs with head_dim 32, 64 or 128");
+  PD_CHECK(p.value_head_dim() == p.head_dim,
+           "flashmask_attention on GPU takes value with the head_dim of query and key (the CPU kernel "
+           "takes any)");
 }
 
 // An integer in [lo, hi] from the environment variable `name`; `unset` when
@@ -192,7 +205,7 @@ std::vector<paddle::Tensor> FlashMaskForward(const paddle::Tensor& q, const padd
   // deterministic concerns only the backward (the forward has no atomics).
   check_qkv(q, k, v);
   const auto mask = effective_indices(indices, q, k, causal, window_left, window_right);
-  auto out = paddle::empty(q.shape(), q.dtype(), q.place());
+  auto out = paddle::empty(out_shape_of(q.shape(), v.shape()), q.dtype(), q.place());
   auto lse = paddle::empty({q.shape()[0], q.shape()[2], q.shape()[1]}, paddle::DataType::FLOAT32,
                            q.place());
   flashmask::FwdParams p =
@@ -226,11 +239,12 @@ std::vector<paddle::Tensor> FlashMaskBackward(const paddle::Tensor& q, const pad
                                               bool causal, int window_left, int window_right,
                                               int gpu_kernel, bool deterministic) {
   check_qkv(q, k, v);
-  PD_CHECK(dout.shape() == q.shape() && dout.dtype() == q.dtype(),
-           "flashmask_attention grad: dout must match query");
+  const std::vector<int64_t> out_shape = out_shape_of(q.shape(), v.shape());
+  PD_CHECK(dout.shape() == out_shape && dout.dtype() == q.dtype(),
+           "flashmask_attention grad: dout must be [batch, seqlen_q, heads, value head_dim]");
   // pfm_flashmask_attention_bwd takes out/lse from its caller.
-  PD_CHECK(out.shape() == q.shape() && out.dtype() == q.dtype(),
-           "flashmask_attention grad: out must match query");
+  PD_CHECK(out.shape() == out_shape && out.dtype() == q.dtype(),
+           "flashmask_attention grad: out must be [batch, seqlen_q, heads, value head_dim]");
   PD_CHECK(lse.dtype() == paddle::DataType::FLOAT32 &&
                lse.shape() == std::vector<int64_t>({q.shape()[0], q.shape()[2], q.shape()[1]}),
            "flashmask_attention grad: softmax_lse must be float32 [batch, heads, seqlen_q]");
@@ -252,11 +266,12 @@ std::vector<paddle::Tensor> FlashMaskBackward(const paddle::Tensor& q, const pad
   p.dq = dq.data();
   p.dk = dk.data();
   p.dv = dv.data();
-  const Strides qs = bshd_strides(q), ks = bshd_strides(k);
-  p.do_batch_stride = qs.batch, p.do_row_stride = qs.row, p.do_head_stride = qs.head;
+  const Strides qs = bshd_strides(q), ks = bshd_strides(k), vs = bshd_strides(v);
+  const Strides os = bshd_strides(out_shape);
+  p.do_batch_stride = os.batch, p.do_row_stride = os.row, p.do_head_stride = os.head;
   p.dq_batch_stride = qs.batch, p.dq_row_stride = qs.row, p.dq_head_stride = qs.head;
   p.dk_batch_stride = ks.batch, p.dk_row_stride = ks.row, p.dk_head_stride = ks.head;
-  p.dv_batch_stride = ks.batch, p.dv_row_stride = ks.row, p.dv_head_stride = ks.head;
+  p.dv_batch_stride = vs.batch, p.dv_row_stride = vs.row, p.dv_head_stride = vs.head;
   if (q.is_cpu()) {
     flashmask::run_bwd_cpu(p);
   } else {
@@ -320,7 +335,7 @@ std::vector<std::vector<int64_t>> FlashMaskForwardInferShape(
     const std::vector<int64_t>& v_shape,
     const paddle::optional<std::vector<int64_t>>& indices_shape,
     const paddle::optional<std::vector<int64_t>>& block_mask_shape) {
-  return {q_shape, {q_shape[0], q_shape[2], q_shape[1]}};
+  return {out_shape_of(q_shape, v_shape), {q_shape[0], q_shape[2], q_shape[1]}};
 }
 
 std::vector<paddle::DataType> FlashMaskForwardInferDtype(

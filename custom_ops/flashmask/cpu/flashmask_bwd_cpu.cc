@@ -24,7 +24,7 @@ struct BwdScratch {
   // pass 1: each query head's mask summary row and index columns for this key block
   std::vector<const BlockBounds*> head_bounds;
   std::vector<const int32_t*> head_columns;
-  void ensure(int padded_dim) {
+  void ensure(int padded_dim) {  // the wider of the q/k and v head dims
     if (!q.empty()) return;
     const int64_t rows_by_dim = int64_t(std::max(kBlockM, kBlockN)) * padded_dim;
     q.resize(rows_by_dim);
@@ -73,6 +73,10 @@ template <typename T>
 void bwd_impl(const BwdParams& p) {
   const int dim = p.head_dim;
   const int padded_dim = round_up(dim, 2 * kLanes);
+  // v, out and dout have their own head dim (MLA): dP, dV and delta run over it
+  const int dim_v = p.value_head_dim();
+  const int padded_dim_v = round_up(dim_v, 2 * kLanes);
+  const int scratch_dim = std::max(padded_dim, padded_dim_v);
   const int q_blocks = ceil_div(p.seqlen_q, kBlockM);
   const int k_blocks = ceil_div(p.seqlen_k, kBlockN);
   const int group = p.num_heads / p.num_heads_k;
@@ -88,7 +92,7 @@ void bwd_impl(const BwdParams& p) {
       const T* g = row_ptr<T>(p.dout, p.do_batch_stride, p.do_row_stride, p.do_head_stride,
                               batch, i, head);
       float sum = 0.f;
-      for (int d = 0; d < dim; ++d) sum += to_float(o[d]) * to_float(g[d]);
+      for (int d = 0; d < dim_v; ++d) sum += to_float(o[d]) * to_float(g[d]);
       delta[bh * p.seqlen_q + i] = sum;
     }
   });
@@ -120,19 +124,19 @@ void bwd_impl(const BwdParams& p) {
         w.head_columns[g] = mask_columns(p, batch, first_head + g);
       }
 
-      w.ensure(padded_dim);
+      w.ensure(scratch_dim);
       float* dk_acc = w.acc_a.data();
       float* dv_acc = w.acc_b.data();
       fill(dk_acc, int64_t(kBlockN) * padded_dim, 0.f);
-      fill(dv_acc, int64_t(kBlockN) * padded_dim, 0.f);
+      fill(dv_acc, int64_t(kBlockN) * padded_dim_v, 0.f);
       load_rows_transposed(w.kt.data(), padded_dim, kBlockN,
                            row_ptr<T>(p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride,
                                       batch, c0, head_k),
                            p.k_row_stride, cols, dim);
-      load_rows_transposed(w.vt.data(), padded_dim, kBlockN,
+      load_rows_transposed(w.vt.data(), padded_dim_v, kBlockN,
                            row_ptr<T>(p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride,
                                       batch, c0, head_k),
-                           p.v_row_stride, cols, dim);
+                           p.v_row_stride, cols, dim_v);
 
       for (int q_block = 0; q_block < q_blocks; ++q_block) {
         const int r0 = q_block * kBlockM;
@@ -145,10 +149,10 @@ void bwd_impl(const BwdParams& p) {
                     row_ptr<T>(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, batch, r0,
                                head),
                     p.q_row_stride, rows, dim, p.softmax_scale);
-          load_rows(w.dout.data(), padded_dim, kBlockM,
+          load_rows(w.dout.data(), padded_dim_v, kBlockM,
                     row_ptr<T>(p.dout, p.do_batch_stride, p.do_row_stride, p.do_head_stride,
                                batch, r0, head),
-                    p.do_row_stride, rows, dim);
+                    p.do_row_stride, rows, dim_v);
           gemm<false>(kBlockM, kBlockN, padded_dim, w.q.data(), padded_dim, w.kt.data(), kBlockN,
                       w.s.data(), kBlockN);
           if (kind == TileKind::kPartial) {
@@ -156,14 +160,14 @@ void bwd_impl(const BwdParams& p) {
                        p.mask.col_stride,
                        p.mask, p.seqlen_q, p.seqlen_k);
           }
-          gemm<false>(kBlockM, kBlockN, padded_dim, w.dout.data(), padded_dim, w.vt.data(),
+          gemm<false>(kBlockM, kBlockN, padded_dim_v, w.dout.data(), padded_dim_v, w.vt.data(),
                       kBlockN, w.dp.data(), kBlockN);
           probs_and_dscores(w.s.data(), w.dp.data(), rows,
                             lse_of(batch, head) + r0, delta_of(batch, head) + r0);
           // dV += P^T dO ; dK += dS^T (scale Q)
           transpose(w.t.data(), w.s.data(), kBlockM, kBlockN);
-          gemm<true>(kBlockN, padded_dim, kBlockM, w.t.data(), kBlockM, w.dout.data(),
-                     padded_dim, dv_acc, padded_dim);
+          gemm<true>(kBlockN, padded_dim_v, kBlockM, w.t.data(), kBlockM, w.dout.data(),
+                     padded_dim_v, dv_acc, padded_dim_v);
           transpose(w.t.data(), w.dp.data(), kBlockM, kBlockN);
           gemm<true>(kBlockN, padded_dim, kBlockM, w.t.data(), kBlockM, w.q.data(), padded_dim,
                      dk_acc, padded_dim);
@@ -174,7 +178,7 @@ void bwd_impl(const BwdParams& p) {
                  p.dk_row_stride, dk_acc, padded_dim, cols, dim);
       store_rows(static_cast<T*>(p.dv) + batch * p.dv_batch_stride + c0 * p.dv_row_stride +
                      head_k * p.dv_head_stride,
-                 p.dv_row_stride, dv_acc, padded_dim, cols, dim);
+                 p.dv_row_stride, dv_acc, padded_dim_v, cols, dim_v);
     });
   }
 
@@ -193,17 +197,17 @@ void bwd_impl(const BwdParams& p) {
       const int rows = std::min(kBlockM, p.seqlen_q - r0);
 
       BwdScratch& w = scratch[worker];
-      w.ensure(padded_dim);
+      w.ensure(scratch_dim);
       float* dq_acc = w.acc_a.data();
       fill(dq_acc, int64_t(kBlockM) * padded_dim, 0.f);
       load_rows(w.q.data(), padded_dim, kBlockM,
                 row_ptr<T>(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, batch, r0,
                            head),
                 p.q_row_stride, rows, dim, p.softmax_scale);
-      load_rows(w.dout.data(), padded_dim, kBlockM,
+      load_rows(w.dout.data(), padded_dim_v, kBlockM,
                 row_ptr<T>(p.dout, p.do_batch_stride, p.do_row_stride, p.do_head_stride, batch,
                            r0, head),
-                p.do_row_stride, rows, dim);
+                p.do_row_stride, rows, dim_v);
 
       for (int k_block = 0; k_block < k_blocks; ++k_block) {
         const int c0 = k_block * kBlockN;
@@ -216,17 +220,17 @@ void bwd_impl(const BwdParams& p) {
                                 head_k);
         load_rows_transposed(w.kt.data(), padded_dim, kBlockN, k, p.k_row_stride, cols, dim);
         load_rows(w.k.data(), padded_dim, kBlockN, k, p.k_row_stride, cols, dim);
-        load_rows_transposed(w.vt.data(), padded_dim, kBlockN,
+        load_rows_transposed(w.vt.data(), padded_dim_v, kBlockN,
                              row_ptr<T>(p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride,
                                         batch, c0, head_k),
-                             p.v_row_stride, cols, dim);
+                             p.v_row_stride, cols, dim_v);
         gemm<false>(kBlockM, kBlockN, padded_dim, w.q.data(), padded_dim, w.kt.data(), kBlockN,
                     w.s.data(), kBlockN);
         if (kind == TileKind::kPartial) {
           apply_mask(w.s.data(), kBlockN, r0, rows, c0, kBlockN, columns, p.mask.col_stride,
                      p.mask, p.seqlen_q, p.seqlen_k);
         }
-        gemm<false>(kBlockM, kBlockN, padded_dim, w.dout.data(), padded_dim, w.vt.data(),
+        gemm<false>(kBlockM, kBlockN, padded_dim_v, w.dout.data(), padded_dim_v, w.vt.data(),
                     kBlockN, w.dp.data(), kBlockN);
         probs_and_dscores(w.s.data(), w.dp.data(), rows,
                           lse_of(batch, head) + r0, delta_of(batch, head) + r0);

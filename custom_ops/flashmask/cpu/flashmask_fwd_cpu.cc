@@ -17,13 +17,13 @@ namespace {
 
 struct FwdScratch {
   std::vector<float> q, kt, v, s, acc, row_max, row_sum;
-  void ensure(int padded_dim) {
+  void ensure(int padded_dim, int padded_dim_v) {
     if (!q.empty()) return;
     q.resize(kBlockM * padded_dim);
     kt.resize(padded_dim * kBlockN);
-    v.resize(kBlockN * padded_dim);
+    v.resize(kBlockN * padded_dim_v);
     s.resize(kBlockM * kBlockN);
-    acc.resize(kBlockM * padded_dim);
+    acc.resize(kBlockM * padded_dim_v);
     row_max.resize(kBlockM);
     row_sum.resize(kBlockM);
   }
@@ -62,6 +62,8 @@ template <typename T>
 void fwd_impl(const FwdParams& p) {
   const int dim = p.head_dim;
   const int padded_dim = round_up(dim, 2 * kLanes);
+  const int dim_v = p.value_head_dim();
+  const int padded_dim_v = round_up(dim_v, 2 * kLanes);
   const int q_blocks = ceil_div(p.seqlen_q, kBlockM);
   const int k_blocks = ceil_div(p.seqlen_k, kBlockN);
   const int group = p.num_heads / p.num_heads_k;
@@ -81,13 +83,13 @@ void fwd_impl(const FwdParams& p) {
     const int rows = std::min(kBlockM, p.seqlen_q - r0);
 
     FwdScratch& w = scratch[worker];
-    w.ensure(padded_dim);
+    w.ensure(padded_dim, padded_dim_v);
     const T* q = static_cast<const T*>(p.q) + batch * p.q_batch_stride + r0 * p.q_row_stride +
                  head * p.q_head_stride;
     load_rows(w.q.data(), padded_dim, kBlockM, q, p.q_row_stride, rows, dim, p.softmax_scale);
     fill(w.row_max.data(), kBlockM, kNegInf);
     fill(w.row_sum.data(), kBlockM, 0.f);
-    fill(w.acc.data(), int64_t(kBlockM) * padded_dim, 0.f);
+    fill(w.acc.data(), int64_t(kBlockM) * padded_dim_v, 0.f);
     const int32_t* columns = mask_columns(p, batch, head);
 
     for (int k_block = 0; k_block < k_blocks; ++k_block) {
@@ -115,13 +117,13 @@ void fwd_impl(const FwdParams& p) {
         }
         const float alpha = softmax_update_row(s_row, w.row_max[i], w.row_sum[i]);
         if (alpha != 1.f) {
-          float* acc_row = w.acc.data() + int64_t(i) * padded_dim;
-          for (int d = 0; d < padded_dim; ++d) acc_row[d] *= alpha;
+          float* acc_row = w.acc.data() + int64_t(i) * padded_dim_v;
+          for (int d = 0; d < padded_dim_v; ++d) acc_row[d] *= alpha;
         }
       }
-      load_rows(w.v.data(), padded_dim, kBlockN, v, p.v_row_stride, cols, dim);
-      gemm<true>(kBlockM, padded_dim, kBlockN, w.s.data(), kBlockN, w.v.data(), padded_dim,
-                 w.acc.data(), padded_dim);
+      load_rows(w.v.data(), padded_dim_v, kBlockN, v, p.v_row_stride, cols, dim_v);
+      gemm<true>(kBlockM, padded_dim_v, kBlockN, w.s.data(), kBlockN, w.v.data(), padded_dim_v,
+                 w.acc.data(), padded_dim_v);
     }
 
     T* out = static_cast<T*>(p.out) + batch * p.o_batch_stride + r0 * p.o_row_stride +
@@ -132,10 +134,10 @@ void fwd_impl(const FwdParams& p) {
       const bool empty = w.row_sum[i] == 0.f;
       const float inv = empty ? 0.f : 1.f / w.row_sum[i];
       lse[i] = empty ? kNegInf : w.row_max[i] + std::log(w.row_sum[i]);
-      float* acc_row = w.acc.data() + int64_t(i) * padded_dim;
-      for (int d = 0; d < dim; ++d) acc_row[d] *= inv;
+      float* acc_row = w.acc.data() + int64_t(i) * padded_dim_v;
+      for (int d = 0; d < dim_v; ++d) acc_row[d] *= inv;
     }
-    store_rows(out, p.o_row_stride, w.acc.data(), padded_dim, rows, dim);
+    store_rows(out, p.o_row_stride, w.acc.data(), padded_dim_v, rows, dim_v);
   });
 }
 
