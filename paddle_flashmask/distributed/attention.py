@@ -157,7 +157,7 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, causal=
             str(startend_row_indices.place) != str(query.place):
         raise ValueError(f"startend_row_indices must be on the device of query ({query.place}), "
                          f"got {startend_row_indices.place}")
-    validation.check_device_support(query, D)
+    validation.check_device_support(query, D, int(value.shape[3]))
     gpu_kernel_name = get_gpu_kernel()
     validation.check_sm90_forced(query, D, gpu_kernel_name)
     deterministic = _default_deterministic() if deterministic is None else \
