@@ -75,11 +75,21 @@ def run_cases(W, rank, results):
     from paddle_flashmask.distributed import allgather
 
     B, H, Hk, D = 2, 4, 2, 16
-    cases = [(S, name, idx, causal, None) for S in (77, 130) for name, idx, causal in mask_cases(S, H, Hk, seed=S)]
+    # (S, name, indices, causal, value head dim, chunk size, sparse K/V exchange)
+    cases = [(S, name, idx, causal, None, None, True) for S in (77, 130)
+             for name, idx, causal in mask_cases(S, H, Hk, seed=S)]
     # value with a head dim of its own (MLA-style)
-    cases += [(130, name + "_dv8", idx, causal, 8) for name, idx, causal in mask_cases(130, H, Hk, seed=130)
+    cases += [(130, name + "_dv8", idx, causal, 8, None, True) for name, idx, causal in mask_cases(130, H, Hk, seed=130)
               if name in ("causal_document", f"random_c4_full_hm{H}")]
-    for S, name, idx, causal, Dv in cases:
+    # every key sent to every rank (PADDLE_FLASHMASK_CP_SPARSE=0)
+    cases += [(130, name + "_dense_exchange", idx, causal, None, None, False)
+              for name, idx, causal in mask_cases(130, H, Hk, seed=130) if name in ("share_question", "random_eviction")]
+    # one document per rank, chunks aligned to them: every rank needs no remote key (empty parts)
+    for causal in (True, False):
+        docs = [40] * W  # batch 2 (the q/k/v batch)
+        idx = (masks.causal_document_mask(docs, batch_size=B) if causal else masks.document_mask(docs, batch_size=B)).numpy()
+        cases.append((40 * W, f"own_document_{'causal' if causal else 'full'}", idx, causal, None, 40, True))
+    for S, name, idx, causal, Dv, chunk_size, sparse in cases:
         q, k, v, do = case_inputs(S * 7 + len(name), B, S, H, Hk, D, Dv)
         ref = single_device(q, k, v, do, idx, causal)
         for method in ("allgather", "ulysses", "allgather_per_peer"):
@@ -90,8 +100,9 @@ def run_cases(W, rank, results):
             tag = f"{method}/{name}/S{S}"
             # per_peer: one all-to-all and kernel call per peer, as when parts hit 2^19 keys
             allgather.KEYS_PER_PART = 1 if method == "allgather_per_peer" else 1 << 19
+            allgather.SPARSE_EXCHANGE = sparse
             try:
-                rows, got = context_parallel(q, k, v, do, idx, causal, W, rank, method.split("_")[0])
+                rows, got = context_parallel(q, k, v, do, idx, causal, W, rank, method.split("_")[0], chunk_size)
                 want = [ref[0][:, rows], ref[1][:, :, rows], ref[2][:, rows]]
                 errs = [rel(got[0], want[0]), float(np.nanmax(np.abs(np.where(np.isinf(want[1]), 0, got[1] - want[1])))),
                         rel(got[2], want[2])]
@@ -102,6 +113,8 @@ def run_cases(W, rank, results):
                                          "rows": int(len(rows))})
             except Exception:
                 results["cases"].append({"case": tag, "error": traceback.format_exc()[-2000:]})
+            finally:
+                allgather.SPARSE_EXCHANGE = True
 
 
 def expect_raise(results, tag, fn):

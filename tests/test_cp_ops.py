@@ -474,6 +474,16 @@ def test_gather_units_permutes_head_groups(ops, rng):
     np.testing.assert_array_equal(f32(out), want)
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES + ["int32"])
+def test_gather_units_minus_one_writes_a_zero_unit(ops, rng, dtype):
+    x, x_np = random_values(rng, (4 * 6,), dtype)
+    src = np.array([3, -1, 0, -1, -1, 2], np.int64)
+    out = ops.pfm_cp_gather_units(x, tensor(src), 6, [6, 6])
+    got = out.numpy() if dtype.startswith("int") else f32(out)
+    want = np.where((src >= 0)[:, None], x_np.reshape(4, 6)[np.maximum(src, 0)], 0)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_gather_units_empty(ops):
     x = tensor(np.arange(1, 25, dtype=np.float32))
     out = ops.pfm_cp_gather_units(x, tensor(np.zeros(0, np.int64)), 8, [0, 8])
@@ -482,7 +492,7 @@ def test_gather_units_empty(ops):
 
 @pytest.mark.parametrize("kwargs,match", [
     (dict(src=[0, 3]), r"src\[1\] = 3 is outside \[0, 3\)"),
-    (dict(src=[-1, 0]), r"src\[0\] = -1 is outside"),
+    (dict(src=[-2, 0]), r"src\[0\] = -2 is outside"),
     (dict(unit=0), "unit must be positive"),
     (dict(unit=5), "24 elements, not a multiple of unit = 5"),
     (dict(out_shape=[2, 9]), r"out_shape \[2, 9\] holds 18 elements, but N x unit = 2 x 8 = 16"),

@@ -223,3 +223,48 @@ def test_global_tokens_balanced_by_tiles():
     for W in (2, 4):
         plan = ContextParallelPlan(idx, False, W)
         assert plan.tile_imbalance <= 1.02 and plan.token_imbalance <= 1.08 and plan.work_imbalance <= 1.10, plan
+
+
+def dense_keys_needed(idx, causal, S, plan, src, dst):
+    keep = masks.to_dense(idx, causal, seqlen_q=S) if idx is not None else \
+        (np.tril(np.ones((S, S), bool)) if causal else np.ones((S, S), bool))[None, None]
+    seen = keep[:, :, plan.local_rows(dst)][:, :, :, plan.local_rows(src)].any(axis=(0, 1, 2))
+    return np.flatnonzero(seen)
+
+
+@pytest.mark.parametrize("name", ["causal_document", "share_question", "document", "global_sliding_window",
+                                  "prefix_lm_causal", "causal_blockwise", "qk_sparse", "random_eviction"])
+@pytest.mark.parametrize("W", [2, 3])
+def test_keys_needed_equals_the_dense_mask(name, W):
+    # what the allgather exchange sends src -> dst: the keys some row of dst attends to
+    S = 517
+    idx, causal = masks.example_mask(name, S, batch_size=2, num_heads=2, seed=W)
+    idx = idx.numpy()
+    plan = ContextParallelPlan(idx, causal, W, chunk_size=32)
+    for src in range(W):
+        for dst in range(W):
+            np.testing.assert_array_equal(plan.keys_needed(src, dst), dense_keys_needed(idx, causal, S, plan, src, dst))
+
+
+def test_keys_needed_random_intervals_and_no_mask():
+    from reference import random_indices
+
+    rng = np.random.default_rng(4)
+    S, W = 300, 3
+    cases = [(random_indices(rng, 2, hm, S, S, causal, C), causal)
+             for causal, C in ((True, 1), (True, 2), (False, 2), (False, 4)) for hm in (1, 2)]
+    cases += [(None, True), (None, False)]
+    for idx, causal in cases:
+        plan = ContextParallelPlan(idx, causal, W, chunk_size=16, seqlen=S)
+        for src in range(W):
+            for dst in range(W):
+                np.testing.assert_array_equal(plan.keys_needed(src, dst),
+                                              dense_keys_needed(idx, causal, S, plan, src, dst))
+
+
+def test_keys_needed_skips_other_documents():
+    # one document per rank: nothing crosses; packed short answers: most keys stay home
+    idx = masks.causal_document_mask([256, 256]).numpy()
+    plan = ContextParallelPlan(idx, True, 2, chunk_size=256)
+    assert plan.keys_needed(0, 1).size == 0 and plan.keys_needed(1, 0).size == 0
+    assert plan.keys_needed(0, 0).size == 256

@@ -100,11 +100,14 @@ void cp_accumulate_cuda(DType dtype, const void* a, const void* b, void* out, in
                         int64_t pieces, void* stream);
 
 // Copies units of unit_bytes: unit n of out is unit src[n] of x (x holds
-// x_units units). Dtype-free: only bytes move.
+// x_units units), or zeros where src[n] == kCpZeroUnit (scatters as gathers:
+// a key's dK from a peer that did not need the key is zero). Dtype-free: only
+// bytes move (all-zero bytes are 0 in every float type).
+constexpr int64_t kCpZeroUnit = -1;
 void cp_gather_units_cpu(const void* x, int64_t x_units, const int64_t* src, int64_t n,
                          int64_t unit_bytes, void* out);
-// An out-of-range src[n] writes a zero unit (a kernel cannot throw; the
-// Python layer computes src itself).
+// Any other out-of-range src[n] writes a zero unit too (a kernel cannot
+// throw; the Python layer computes src itself).
 void cp_gather_units_cuda(const void* x, int64_t x_units, const int64_t* src, int64_t n,
                           int64_t unit_bytes, void* out, void* stream);
 

@@ -2,7 +2,8 @@
 
 Forward on rank r: its K/V go to the other ranks by ring shifts (rank r sends to r + d and
 receives from r - d), the distances taken in groups, one all-to-all per group, all
-started at once. While they travel r attends its queries to its own keys, then to each
+started at once. Only the keys a destination's rows attend to travel
+(``ContextParallelPlan.keys_needed``): with documents, answers or windows most keys stay home. While they travel r attends its queries to its own keys, then to each
 arriving group's keys, and merges the partial softmaxes exactly by their LSE. A group
 holds as many peers as fit in 2^19 keys (the Hopper kernels' longest sequence), so few,
 large kernel calls do the work. Backward: each group part's backward (with the merged
@@ -14,6 +15,7 @@ tiles are skipped exactly as on one device. Any mask form, head count, GQA.
 
 from __future__ import annotations
 
+import os
 import weakref
 
 import numpy as np
@@ -24,6 +26,8 @@ from .spec import CallSpec
 
 # Keys of one kernel call at most (the Hopper kernels take sequences up to 2^19).
 KEYS_PER_PART = 1 << 19
+# PADDLE_FLASHMASK_CP_SPARSE=0 sends every key to every rank (for comparisons).
+SPARSE_EXCHANGE = os.environ.get("PADDLE_FLASHMASK_CP_SPARSE", "1") != "0"
 
 
 class Spec(CallSpec):
@@ -40,23 +44,43 @@ class Spec(CallSpec):
         """Ranks whose keys a group brings to this rank, ascending (the all-to-all's order)."""
         return sorted((self.rank - d) % self.W for d in group)
 
+    def destinations(self, group):
+        """Ranks this rank's keys go to in a group, ascending."""
+        return sorted((self.rank + d) % self.W for d in group)
+
+    def sent(self, src, dst):
+        """Positions among ``src``'s rows of the keys it sends ``dst`` (int64, sorted)."""
+        if not SPARSE_EXCHANGE:
+            return np.arange(self.plan.num_local_rows(src), dtype=np.int64)
+        return self.plan._keys_needed(src, dst)
+
+    def num_sent(self, src, dst):
+        return int(self.sent(src, dst).size)
+
+    def part_keys(self, group):
+        """Global key positions of a group's part on this rank, in arrival order."""
+        return np.concatenate([self.plan.local_rows(s)[self.sent(s, self.rank)] for s in self.sources(group)])
+
     def part_masks(self):
         """[mask of this rank's own keys, mask of each group's keys] for this rank's rows;
         cached per indices tensor (every layer of a model passes the same one)."""
         groups = self.groups()
         if self.indices is None and not self.causal:
             return [None] * (1 + len(groups))  # full attention: nothing to mask
-        key = ("masks", self.rank, id(self.indices) if self.indices is not None else None, str(self.place))
+        key = ("masks", self.rank, id(self.indices) if self.indices is not None else None, str(self.place),
+               SPARSE_EXCHANGE)
         hit = self.plan._device_cache.get(key)
         if hit is not None and (self.indices is None or hit[0]() is self.indices):
             return hit[1]
         table = self.plan._cached_index(("row_table", self.rank), self.plan.row_table(self.rank), self.place)
-        key_sets = [[self.rank]] + [self.sources(g) for g in groups]
         masks = []
-        for ranks in key_sets:
-            rows = np.concatenate([self.plan.local_rows(x) for x in ranks])
-            rows_t = self.plan._cached_index(("rows", tuple(ranks)), rows, self.place)
-            masks.append(tensor_ops.remap_indices(self.indices, rows_t, table, self.causal, self.plan.chunk_size,
+        for gi in range(-1, len(groups)):  # this rank's own keys, then each group's
+            keys = self.plan.local_rows(self.rank) if gi < 0 else self.part_keys(groups[gi])
+            if keys.size == 0:  # nothing of this group reaches this rank's rows
+                masks.append(None)
+                continue
+            keys_t = self.index(("part_keys", gi, SPARSE_EXCHANGE), lambda: keys)
+            masks.append(tensor_ops.remap_indices(self.indices, keys_t, table, self.causal, self.plan.chunk_size,
                                                   self.plan.seqlen))
         ref = weakref.ref(self.indices) if self.indices is not None else None
         self.plan._device_cache[key] = (ref, masks)
@@ -64,57 +88,83 @@ class Spec(CallSpec):
 
 
 def _group_splits(spec, group, back):
-    """Units rank s sends rank t: its rows to s + d (forward), or the rows of s - d back
-    to their owner (backward), for d in the group."""
+    """Units rank s sends rank t: its keys that s + d needs (forward), or the dK/dV of the
+    keys s got from s - d back to their owner (backward), for d in the group."""
     W, B = spec.W, spec.batch
     m = np.zeros((W, W), dtype=np.int64)
     for s in range(W):
         for d in group:
             if back:
-                m[s, (s - d) % W] = B * spec.plan.num_local_rows((s - d) % W)
+                m[s, (s - d) % W] = B * spec.num_sent((s - d) % W, s)
             else:
-                m[s, (s + d) % W] = B * spec.plan.num_local_rows(s)
+                m[s, (s + d) % W] = B * spec.num_sent(s, (s + d) % W)
     return m
 
 
-def _batch_major(spec, ranks):
-    """Units of ``[B, sum L]`` (keys of ``ranks`` in order) from the pieces ``[rank][B, L]``."""
-    lens = [spec.plan.num_local_rows(x) for x in ranks]
+def _batch_major(spec, lens):
+    """Units of ``[B, sum lens]`` (the pieces' keys in order) from the pieces ``[i][B, lens[i]]``."""
     base = np.concatenate([[0], np.cumsum([spec.batch * n for n in lens])[:-1]]).astype(np.int64)
     return np.concatenate([base[i] + b * n + np.arange(n, dtype=np.int64)
-                           for b in range(spec.batch) for i, n in enumerate(lens)])
+                           for b in range(spec.batch) for i, n in enumerate(lens)] + [np.zeros(0, np.int64)])
+
+
+def _sends_everything(spec, pairs):
+    return all(spec.num_sent(s, t) == spec.plan.num_local_rows(s) for s, t in pairs)
 
 
 def _send_kv(spec, x, gi, group):
     B, L, Hk, D = [int(d) for d in x.shape]
-    srcs = spec.sources(group)
-    keys = sum(spec.plan.num_local_rows(s) for s in srcs)
+    srcs, dsts = spec.sources(group), spec.destinations(group)
+    lens = [spec.num_sent(s, spec.rank) for s in srcs]
     # pieces arrive rank by rank; with B > 1 they are regrouped batch-major (a copy)
-    unpack = None if B == 1 else spec.index(("kv_unpack", gi), lambda: _batch_major(spec, srcs))
-    return comm.exchange(x, _tile_pack(spec, L, len(group), gi), Hk * D, _group_splits(spec, group, False), unpack,
-                         [B, keys, Hk, D], spec.group, spec.rank)
+    unpack = None if B == 1 else spec.index(("kv_unpack", gi, SPARSE_EXCHANGE), lambda: _batch_major(spec, lens))
+    return comm.exchange(x, _kv_pack(spec, L, dsts, gi), Hk * D, _group_splits(spec, group, False), unpack,
+                         [B, sum(lens), Hk, D], spec.group, spec.rank)
 
 
-def _tile_pack(spec, L, copies, gi):
-    # the local rows once per destination of the group (none needed for one destination)
-    if copies == 1:
+def _kv_pack(spec, L, dsts, gi):
+    # per destination (ascending), batch-major, the local keys it needs; none for one
+    # destination that needs them all (the tensor is the piece as it is)
+    if len(dsts) == 1 and _sends_everything(spec, [(spec.rank, dsts[0])]):
         return None
-    return spec.index(("kv_pack", gi), lambda: np.tile(np.arange(spec.batch * L, dtype=np.int64), copies))
+    return spec.index(("kv_pack", gi, SPARSE_EXCHANGE), lambda: np.concatenate(
+        [b * L + spec.sent(spec.rank, t) for t in dsts for b in range(spec.batch)]))
 
 
 def _send_back(spec, dx, gi, group):
     B, keys, Hk, D = [int(d) for d in dx.shape]
-    srcs = spec.sources(group)
-    # dK/dV of each source's keys back to it: pieces [rank][B, L_rank] in rank order
+    srcs, dsts = spec.sources(group), spec.destinations(group)
+    # dK/dV of each source's keys back to it: pieces [source][B, keys from it] in rank order
     if B == 1:
         pack = None
     else:
-        order = _batch_major(spec, srcs)
-        inverse = np.empty_like(order)
-        inverse[order] = np.arange(order.size, dtype=np.int64)
-        pack = spec.index(("dkv_pack", gi), lambda: inverse)
-    return comm.exchange(dx, pack, Hk * D, _group_splits(spec, group, True), None,
+        def inverse():
+            order = _batch_major(spec, [spec.num_sent(s, spec.rank) for s in srcs])
+            inv = np.empty_like(order)
+            inv[order] = np.arange(order.size, dtype=np.int64)
+            return inv
+        pack = spec.index(("dkv_pack", gi, SPARSE_EXCHANGE), inverse)
+    # arriving: from each destination (ascending) [B, keys it needed]; spread over
+    # [destination, B, L] with zeros for the keys a destination did not get
+    if _sends_everything(spec, [(spec.rank, t) for t in dsts]):
+        unpack = None
+    else:
+        unpack = spec.index(("dkv_unpack", gi, SPARSE_EXCHANGE), lambda: _spread_back(spec, dsts))
+    return comm.exchange(dx, pack, Hk * D, _group_splits(spec, group, True), unpack,
                          [len(group), B, spec.L, Hk, D], spec.group, spec.rank)
+
+
+def _spread_back(spec, dsts):
+    """Source unit of every ``[destination, B, L]`` unit in the received dK/dV (-1: a zero unit)."""
+    B, L = spec.batch, spec.L
+    out = np.full((len(dsts), B, L), -1, dtype=np.int64)
+    off = 0
+    for p, t in enumerate(dsts):
+        keys = spec.sent(spec.rank, t)
+        n = keys.size
+        out[p][:, keys] = off + np.arange(B * n, dtype=np.int64).reshape(B, n)
+        off += B * n
+    return out.ravel()
 
 
 def part_forward(spec, q, k, v, mask):
@@ -140,8 +190,9 @@ class AllGatherAttention(PyLayer):
         remote = []
         for gi, (kj, vj) in enumerate(jobs):
             k_g, v_g = kj.wait(), vj.wait()
-            out_g, lse_g = part_forward(spec, q, k_g, v_g, masks[1 + gi])
-            out, lse = tensor_ops.merge_partial(out, lse, out_g, lse_g)
+            if int(k_g.shape[1]):  # else no key of this group is seen here
+                out_g, lse_g = part_forward(spec, q, k_g, v_g, masks[1 + gi])
+                out, lse = tensor_ops.merge_partial(out, lse, out_g, lse_g)
             remote += [k_g, v_g]
         ctx.spec = spec
         ctx.save_for_backward(q, k, v, out, lse, *remote)
@@ -156,6 +207,9 @@ class AllGatherAttention(PyLayer):
         dq, back = None, []
         for gi, g in enumerate(groups):
             k_g, v_g = remote[2 * gi], remote[2 * gi + 1]
+            if int(k_g.shape[1]) == 0:  # an empty part: nothing to compute, empty pieces to send
+                back.append((_send_back(spec, k_g, gi, g), _send_back(spec, v_g, gi, g)))
+                continue
             dq_g, dk_g, dv_g = part_backward(spec, q, k_g, v_g, masks[1 + gi], out, lse, dout)
             back.append((_send_back(spec, dk_g, gi, g), _send_back(spec, dv_g, gi, g)))
             dq = dq_g if dq is None else tensor_ops.accumulate(dq, dq_g)

@@ -155,7 +155,7 @@ def _without_empty_pieces(x, unit, splits, pack, unpack, rank):
         if n:
             pieces.append(np.arange(off, off + n) if pack_np is None else pack_np[off:off + n])
         else:
-            pieces.append(np.zeros(1, dtype=np.int64))  # a dummy unit (this rank's unit 0)
+            pieces.append(np.full(1, -1, dtype=np.int64))  # a dummy unit (-1: a zero unit, read from nowhere)
         off += n
     true_to_padded, padded_off = [], 0
     for src in range(W):  # where each really sent unit lands in the padded receive buffer
@@ -163,7 +163,11 @@ def _without_empty_pieces(x, unit, splits, pack, unpack, rank):
         true_to_padded.append(padded_off + np.arange(n, dtype=np.int64))
         padded_off += max(n, 1)
     true_to_padded = np.concatenate(true_to_padded)
-    new_unpack = true_to_padded if unpack is None else true_to_padded[unpack.numpy()]
+    if unpack is None:
+        new_unpack = true_to_padded
+    else:  # -1 (a zero unit) stays -1
+        u = unpack.numpy()
+        new_unpack = np.where(u >= 0, true_to_padded[np.maximum(u, 0)], -1) if true_to_padded.size else u
     padded = np.maximum(splits, 1)
     pack_t = paddle.to_tensor(np.concatenate(pieces).astype(np.int64), place=x.place)
     unpack_t = paddle.to_tensor(new_unpack.astype(np.int64), place=x.place)

@@ -180,6 +180,7 @@ class ContextParallelPlan:
             raise ValueError(f"cannot split S = {S} tokens over {self.world_size} ranks")
         self.seqlen = S
         self.indices_shape = None if idx is None else tuple(int(d) for d in idx.shape)
+        self._indices_host = idx  # for keys_needed (allgather's exchange), read lazily
         self.fingerprint = mask_fingerprint(idx, self.causal, S)
         self.row_work = workload.unmasked_per_row(idx, self.causal, S)
         # what the kernels pay: live 128 x 128 tiles (a row block with a few global rows
@@ -196,6 +197,8 @@ class ContextParallelPlan:
             self._choose_chunk_size()
         self._rows = [self._rows_of(r) for r in range(self.world_size)]
         self._device_cache = {}
+        self._seen = {}  # rank -> bool [S]: key columns its rows attend to
+        self._needed = {}  # (src, dst) -> keys_needed
 
     # ---- construction -------------------------------------------------------
     def _build(self, chunk_size):
@@ -275,6 +278,24 @@ class ContextParallelPlan:
         for rows in self._rows:
             pos[rows] = np.arange(rows.size)
         return pos
+
+    def keys_needed(self, src, dst) -> np.ndarray:
+        """Positions among ``src``'s rows (sorted int64) of the keys that ``dst``'s query rows
+        attend to in some batch row and mask head: what the allgather method sends from src
+        to dst (a key nobody there sees would be skipped by every tile anyway)."""
+        return self._keys_needed(self._check_rank(src), self._check_rank(dst)).copy()
+
+    def _keys_needed(self, src, dst):
+        # cached, not copied: the exchange reads it at every call
+        keys = self._needed.get((src, dst))
+        if keys is None:
+            seen = self._seen.get(dst)
+            if seen is None:
+                seen = workload.columns_seen_by(self._indices_host, self.causal, self.seqlen, self._rows[dst])
+                self._seen[dst] = seen
+            keys = np.flatnonzero(seen[self._rows[src]]).astype(np.int64)
+            self._needed[(src, dst)] = keys
+        return keys
 
     def summary(self) -> str:
         return (f"ContextParallelPlan(S={self.seqlen}, world_size={self.world_size}, method={self.method}, "

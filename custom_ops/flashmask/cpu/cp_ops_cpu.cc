@@ -118,10 +118,11 @@ void cp_accumulate_cpu(DType dtype, const void* a, const void* b, void* out, int
 void cp_gather_units_cpu(const void* x, int64_t x_units, const int64_t* src, int64_t n,
                          int64_t unit_bytes, void* out) {
   for (int64_t u = 0; u < n; ++u) {
-    if (src[u] < 0 || src[u] >= x_units) {
+    if (src[u] < kCpZeroUnit || src[u] >= x_units) {
       throw std::invalid_argument("cp_gather_units: src[" + std::to_string(u) + "] = " +
                                   std::to_string(src[u]) + " is outside [0, " +
-                                  std::to_string(x_units) + ")");
+                                  std::to_string(x_units) + ") (and not " +
+                                  std::to_string(kCpZeroUnit) + ", a zero unit)");
     }
   }
   const char* from = static_cast<const char*>(x);
@@ -131,7 +132,11 @@ void cp_gather_units_cpu(const void* x, int64_t x_units, const int64_t* src, int
   parallel_for((n + per_item - 1) / per_item, 0, [&](int64_t item, int) {
     const int64_t end = std::min(n, (item + 1) * per_item);
     for (int64_t u = item * per_item; u < end; ++u) {
-      std::memcpy(to + u * unit_bytes, from + src[u] * unit_bytes, size_t(unit_bytes));
+      if (src[u] == kCpZeroUnit) {
+        std::memset(to + u * unit_bytes, 0, size_t(unit_bytes));
+      } else {
+        std::memcpy(to + u * unit_bytes, from + src[u] * unit_bytes, size_t(unit_bytes));
+      }
     }
   });
 }

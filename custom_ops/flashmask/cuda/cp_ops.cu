@@ -141,7 +141,7 @@ __global__ void gather_units_kernel(const W* x, int64_t x_units, const int64_t* 
        u += int64_t(gridDim.x) * units_per_block) {
     const int64_t s = src[u];
     W* to = out + u * words;
-    if (s < 0 || s >= x_units) {  // cannot throw here: a zero unit (cp_ops.h)
+    if (s < 0 || s >= x_units) {  // kCpZeroUnit, or out of range (cannot throw): a zero unit
       for (int64_t w = sub; w < words; w += lanes) to[w] = W{};
       continue;
     }
