@@ -146,6 +146,7 @@ def bench(args, place, W, rank):
                            tflops_per_gpu=(fwd_flops + bwd_flops) / (W * slow) / 1e12,
                            work_imbalance=plan.work_imbalance, tile_imbalance=plan.tile_imbalance,
                            heads=H, heads_k=Hk, dim=D, dtype=dtype,
+                           sparse_exchange=allgather.SPARSE_EXCHANGE if method == "allgather" else None,
                            device=paddle.device.cuda.get_device_name(0) if timer.gpu else "cpu")
                 if rank == 0:
                     eff = "n/a" if t1 is None else f"{rec['efficiency']:.3f}"

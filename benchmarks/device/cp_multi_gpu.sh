@@ -5,6 +5,7 @@
 # benchmarks/bench_cp_multi_gpu.py on every GPU: exactness on W ranks and the step, compute,
 # exchanges and hidden share per rank. Carry .gpu2 and .gpu_objs.
 #   CP_LENGTHS="131072 262144 1048576"  CP_STAGES="--check --bench"
+#   CP_SPARSE_MODES="1 0": also time allgather with every key sent (PADDLE_FLASHMASK_CP_SPARSE=0)
 set -uo pipefail
 OUT=${OUT:-/tmp/pfm_out}; mkdir -p "$OUT"
 source benchmarks/device/runtime_env.sh
@@ -17,10 +18,13 @@ N=$(nvidia-smi -L | wc -l); DEVICES=$(seq -s, 0 $((N - 1)))
 # memory at 1M on 2 H200s after the 128K/256K cases); the exactness check with the first
 STAGES=${CP_STAGES:---check --bench}
 for S in ${CP_LENGTHS:-131072 262144 1048576}; do
-  timeout "${CP_LAUNCH_TIMEOUT_S:-240}" python3 -m paddle.distributed.launch --devices "$DEVICES" \
-    --log_dir "$OUT/log_$S" benchmarks/bench_cp_multi_gpu.py $STAGES --lengths $S \
-    --out "$OUT/cp_multi_gpu.jsonl" > "$OUT/launch_$S.log" 2>&1
-  echo "launch $S exit $?"; grep -E "^\||check on|FAIL|Error" "$OUT/log_$S/workerlog.0" | tail -30
-  STAGES=--bench
+  for SPARSE in ${CP_SPARSE_MODES:-1}; do
+    PADDLE_FLASHMASK_CP_SPARSE=$SPARSE timeout "${CP_LAUNCH_TIMEOUT_S:-240}" python3 -m paddle.distributed.launch \
+      --devices "$DEVICES" --log_dir "$OUT/log_${S}_sparse$SPARSE" benchmarks/bench_cp_multi_gpu.py $STAGES \
+      --lengths $S --out "$OUT/cp_multi_gpu.jsonl" > "$OUT/launch_${S}_sparse$SPARSE.log" 2>&1
+    echo "launch $S sparse=$SPARSE exit $?"
+    grep -E "^\||check on|FAIL|Error" "$OUT/log_${S}_sparse$SPARSE/workerlog.0" | tail -30
+    STAGES=--bench
+  done
 done
 stamp "done"
