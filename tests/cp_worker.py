@@ -45,8 +45,8 @@ def single_device(q, k, v, do, idx, causal):
     return [t.numpy() for t in (out, lse, dq, dk, dv)]
 
 
-def context_parallel(q, k, v, do, idx, causal, W, rank, method, chunk_size=None):
-    plan = ContextParallelPlan(idx, causal, W, method=method, chunk_size=chunk_size, seqlen=q.shape[1])
+def context_parallel(q, k, v, do, idx, causal, W, rank, method, chunk_size=None, layout="auto"):
+    plan = ContextParallelPlan(idx, causal, W, method=method, chunk_size=chunk_size, seqlen=q.shape[1], layout=layout)
     rows = plan.local_rows(rank)
     ql, kl, vl = (paddle.to_tensor(plan.shard(x, rank), stop_gradient=False) for x in (q, k, v))
     it = None if idx is None else paddle.to_tensor(idx)
@@ -75,9 +75,13 @@ def run_cases(W, rank, results):
     from paddle_flashmask.distributed import allgather
 
     B, H, Hk, D = 2, 4, 2, 16
-    # (S, name, indices, causal, value head dim, chunk size, sparse K/V exchange)
+    # (S, name, indices, causal, value head dim, chunk size, sparse K/V exchange[, layout])
     cases = [(S, name, idx, causal, None, None, True) for S in (77, 130)
              for name, idx, causal in mask_cases(S, H, Hk, seed=S)]
+    # one stretch of rows per rank
+    cases += [(130, name + "_contiguous", idx, causal, None, None, True, "contiguous")
+              for name, idx, causal in mask_cases(130, H, Hk, seed=130)
+              if name in ("causal_document", "share_question", "global_sliding_window", "plain_causal")]
     # value with a head dim of its own (MLA-style)
     cases += [(130, name + "_dv8", idx, causal, 8, None, True) for name, idx, causal in mask_cases(130, H, Hk, seed=130)
               if name in ("causal_document", f"random_c4_full_hm{H}")]
@@ -89,7 +93,7 @@ def run_cases(W, rank, results):
         docs = [40] * W  # batch 2 (the q/k/v batch)
         idx = (masks.causal_document_mask(docs, batch_size=B) if causal else masks.document_mask(docs, batch_size=B)).numpy()
         cases.append((40 * W, f"own_document_{'causal' if causal else 'full'}", idx, causal, None, 40, True))
-    for S, name, idx, causal, Dv, chunk_size, sparse in cases:
+    for S, name, idx, causal, Dv, chunk_size, sparse, *layout in cases:
         q, k, v, do = case_inputs(S * 7 + len(name), B, S, H, Hk, D, Dv)
         ref = single_device(q, k, v, do, idx, causal)
         for method in ("allgather", "ulysses", "allgather_per_peer"):
@@ -102,7 +106,8 @@ def run_cases(W, rank, results):
             allgather.KEYS_PER_PART = 1 if method == "allgather_per_peer" else 1 << 19
             allgather.SPARSE_EXCHANGE = sparse
             try:
-                rows, got = context_parallel(q, k, v, do, idx, causal, W, rank, method.split("_")[0], chunk_size)
+                rows, got = context_parallel(q, k, v, do, idx, causal, W, rank, method.split("_")[0], chunk_size,
+                                             *layout)
                 want = [ref[0][:, rows], ref[1][:, :, rows], ref[2][:, rows]]
                 errs = [rel(got[0], want[0]), float(np.nanmax(np.abs(np.where(np.isinf(want[1]), 0, got[1] - want[1])))),
                         rel(got[2], want[2])]

@@ -268,3 +268,31 @@ def test_keys_needed_skips_other_documents():
     plan = ContextParallelPlan(idx, True, 2, chunk_size=256)
     assert plan.keys_needed(0, 1).size == 0 and plan.keys_needed(1, 0).size == 0
     assert plan.keys_needed(0, 0).size == 256
+
+
+@pytest.mark.parametrize("W", [2, 3, 5])
+def test_contiguous_layout_gives_each_rank_one_stretch(W):
+    idx, causal = masks.example_mask("causal_document", 2000, seed=W)
+    plan = ContextParallelPlan(idx, causal, W, layout="contiguous")
+    assert plan.contiguous
+    rows = [plan.local_rows(r) for r in range(W)]
+    np.testing.assert_array_equal(np.concatenate(rows), np.arange(2000))  # rank order = sequence order
+    assert all(r.size and np.all(np.diff(r) == 1) for r in rows)
+    assert plan.token_imbalance <= 1 + 0.08 + 128 * W / 2000  # the token cap, up to one chunk
+
+
+def test_auto_layout_keeps_windows_home_and_spreads_causal():
+    S, W = 32768, 4
+    win = masks.sliding_window_mask(S, 512).numpy()
+    plan = ContextParallelPlan(win, True, W)
+    assert plan.contiguous and plan.tile_imbalance <= 1.02 and plan.token_imbalance <= 1.02
+    sent = sum(plan.keys_needed(s, d).size for s in range(W) for d in range(W) if s != d)
+    assert sent <= (W - 1) * 512  # only the window across each cut
+    causal = ContextParallelPlan(None, True, W, seqlen=S)
+    assert not causal.contiguous and max(causal.tile_imbalance, causal.token_imbalance) <= 1.01
+    assert not ContextParallelPlan(win, True, W, method="ulysses").contiguous  # no exchange to save
+
+
+def test_bad_layout():
+    with pytest.raises(ValueError, match="layout must be one of"):
+        ContextParallelPlan(None, True, 2, seqlen=100, layout="zigzag")

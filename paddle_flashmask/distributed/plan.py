@@ -24,6 +24,7 @@ import numpy as np
 from . import workload
 
 METHODS = ("allgather", "ulysses")
+LAYOUTS = ("auto", "chunks", "contiguous")
 
 # Chunk sizes tried, largest (best for the kernels' tiles) first; the plan takes the first
 # that balances both counts within BALANCE_GOAL.
@@ -37,6 +38,12 @@ REFINE_TOLERANCE = 0.005
 MAX_ROWS_PER_RANK = 1 << 19
 # Chunks no smaller than this when the sequence allows 8 chunks a rank of it.
 MIN_CHUNK = 128
+# allgather: one contiguous stretch of rows per rank (cut at TILE rows) is taken instead of
+# the balanced chunks when its tiles and area are each at most this much less balanced
+# (tokens stay under the same cap). Masks whose keys lie near
+# their rows (documents, answers, windows) then send peers few keys (keys_needed); chunks
+# spread for balance reach every document and window.
+LOCALITY_SLACK = 0.01
 
 
 def _indices_numpy(startend_row_indices):
@@ -55,6 +62,59 @@ def mask_fingerprint(indices_np: Optional[np.ndarray], causal: bool, seqlen: int
         h.update(str(a.shape).encode())
         h.update(a.tobytes())
     return h.hexdigest()[:16]
+
+
+def _contiguous(loads: Sequence[np.ndarray], lens: np.ndarray, world_size: int, token_cap: int):
+    """Owner of each chunk when every rank takes one stretch of consecutive chunks, the cuts
+    minimising the busiest rank's load over the mean, the worst of ``loads`` (each per chunk)
+    counted; None when the token cap or the chunk count does not allow it. Binary search on
+    that bound, each test a greedy left-to-right cut through prefix sums: O(W log n) a test."""
+    n, W = lens.size, world_size
+    if n < W:
+        return None
+    norm = [np.asarray(x, np.float64) / (float(np.sum(x)) / W) for x in loads if float(np.sum(x)) > 0]
+    prefix = [np.concatenate([[0.0], np.cumsum(x)]) for x in norm]
+    tok = np.concatenate([[0], np.cumsum(lens)])
+
+    def cuts(bound):
+        # greedy: each stretch as long as every load stays <= bound and tokens <= the cap
+        out, start = [], 0
+        while start < n:
+            end = np.searchsorted(tok, tok[start] + token_cap, side="right") - 1
+            for p in prefix:
+                end = min(end, np.searchsorted(p, p[start] + bound * (1 + 1e-12), side="right") - 1)
+            if end <= start:
+                return None  # one chunk alone is over the bound
+            out.append(end)
+            start = end
+            if len(out) > W:
+                return None
+        return out
+
+    lo, hi = 1.0, float(W)
+    if cuts(hi) is None:
+        return None
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if cuts(mid) is None:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-4:
+            break
+    ends = cuts(hi)
+    while len(ends) < W:  # fewer stretches than ranks: split the longest (loads only drop)
+        starts = [0] + ends[:-1]
+        i = int(np.argmax([e - s for s, e in zip(starts, ends)]))
+        if ends[i] - starts[i] < 2:
+            return None
+        ends.insert(i, (starts[i] + ends[i]) // 2)
+    owner = np.empty(n, dtype=np.int64)
+    start = 0
+    for r, end in enumerate(ends):
+        owner[start:end] = r
+        start = end
+    return owner
 
 
 def _assign(work: np.ndarray, lens: np.ndarray, world_size: int, token_cap: int) -> np.ndarray:
@@ -136,16 +196,22 @@ class ContextParallelPlan:
         chunk_size (int, optional): tokens per chunk; default: the largest of 2048, 1024,
             ..., 1 that balances attention work and tokens within 5%.
         seqlen (int, optional): S, required when ``startend_row_indices`` is None.
+        layout (str): ``"chunks"``: chunks spread over the ranks for balance;
+            ``"contiguous"``: one stretch of consecutive rows per rank, cut (at ``chunk_size``,
+            default 128 rows) to balance the same counts, which keeps the keys of documents,
+            answers and windows on the rank of their rows (the allgather method then sends
+            peers few keys) at some cost in balance; ``"auto"`` (default): contiguous for
+            allgather when it is balanced within LOCALITY_SLACK of the chunks, else chunks.
 
     Attributes: ``seqlen``, ``world_size``, ``method``, ``causal``, ``chunk_size``,
     ``num_chunks``, ``chunk_owner`` (rank of every chunk; ranks hold at most 8% or one
-    chunk over the mean token count), ``rank_tiles`` / ``tile_imbalance`` (live tiles), ``rank_work`` and
+    chunk over the mean token count), ``contiguous`` (one stretch per rank), ``rank_tiles`` / ``tile_imbalance`` (live tiles), ``rank_work`` and
     ``rank_tokens`` (per rank), ``work_imbalance`` / ``token_imbalance`` (busiest rank
     over the mean), ``fingerprint`` (of the mask the plan was built for).
     """
 
     def __init__(self, startend_row_indices, causal, world_size, method="allgather", chunk_size=None,
-                 seqlen=None):
+                 seqlen=None, layout="auto"):
         from .. import validation
 
         self.causal = validation.check_flag("causal", causal)
@@ -155,6 +221,8 @@ class ContextParallelPlan:
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
         self.method = method
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         idx = _indices_numpy(startend_row_indices)
         if idx is None:
             if seqlen is None:
@@ -192,16 +260,27 @@ class ContextParallelPlan:
             if -(-S // int(chunk_size)) < self.world_size:
                 raise ValueError(f"chunk_size {chunk_size} leaves fewer than {self.world_size} chunks of "
                                  f"S = {S}: some rank would hold no rows")
-            self._build(int(chunk_size))
-        else:
+            if layout != "contiguous":
+                self._build(int(chunk_size))
+            elif not self._build(int(chunk_size), contiguous=True):
+                raise ValueError(f"layout='contiguous' cannot cut S = {S} into {self.world_size} stretches of "
+                                 f"whole {chunk_size}-row chunks within the token cap")
+        elif layout == "chunks":
             self._choose_chunk_size()
+        elif layout == "contiguous":
+            if not self._build(min(TILE, max(1, S // self.world_size)), contiguous=True):
+                self._build(1, contiguous=True)  # always possible: S >= world_size
+        else:
+            self._choose_layout()
         self._rows = [self._rows_of(r) for r in range(self.world_size)]
         self._device_cache = {}
         self._seen = {}  # rank -> bool [S]: key columns its rows attend to
         self._needed = {}  # (src, dst) -> keys_needed
 
     # ---- construction -------------------------------------------------------
-    def _build(self, chunk_size):
+    def _build(self, chunk_size, contiguous=False):
+        """Balanced chunks (or, ``contiguous``, one stretch per rank); False when the
+        contiguous cut is not possible."""
         S, W = self.seqlen, self.world_size
         self.chunk_size = chunk_size
         self.num_chunks = -(-S // chunk_size)
@@ -215,7 +294,15 @@ class ContextParallelPlan:
         # empty chunks, so fully masked stretches spread too.
         fair = int(np.ceil(S / W / chunk_size)) * chunk_size  # the least a cap can be
         cap = max(min(int(np.ceil(S / W * (1 + TOKEN_SLACK))), MAX_ROWS_PER_RANK), fair)
-        self.chunk_owner = _assign(chunk_tiles + 1e-3 * self.chunk_len, self.chunk_len, W, cap)
+        if contiguous:
+            # tiles balanced, tokens under the same cap as the chunks' (as _assign does)
+            owner = _contiguous([chunk_tiles + 1e-3 * self.chunk_len], self.chunk_len, W, cap)
+            if owner is None:
+                return False
+            self.chunk_owner = owner
+        else:
+            self.chunk_owner = _assign(chunk_tiles + 1e-3 * self.chunk_len, self.chunk_len, W, cap)
+        self.contiguous = contiguous
         self.rank_work = np.bincount(self.chunk_owner, weights=chunk_work, minlength=W)
         self.rank_tiles = np.bincount(self.chunk_owner, weights=chunk_tiles, minlength=W)
         self.rank_tokens = np.bincount(self.chunk_owner, weights=self.chunk_len, minlength=W).astype(np.int64)
@@ -223,6 +310,22 @@ class ContextParallelPlan:
         self.work_imbalance = float(self.rank_work.max() / mean_work) if mean_work > 0 else 1.0
         self.token_imbalance = float(self.rank_tokens.max() / self.rank_tokens.mean())
         self.tile_imbalance = float(self.rank_tiles.max() / self.rank_tiles.mean())
+        return True
+
+    def _score(self):
+        return max(self.tile_imbalance, self.work_imbalance, self.token_imbalance)
+
+    def _choose_layout(self):
+        """Balanced chunks (``_choose_chunk_size``); for allgather, one stretch per rank
+        instead when its tiles and area are balanced within LOCALITY_SLACK of those."""
+        self._choose_chunk_size()
+        if self.method != "allgather":
+            return
+        chunk_size, tiles, area = self.chunk_size, self.tile_imbalance, self.work_imbalance
+        if self._build(min(TILE, max(1, self.seqlen // self.world_size)), contiguous=True) and \
+                self.tile_imbalance <= tiles + LOCALITY_SLACK and self.work_imbalance <= area + LOCALITY_SLACK:
+            return
+        self._build(chunk_size)
 
     def _choose_chunk_size(self):
         best = None
@@ -299,7 +402,8 @@ class ContextParallelPlan:
 
     def summary(self) -> str:
         return (f"ContextParallelPlan(S={self.seqlen}, world_size={self.world_size}, method={self.method}, "
-                f"chunk_size={self.chunk_size}, chunks={self.num_chunks}, busiest/mean: area "
+                f"chunk_size={self.chunk_size}, chunks={self.num_chunks}"
+                f"{', one stretch per rank' if self.contiguous else ''}, busiest/mean: area "
                 f"{self.work_imbalance:.3f}, tiles {self.tile_imbalance:.3f}, tokens {self.token_imbalance:.3f})")
 
     __repr__ = summary
