@@ -13,7 +13,11 @@ heads; the query and key/value heads must divide by the degree), both PaddleNLP
 ``TrainingArguments`` fields, not together. The world size must be a multiple of the degree; the
 rest is data parallel (fleet's hybrid dp x sep groups). The ranks of a group train on the same
 batches, each on its rows of every sequence; the loss is that of the whole batch, and gradients
-are summed over the group, so the run follows the one-process loss curve.
+are summed over the group, so the run follows the one-process loss curve (world = degree), or
+with ``N = dp x degree`` ranks each data-parallel replica follows its curve in a plain
+``dp``-rank data-parallel run. On CPU (gloo) fleet's groups are created through
+:mod:`paddlenlp_patches.gloo_groups`: Paddle 3.3.1's gloo groups created side by side (dp 2 x
+cp 2) collide in the global store otherwise.
 
 A config is one JSON object (PaddleNLP's llm/config/llama/flashmask/*.json keys where they exist):
 
@@ -256,6 +260,29 @@ def build_datasets(opts, tokenizer, base_dir, want_eval: bool):
     return train, dev
 
 
+def _check_hybrid_groups(cp_degree: int, cp_method: str) -> None:
+    """Fleet's hybrid groups must be this run's dp x sep. Paddle builds them once per process
+    (``fleet.init``: ``if tp._HYBRID_PARALLEL_GROUP is None: self._init_hybrid_parallel_env()``,
+    else only a warning), so a later run in the same process with another degree would get the
+    first run's groups. Every rank sees the same groups, so every rank raises."""
+    import paddle
+    from paddle.distributed import fleet
+
+    try:
+        hcg = fleet.get_hybrid_communicate_group()
+    except Exception:  # noqa: BLE001 (fleet not initialised)
+        hcg = None
+    key = next(k for k, m in CP_METHODS.items() if m == cp_method)
+    if hcg is None:
+        raise RuntimeError(f"{key}={cp_degree}: fleet's hybrid groups were not created (fleet.init did not run)")
+    sep, dp = hcg.get_sep_parallel_world_size(), hcg.get_data_parallel_world_size()
+    want_dp = paddle.distributed.get_world_size() // cp_degree
+    if (sep, dp) != (cp_degree, want_dp):
+        raise ValueError(f"{key}={cp_degree} needs fleet's hybrid groups dp {want_dp} x sep {cp_degree}, but this "
+                         f"process already has dp {dp} x sep {sep} from an earlier run (Paddle creates them once "
+                         "per process): run each context-parallel degree in its own launch")
+
+
 def _is_main_process() -> bool:
     import paddle
 
@@ -294,6 +321,12 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
                              "paddlenlp_patches/finetune.py ...)")
         # we shard per batch from the collators' global indices: PaddleNLP must not split the inputs
         targs["split_inputs_sequence_dim"] = False
+    if paddle.distributed.get_world_size() > 1:
+        # gloo (CPU): fleet's dp and sep groups are created side by side; Paddle's gloo groups
+        # collide in the global store unless each rendezvouses on its own (see gloo_groups)
+        from paddlenlp_patches import gloo_groups
+
+        gloo_groups.install()
     args = TrainingArguments(**targs)  # with sep/cp > 1: fleet.init with dp x sep hybrid groups
     # a partial or corrupt checkpoint stops here, before anything trains, on every rank
     resume = resolve_resume(args.resume_from_checkpoint, args.output_dir)
@@ -303,6 +336,7 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
 
         from paddlenlp_patches.context_parallel import ContextParallel
 
+        _check_hybrid_groups(cp_degree, cp_method)
         cp = ContextParallel(cp_degree, cp_method, group=get_context_parallel_group())
     # flash_mask or use_flash_attention: our op (PaddleNLP's flash path is GPU-only and drops dense
     # masks on CPU); both off: PaddleNLP's own eager path with dense masks (the baseline)
@@ -323,6 +357,14 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
         setattr(model_cfg, k, v)
     if len(tokenizer) > model_cfg.vocab_size:
         raise ValueError(f"the tokenizer has {len(tokenizer)} tokens, the model only {model_cfg.vocab_size}")
+    if cp_method == "ulysses":
+        # the same config on every rank: every rank raises here, before any training collective
+        heads = int(model_cfg.num_attention_heads)
+        kv_heads = int(getattr(model_cfg, "num_key_value_heads", None) or heads)
+        if heads % cp_degree or kv_heads % cp_degree:
+            raise ValueError(f"sep_parallel_degree={cp_degree} (ulysses) needs the query heads ({heads}) and "
+                             f"key/value heads ({kv_heads}) divisible by it; use context_parallel_degree "
+                             "(allgather) instead")
     max_len = _lengths(opts)[0]
     if getattr(model_cfg, "max_position_embeddings", max_len) < max_len:
         raise ValueError(f"max length {max_len} exceeds the model's max_position_embeddings "
@@ -384,6 +426,7 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
     summary: Dict[str, Any] = {
         "stage": stage,
         "losses": history.losses(),
+        "local_losses": trainer.local_losses(),  # this rank's own (the logged loss is the mean of all)
         "logs": history.logs,
         "train_seconds": round(trainer.pfm_train_seconds, 3),
         "train_tokens": int(trainer.pfm_train_tokens),

@@ -1,14 +1,18 @@
 """PaddleNLP Trainer subclasses used by the runner: SFT/LoRA, DPO and reward model.
 
-All of them log, next to PaddleNLP's ``loss``, ``tokens_per_second`` (real, non-padding tokens of
-all ranks since the previous log, from the collators' ``_num_real_tokens``) and
-``peak_memory_MB`` (peak device memory allocated on GPU, peak process RSS on CPU; rank 0).
+All of them log, next to PaddleNLP's ``loss`` (the mean over all ranks), ``tokens_per_second``
+(real, non-padding tokens of all ranks since the previous log, from the collators'
+``_num_real_tokens``) and ``peak_memory_MB`` (peak device memory allocated on GPU, peak process
+RSS on CPU; rank 0). Each rank also keeps its own per-micro-batch losses (``local_losses()``).
 
 ``context_parallel=ContextParallel(...)`` (:mod:`paddlenlp_patches.context_parallel`) makes each
 training/eval step run under that batch's plan (forward and backward); the ranks of a group see
 the same batches (the one-process sampler when there is no data parallel, so the loss curve is the
-one-process one) and count their tokens once. Gradients are summed over the group by fleet's
-hybrid optimizer (``sep`` group: sum; data parallel: mean).
+one-process one; with data parallel, PaddleNLP's distributed sampler over the data-parallel ranks
+only, ``dataset_rank`` / ``dataset_world_size``, so each replica gets the batches it would get in
+a data-parallel run without context parallel) and count their tokens once. Gradients are summed
+over the group by fleet's hybrid optimizer (``fused_allreduce_gradients``: one all-reduce sum
+over the dp x sep group, scaled by 1 / dp degree, i.e. sum over ``sep``, mean over data parallel).
 """
 
 from __future__ import annotations
@@ -60,7 +64,18 @@ class FlashmaskTrainerMixin:
     def training_step(self, model, inputs, *args, **kwargs):
         # the plan stays active through the backward (recompute re-runs attention there)
         with self._pfm_cp_batch(inputs):
-            return super().training_step(model, inputs, *args, **kwargs)
+            loss = super().training_step(model, inputs, *args, **kwargs)
+        # this rank's own loss (PaddleNLP logs the mean over all ranks), kept as a tensor (no
+        # device sync per step): see local_losses()
+        if isinstance(loss, paddle.Tensor):
+            self._pfm_local_losses = getattr(self, "_pfm_local_losses", [])
+            self._pfm_local_losses.append((self.state.global_step + 1, loss))
+        return loss
+
+    def local_losses(self):
+        """This rank's loss of every micro-batch of the last ``train()``: ``[(step, loss)]`` (with
+        gradient accumulation each is already divided by the number of micro-batches)."""
+        return [(step, float(loss.astype("float64"))) for step, loss in getattr(self, "_pfm_local_losses", [])]
 
     def prediction_step(self, model, inputs, *args, **kwargs):
         with self._pfm_cp_batch(inputs):
@@ -103,6 +118,7 @@ class FlashmaskTrainerMixin:
     def train(self, *args, **kwargs):
         self._pfm_train_start = time.time()
         self._pfm_last_log = None
+        self._pfm_local_losses = []
         out = super().train(*args, **kwargs)
         self.pfm_train_seconds = time.time() - self._pfm_train_start
         self.pfm_train_tokens = _world_sum(float(getattr(self, "_pfm_total_tokens", 0)))
