@@ -50,12 +50,19 @@ def get_gpu_kernel():
     return validation.check_gpu_kernel(_GPU_KERNEL_ENV, env, tuple(GPU_KERNELS))
 
 
+_has_deterministic_flag = True  # False once this Paddle build turned out not to know it
+
+
 def _default_deterministic():
     # Paddle's own flash attention follows FLAGS_cudnn_deterministic; builds
-    # without it (CPU Paddle) do not know the flag.
+    # without it (CPU Paddle) do not know the flag, and asking raises (5 us a call).
+    global _has_deterministic_flag
+    if not _has_deterministic_flag:
+        return False
     try:
         return bool(paddle.get_flags(["FLAGS_cudnn_deterministic"])["FLAGS_cudnn_deterministic"])
     except (ValueError, KeyError, TypeError, AttributeError):
+        _has_deterministic_flag = False
         return False
 
 

@@ -323,8 +323,11 @@ def test_gpu_kernel_and_deterministic_reach_the_op(rng, default_gpu_kernel, monk
         pfm.flashmask_attention(q, q, q, causal=True, **kwargs)
         return spy.attention_args[-1][-2:]  # (gpu_kernel, deterministic)
 
+    monkeypatch.setattr(attention_mod, "_has_deterministic_flag", True)
     monkeypatch.setattr(paddle, "get_flags", lambda flags: (_ for _ in ()).throw(ValueError("unknown")))
     assert attrs() == (0, False)  # a Paddle without FLAGS_cudnn_deterministic
+    assert attention_mod._has_deterministic_flag is False  # asked once, not at every call
+    monkeypatch.setattr(attention_mod, "_has_deterministic_flag", True)  # a build that has it
     monkeypatch.setattr(paddle, "get_flags", lambda flags: {"FLAGS_cudnn_deterministic": True})
     assert attrs() == (0, True)  # None follows the flag
     assert attrs(deterministic=False) == (0, False)  # an explicit value wins
