@@ -165,6 +165,11 @@ def run_bad_input(W, rank, results):
     mixed = [paddle.to_tensor(plan_mixed.shard(x, rank)) for x in (q, k, v)]
     expect_raise(results, "ranks_with_different_plans",
                  lambda: flashmask_attention(*mixed, it, causal=True, plan=plan_mixed))
+    # same chunk size, another layout on rank 0: other rows, the same row counts
+    plan_layout = ContextParallelPlan(idx, True, W, chunk_size=8, layout="contiguous" if rank == 0 else "chunks")
+    moved = [paddle.to_tensor(plan_layout.shard(x, rank)) for x in (q, k, v)]
+    expect_raise(results, "ranks_with_different_layouts",
+                 lambda: flashmask_attention(*moved, it, causal=True, plan=plan_layout))
     # the group still works afterwards
     rows, got = context_parallel(q, k, v, do, idx, True, W, rank, "allgather")
     ref = single_device(q, k, v, do, idx, True)
@@ -181,6 +186,10 @@ def main():
     run_bad_input(W, rank, results)
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(results, f)
+    # leave together: a rank that exits first closes gloo sockets a peer may still read
+    dist.barrier()
+    if hasattr(dist, "destroy_process_group"):
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

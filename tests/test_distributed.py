@@ -58,7 +58,8 @@ def test_every_rank_matches_the_single_device_op(results):
 def test_bad_input_raises_on_every_rank(results):
     names = {b["case"] for b in results[0]["bad"]}
     assert names == {"rows_disagree_on_one_rank", "plan_other_world_size", "plan_other_mask", "indices_not_global",
-                     "causal_disagrees", "ulysses_heads_not_divisible", "ranks_with_different_plans"}
+                     "causal_disagrees", "ulysses_heads_not_divisible", "ranks_with_different_plans",
+                     "ranks_with_different_layouts"}
     for res in results:
         for b in res["bad"]:
             assert b["raised"] in ("ValueError", "TypeError"), (res["rank"], b)
@@ -69,4 +70,5 @@ def test_bad_input_raises_on_every_rank(results):
         assert "world_size" in bad["plan_other_world_size"]
         assert "heads" in bad["ulysses_heads_not_divisible"]
         assert "different plans" in bad["ranks_with_different_plans"]
+        assert "different plans" in bad["ranks_with_different_layouts"]
         assert res["after_bad"] < TOL

@@ -4,7 +4,6 @@ single-device result, gradients to this rank's q/k/v."""
 from __future__ import annotations
 
 import os
-import zlib
 
 import numpy as np
 import paddle
@@ -93,7 +92,7 @@ def _agree(plan, rank, group, q, k, v, indices, local_error):
     size = comm.group_size(group)
     if size > 1 and _AGREE:
         # error flag and the plan's hash: the sum tells a bad rank and ranks with other plans
-        plan_hash = zlib.crc32(f"{plan.fingerprint}:{plan.chunk_size}:{plan.method}".encode()) & 0x3FFFFFF
+        plan_hash = plan._agreement_hash()
         words = np.array([1 if local_error else 0, plan_hash], dtype=np.int64)
         t = paddle.to_tensor(words, place=q.place if validation._is_tensor(q) else paddle.CPUPlace())
         paddle.distributed.all_reduce(t, group=group)
@@ -105,7 +104,8 @@ def _agree(plan, rank, group, q, k, v, indices, local_error):
                              "input (their error names it); no rank went on")
         if hashes != size * plan_hash:
             raise ValueError("the ranks of the group passed different plans (built from different masks, "
-                             "methods or chunk sizes); every rank must build the plan from the same global indices")
+                             "methods, chunk sizes or layouts); every rank must build the plan from the same "
+                             "global indices and arguments")
     elif local_error:
         raise ValueError(local_error)
 

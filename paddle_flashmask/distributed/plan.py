@@ -201,7 +201,8 @@ class ContextParallelPlan:
             default 128 rows) to balance the same counts, which keeps the keys of documents,
             answers and windows on the rank of their rows (the allgather method then sends
             peers few keys) at some cost in balance; ``"auto"`` (default): contiguous for
-            allgather when it is balanced within LOCALITY_SLACK of the chunks, else chunks.
+            allgather when it is balanced within LOCALITY_SLACK of the chunks, else chunks (with
+            an explicit ``chunk_size``: chunks).
 
     Attributes: ``seqlen``, ``world_size``, ``method``, ``causal``, ``chunk_size``,
     ``num_chunks``, ``chunk_owner`` (rank of every chunk; ranks hold at most 8% or one
@@ -381,6 +382,17 @@ class ContextParallelPlan:
         for rows in self._rows:
             pos[rows] = np.arange(rows.size)
         return pos
+
+    def _agreement_hash(self) -> int:
+        """26 bits naming the mask, method and the rows of every rank (ranks compare sums)."""
+        h = getattr(self, "_hash", None)
+        if h is None:
+            import zlib
+
+            h = zlib.crc32(f"{self.fingerprint}:{self.chunk_size}:{self.method}".encode())
+            h = zlib.crc32(np.ascontiguousarray(self.chunk_owner, dtype=np.int64).tobytes(), h) & 0x3FFFFFF
+            self._hash = h
+        return h
 
     def keys_needed(self, src, dst) -> np.ndarray:
         """Positions among ``src``'s rows (sorted int64) of the keys that ``dst``'s query rows
