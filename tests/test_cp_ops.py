@@ -280,11 +280,11 @@ def test_bwd_split_keys_adds_up(ops, rng, cols, split):
 
 
 @pytest.mark.parametrize("which,match", [
-    ("out_shape", "out must match query"),
-    ("out_dtype", "out must match query"),
+    ("out_shape", r"out must be \[batch, seqlen_q, heads, value head_dim\]"),
+    ("out_dtype", r"out must be \[batch, seqlen_q, heads, value head_dim\]"),
     ("lse_shape", r"softmax_lse must be float32 \[batch, heads, seqlen_q\]"),
     ("lse_dtype", r"softmax_lse must be float32"),
-    ("dout", "dout must match query"),
+    ("dout", r"dout must be \[batch, seqlen_q, heads, value head_dim\]"),
 ])
 def test_bwd_bad_input(ops, rng, which, match):
     q, k, v, dout = qkv(rng, 1, 8, 8, 2, 2, 8, "float32")

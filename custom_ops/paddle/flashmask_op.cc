@@ -241,10 +241,10 @@ std::vector<paddle::Tensor> FlashMaskBackward(const paddle::Tensor& q, const pad
   check_qkv(q, k, v);
   const std::vector<int64_t> out_shape = out_shape_of(q.shape(), v.shape());
   PD_CHECK(dout.shape() == out_shape && dout.dtype() == q.dtype(),
-           "flashmask_attention grad: dout must be [batch, seqlen_q, heads, value head_dim]");
+           "flashmask_attention grad: dout must be [batch, seqlen_q, heads, value head_dim] in the dtype of query");
   // pfm_flashmask_attention_bwd takes out/lse from its caller.
   PD_CHECK(out.shape() == out_shape && out.dtype() == q.dtype(),
-           "flashmask_attention grad: out must be [batch, seqlen_q, heads, value head_dim]");
+           "flashmask_attention grad: out must be [batch, seqlen_q, heads, value head_dim] in the dtype of query");
   PD_CHECK(lse.dtype() == paddle::DataType::FLOAT32 &&
                lse.shape() == std::vector<int64_t>({q.shape()[0], q.shape()[2], q.shape()[1]}),
            "flashmask_attention grad: softmax_lse must be float32 [batch, heads, seqlen_q]");
