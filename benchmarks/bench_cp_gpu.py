@@ -142,8 +142,9 @@ class Sim:
     def spec(self, cls, r):
         return cls(self.plan, r, None, self.indices, self.causal, self.scale, self.kernel, False, self.B, self.place)
 
-    # allgather: own keys, then each group of peers' (the exchanges emulated by host copies),
-    # merged by LSE; backward: group parts first, their dK/dV summed by the owners
+    # allgather: own keys, then each group of peers' (the keys this rank's rows see, as the
+    # sparse exchange sends them; emulated by host copies), merged by LSE; backward: group
+    # parts first, their dK/dV spread back over the owners' keys and summed there
     def allgather(self, q, k, v, do):
         W = self.W
         specs = [self.spec(allgather.Spec, r) for r in range(W)]
@@ -155,20 +156,29 @@ class Sim:
             parts = []
             for gi, g in enumerate(specs[r].groups()):
                 srcs = specs[r].sources(g)
-                k_g = host(np.concatenate([to_f32(k[x]) for x in srcs], axis=1))
-                v_g = host(np.concatenate([to_f32(v[x]) for x in srcs], axis=1))
+                keys = [specs[r].sent(x, r) for x in srcs]
+                if sum(s.size for s in keys) == 0:  # no key of this group is seen here
+                    parts.append((srcs, keys, None, None, None))
+                    continue
+                k_g = host(np.concatenate([to_f32(k[x])[:, s] for x, s in zip(srcs, keys)], axis=1))
+                v_g = host(np.concatenate([to_f32(v[x])[:, s] for x, s in zip(srcs, keys)], axis=1))
                 out_g, lse_g = allgather.part_forward(specs[r], q[r], k_g, v_g, masks[1 + gi])
                 out, lse = tensor_ops.merge_partial(out, lse, out_g, lse_g)
-                parts.append((srcs, k_g, v_g, masks[1 + gi]))
+                parts.append((srcs, keys, k_g, v_g, masks[1 + gi]))
             dq = None
-            for srcs, k_g, v_g, m in parts:
-                dq_g, dk_g, dv_g = allgather.part_backward(specs[r], q[r], k_g, v_g, m, out, lse, do[r])
-                dk_g, dv_g, off = to_f32(dk_g), to_f32(dv_g), 0
-                for x in srcs:  # each source's rows go home
-                    n = self.plan.num_local_rows(x)
-                    sent[(r, x)] = (dk_g[:, off:off + n], dv_g[:, off:off + n])
-                    off += n
-                dq = dq_g if dq is None else tensor_ops.accumulate(dq, dq_g)
+            for srcs, keys, k_g, v_g, m in parts:
+                if k_g is not None:
+                    dq_g, dk_g, dv_g = allgather.part_backward(specs[r], q[r], k_g, v_g, m, out, lse, do[r])
+                    dk_g, dv_g = to_f32(dk_g), to_f32(dv_g)
+                    dq = dq_g if dq is None else tensor_ops.accumulate(dq, dq_g)
+                off = 0
+                for x, s in zip(srcs, keys):  # each source's keys go home, zeros where not sent
+                    shape = (self.B, self.plan.num_local_rows(x), self.Hk, self.D)
+                    dk_x, dv_x = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
+                    if s.size:
+                        dk_x[:, s], dv_x[:, s] = dk_g[:, off:off + s.size], dv_g[:, off:off + s.size]
+                    sent[(r, x)] = (dk_x, dv_x)
+                    off += s.size
             saved.append((out, lse, dq))
         res = []
         for r in range(W):
@@ -322,13 +332,15 @@ def bench(args, place):
                 t1 = None
             q = k = v = do = None
             for W in args.world_sizes:
-                for method in args.methods:
-                    plan = ContextParallelPlan(idx, causal, W, method=method, seqlen=S)
+                for method, layout in [(m, lay) for m in args.methods
+                                       for lay in (args.layouts if m == "allgather" else ["auto"])]:
+                    plan = ContextParallelPlan(idx, causal, W, method=method, seqlen=S, layout=layout)
                     times = [rank_step_time(plan, r, it, causal, method, blocks, place, dtype, args, timer)
                              for r in range(W)]
                     busiest, mean = max(times), float(np.mean(times))
                     flops = fwd_flops + bwd_flops
                     rec = dict(mask=name, seqlen=S, world_size=W, method=method, chunk_size=plan.chunk_size,
+                               layout=layout, contiguous=plan.contiguous, sparse_exchange=allgather.SPARSE_EXCHANGE,
                                work_imbalance=plan.work_imbalance, token_imbalance=plan.token_imbalance,
                                t1_ms=None if t1 is None else t1 * 1e3, rank_ms=[t * 1e3 for t in times],
                                busiest_over_mean=busiest / mean,
@@ -343,7 +355,8 @@ def bench(args, place):
                         out.write(json.dumps(rec) + "\n")
                         out.flush()
                     fmt = lambda x, f: "n/a" if x is None else format(x, f)
-                    print(f"| {name} | {S} | {W} | {method} | {plan.chunk_size} | {plan.work_imbalance:.3f} | "
+                    tag = method + ("" if method != "allgather" else ", contiguous" if plan.contiguous else ", chunks")
+                    print(f"| {name} | {S} | {W} | {tag} | {plan.chunk_size} | {plan.work_imbalance:.3f} | "
                           f"{fmt(rec['t1_ms'], '.1f')} | {' / '.join(f'{t * 1e3:.1f}' for t in times)} | "
                           f"{busiest / mean:.3f} | {fmt(rec['efficiency_compute'], '.3f')} | "
                           f"{fmt(rec['t1_tflops'], '.0f')} | {rec['tflops_per_gpu']:.0f} |", flush=True)
@@ -359,23 +372,30 @@ def rank_step_time(plan, r, it, causal, method, blocks, place, dtype, args, time
     if method == "allgather":
         spec = allgather.Spec(plan, r, None, it, causal, scale, kern, False, B, place)
         q, k, v, do = (tiled(blocks[h], L, place, dtype) for h in (H, Hk, Hk, H))
-        # what the exchanges bring (each group's K/V) and send back (dK/dV pieces for r's keys)
-        groups = [(gi, tiled(blocks[Hk], sum(plan.num_local_rows(x) for x in spec.sources(g)), place, dtype),
-                   tiled(blocks[Hk], len(g) * L, place, dtype)) for gi, g in enumerate(spec.groups())]
+        # what the exchanges bring (each group's K/V: the keys r's rows see) and send back
+        # (dK/dV pieces for r's keys, spread over all of them); a group that brings nothing
+        # is not computed
+        parts = []
+        for gi, g in enumerate(spec.groups()):
+            n = sum(spec.num_sent(x, r) for x in spec.sources(g))
+            if n:
+                parts.append((gi, tiled(blocks[Hk], n, place, dtype)))
+        backs = [tiled(blocks[Hk], len(g) * L, place, dtype) for g in spec.groups()]
 
         def step():
             masks = spec.part_masks()
             o, s_ = allgather.part_forward(spec, q, k, v, masks[0])
-            for gi, k_g, _ in groups:
+            for gi, k_g in parts:
                 o_g, l_g = allgather.part_forward(spec, q, k_g, k_g, masks[1 + gi])
                 o, s_ = tensor_ops.merge_partial(o, s_, o_g, l_g)
             dq = None
-            for gi, k_g, _ in groups:
+            for gi, k_g in parts:
                 dq_g, _, _ = allgather.part_backward(spec, q, k_g, k_g, masks[1 + gi], o, s_, do)
                 dq = dq_g if dq is None else tensor_ops.accumulate(dq, dq_g)
             dq_l, dk, dv = allgather.part_backward(spec, q, k, v, masks[0], o, s_, do)
-            tensor_ops.accumulate(dq_l, dq)
-            for _, _, back in groups:
+            if dq is not None:
+                tensor_ops.accumulate(dq_l, dq)
+            for back in backs:
                 dk, dv = tensor_ops.accumulate(dk, back), tensor_ops.accumulate(dv, back)
     else:
         spec = ulysses.Spec(plan, r, None, it, causal, scale, kern, False, B, place)
@@ -425,9 +445,13 @@ def main():
                     help="longest S timed on one GPU (the Hopper kernels take up to 2^19 tokens)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--kernel", default="auto")
+    ap.add_argument("--layouts", nargs="+", default=["auto"], help="plan layouts timed for allgather "
+                    "(auto, chunks, contiguous)")
+    ap.add_argument("--dense-exchange", action="store_true", help="every key to every rank (no sparse exchange)")
     ap.add_argument("--budget-s", type=float, default=1e9)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    allgather.SPARSE_EXCHANGE = not args.dense_exchange
     place = paddle.CPUPlace() if args.device == "cpu" else paddle.CUDAPlace(0)
     pfm.build()
     failures = check(args, place) if args.check else 0

@@ -114,8 +114,9 @@ def bench(args, place, W, rank):
                 t1 = min(timer(single)[0] for _ in range(args.repeats))
                 q = k = v = do = None
             t1 = gather_scalars(t1 or 0.0, W, rank, place)[0] or None
-            for method in args.methods:
-                plan = ContextParallelPlan(idx, causal, W, method=method, seqlen=S)
+            for method, layout in [(m, lay) for m in args.methods
+                                   for lay in (args.layouts if m == "allgather" else ["auto"])]:
+                plan = ContextParallelPlan(idx, causal, W, method=method, seqlen=S, layout=layout)
                 L = plan.num_local_rows(rank)
                 ql, kl, vl, dl = (tiled(blocks[h], L, place, dtype) for h in (H, Hk, Hk, H))
                 for t in (ql, kl, vl):
@@ -147,10 +148,12 @@ def bench(args, place, W, rank):
                            work_imbalance=plan.work_imbalance, tile_imbalance=plan.tile_imbalance,
                            heads=H, heads_k=Hk, dim=D, dtype=dtype,
                            sparse_exchange=allgather.SPARSE_EXCHANGE if method == "allgather" else None,
+                           layout=layout, contiguous=plan.contiguous,
                            device=paddle.device.cuda.get_device_name(0) if timer.gpu else "cpu")
                 if rank == 0:
                     eff = "n/a" if t1 is None else f"{rec['efficiency']:.3f}"
-                    print(f"| {name} | {S} | {W} | {method} | {'n/a' if t1 is None else f'{t1 * 1e3:.1f}'} | "
+                    tag = method + ("" if method != "allgather" else ", contiguous" if plan.contiguous else ", chunks")
+                    print(f"| {name} | {S} | {W} | {tag} | {'n/a' if t1 is None else f'{t1 * 1e3:.1f}'} | "
                           f"{slow * 1e3:.1f} | {rec['busiest_over_mean']:.3f} | {eff} | "
                           f"{max(comps) * 1e3:.1f} | {max(comms) * 1e3:.1f} | {min(hidden):.2f} |", flush=True)
                     if out:
@@ -204,6 +207,8 @@ def main():
     ap.add_argument("--t1-max", type=int, default=1 << 19)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--kernel", default="auto")
+    ap.add_argument("--layouts", nargs="+", default=["auto"], help="plan layouts timed for allgather "
+                    "(auto, chunks, contiguous)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     args.dtypes = args.dtypes or (["float32"] if args.device == "cpu" else ["bfloat16", "float16"])

@@ -13,15 +13,22 @@ def load(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def method_label(r):
+    """The method, and for allgather the plan layout where the record has it."""
+    if r["method"] != "allgather" or "contiguous" not in r:
+        return r["method"]
+    return f"allgather ({'contiguous' if r['contiguous'] else 'chunks'}{'' if r.get('sparse_exchange', True) else ', dense'})"
+
+
 def table(recs):
     lines = ["| mask | S | W | method | chunk | plan: area busiest/mean | T1 fwd+bwd ms (TFLOP/s) | "
              "per-rank ms | measured busiest/mean | T1 / (W x busiest) | TFLOP/s per GPU |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in sorted(recs, key=lambda r: (r["mask"], r["seqlen"], r["world_size"], r["method"])):
+    for r in sorted(recs, key=lambda r: (r["mask"], r["seqlen"], r["world_size"], method_label(r))):
         t1 = "n/a" if r.get("t1_ms") is None else f"{r['t1_ms']:.1f} ({r['t1_tflops']:.0f})"
         eff = "n/a" if r.get("efficiency_compute") is None else f"{r['efficiency_compute']:.3f}"
         per_gpu = r.get("tflops_per_gpu")
-        lines.append(f"| {r['mask']} | {r['seqlen'] // 1024}K | {r['world_size']} | {r['method']} | {r['chunk_size']} | "
+        lines.append(f"| {r['mask']} | {r['seqlen'] // 1024}K | {r['world_size']} | {method_label(r)} | {r['chunk_size']} | "
                      f"{r['work_imbalance']:.3f} | {t1} | "
                      f"{' / '.join(f'{t:.1f}' for t in r['rank_ms'])} | {r['busiest_over_mean']:.3f} | "
                      f"{eff} | {'' if per_gpu is None else f'{per_gpu:.0f}'} |")
@@ -38,13 +45,13 @@ def plot(recs, path):
     fig, axes = plt.subplots(1, len(masks), figsize=(4 * len(masks), 3.4), sharey=True)
     axes = axes if len(masks) > 1 else [axes]
     for ax, m in zip(axes, masks):
-        for (W, method), style in (((2, "allgather"), "o-"), ((2, "ulysses"), "s--"), ((4, "allgather"), "o-"),
-                                   ((4, "ulysses"), "s--")):
+        for W, label in sorted({(r["world_size"], method_label(r)) for r in recs}):
             pts = sorted((r["seqlen"], r["efficiency_compute"]) for r in recs
-                         if r["mask"] == m and r["world_size"] == W and r["method"] == method
+                         if r["mask"] == m and r["world_size"] == W and method_label(r) == label
                          and r.get("efficiency_compute") is not None)
             if pts:
-                ax.plot([p[0] // 1024 for p in pts], [p[1] for p in pts], style, label=f"{method} W={W}")
+                style = "s--" if label == "ulysses" else "o-"
+                ax.plot([p[0] // 1024 for p in pts], [p[1] for p in pts], style, label=f"{label} W={W}")
         ax.axhline(0.9, color="grey", lw=0.8, ls=":")
         ax.set_xscale("log", base=2)
         ax.set_title(m)

@@ -6,6 +6,7 @@
 # exchanges and hidden share per rank. Carry .gpu2 and .gpu_objs.
 #   CP_LENGTHS="131072 262144 1048576"  CP_STAGES="--check --bench"
 #   CP_SPARSE_MODES="1 0": also time allgather with every key sent (PADDLE_FLASHMASK_CP_SPARSE=0)
+#   CP_LAYOUTS="chunks contiguous": plan layouts timed for allgather (default: auto)
 set -uo pipefail
 OUT=${OUT:-/tmp/pfm_out}; mkdir -p "$OUT"
 source benchmarks/device/runtime_env.sh
@@ -21,7 +22,7 @@ for S in ${CP_LENGTHS:-131072 262144 1048576}; do
   for SPARSE in ${CP_SPARSE_MODES:-1}; do
     PADDLE_FLASHMASK_CP_SPARSE=$SPARSE timeout "${CP_LAUNCH_TIMEOUT_S:-240}" python3 -m paddle.distributed.launch \
       --devices "$DEVICES" --log_dir "$OUT/log_${S}_sparse$SPARSE" benchmarks/bench_cp_multi_gpu.py $STAGES \
-      --lengths $S --out "$OUT/cp_multi_gpu.jsonl" > "$OUT/launch_${S}_sparse$SPARSE.log" 2>&1
+      --lengths $S --layouts ${CP_LAYOUTS:-auto} --out "$OUT/cp_multi_gpu.jsonl" > "$OUT/launch_${S}_sparse$SPARSE.log" 2>&1
     echo "launch $S sparse=$SPARSE exit $?"
     grep -E "^\||check on|FAIL|Error" "$OUT/log_${S}_sparse$SPARSE/workerlog.0" | tail -30
     STAGES=--bench

@@ -35,6 +35,7 @@ if [[ " $STAGES " == *" bench "* ]]; then
   # one process per length (and per mask at 1M): a fresh allocator for the largest cases
   for S in ${CP_LENGTHS:-65536 131072 262144}; do
     python3 benchmarks/bench_cp_gpu.py --bench --dtypes bfloat16 --world-sizes ${CP_WORLD:-2 4} --lengths $S \
+      --layouts ${CP_LAYOUTS:-auto} \
       --repeats 2 --out "$OUT/cp_bench.jsonl" 2>&1 | grep -v -E "^W|^I[0-9]" | tee -a "$OUT/cp_bench.log" | grep "^| [a-z]"
   done
   for M in ${CP_1M_MASKS:-causal_document share_question global_sliding_window}; do
