@@ -53,7 +53,8 @@ def finish_distributed() -> None:
     thread still reads them, and that peer aborts (SIGABRT) after training had succeeded."""
     import paddle.distributed as dist
 
-    if not dist.is_initialized() or dist.get_world_size() < 2:
+    is_initialized = getattr(dist, "is_initialized", None)  # newer than some Paddle 2.x
+    if is_initialized is None or not is_initialized() or dist.get_world_size() < 2:
         return
     dist.barrier()
     destroy = getattr(dist, "destroy_process_group", None)

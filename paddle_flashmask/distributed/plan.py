@@ -39,8 +39,8 @@ MAX_ROWS_PER_RANK = 1 << 19
 # Chunks no smaller than this when the sequence allows 8 chunks a rank of it.
 MIN_CHUNK = 128
 # allgather: one contiguous stretch of rows per rank (cut at TILE rows) is taken instead of
-# the balanced chunks when its tiles and area are each at most this much less balanced
-# (tokens stay under the same cap). Masks whose keys lie near
+# the balanced chunks when its worst balance (tiles, area or tokens: the model's other
+# layers pay per token) is at most this much worse than theirs. Masks whose keys lie near
 # their rows (documents, answers, windows) then send peers few keys (keys_needed); chunks
 # spread for balance reach every document and window.
 LOCALITY_SLACK = 0.01
@@ -318,13 +318,14 @@ class ContextParallelPlan:
 
     def _choose_layout(self):
         """Balanced chunks (``_choose_chunk_size``); for allgather, one stretch per rank
-        instead when its tiles and area are balanced within LOCALITY_SLACK of those."""
+        instead when its worst count (tiles, area or tokens) is within LOCALITY_SLACK of the
+        chunks' worst."""
         self._choose_chunk_size()
         if self.method != "allgather":
             return
-        chunk_size, tiles, area = self.chunk_size, self.tile_imbalance, self.work_imbalance
+        chunk_size, worst = self.chunk_size, self._score()
         if self._build(min(TILE, max(1, self.seqlen // self.world_size)), contiguous=True) and \
-                self.tile_imbalance <= tiles + LOCALITY_SLACK and self.work_imbalance <= area + LOCALITY_SLACK:
+                self._score() <= worst + LOCALITY_SLACK:
             return
         self._build(chunk_size)
 
