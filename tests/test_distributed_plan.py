@@ -296,3 +296,12 @@ def test_auto_layout_keeps_windows_home_and_spreads_causal():
 def test_bad_layout():
     with pytest.raises(ValueError, match="layout must be one of"):
         ContextParallelPlan(None, True, 2, seqlen=100, layout="zigzag")
+
+
+@pytest.mark.parametrize("S,W", [(2, 2), (3, 3), (7, 2), (17, 7), (129, 3), (300, 7)])
+def test_contiguous_layout_on_short_sequences_gives_every_rank_rows(S, W):
+    for causal in (True, False):
+        plan = ContextParallelPlan(None, causal, W, seqlen=S, layout="contiguous")
+        rows = [plan.local_rows(r) for r in range(W)]
+        np.testing.assert_array_equal(np.concatenate(rows), np.arange(S))
+        assert all(r.size > 0 for r in rows)

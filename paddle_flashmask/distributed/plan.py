@@ -269,8 +269,9 @@ class ContextParallelPlan:
         elif layout == "chunks":
             self._choose_chunk_size()
         elif layout == "contiguous":
-            if not self._build(min(TILE, max(1, S // self.world_size)), contiguous=True):
-                self._build(1, contiguous=True)  # always possible: S >= world_size
+            if not self._build(min(TILE, max(1, S // self.world_size)), contiguous=True) and \
+                    not self._build(1, contiguous=True):  # single rows: W stretches of <= cap rows exist
+                raise ValueError(f"layout='contiguous' cannot cut S = {S} into {self.world_size} stretches")
         else:
             self._choose_layout()
         self._rows = [self._rows_of(r) for r in range(self.world_size)]
