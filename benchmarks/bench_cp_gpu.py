@@ -340,7 +340,7 @@ def bench(args, place):
                     busiest, mean = max(times), float(np.mean(times))
                     flops = fwd_flops + bwd_flops
                     rec = dict(mask=name, seqlen=S, world_size=W, method=method, chunk_size=plan.chunk_size,
-                               layout=layout, contiguous=plan.contiguous, sparse_exchange=allgather.SPARSE_EXCHANGE,
+                               layout=plan.layout, sparse_exchange=allgather.SPARSE_EXCHANGE,
                                work_imbalance=plan.work_imbalance, token_imbalance=plan.token_imbalance,
                                t1_ms=None if t1 is None else t1 * 1e3, rank_ms=[t * 1e3 for t in times],
                                busiest_over_mean=busiest / mean,
@@ -355,7 +355,7 @@ def bench(args, place):
                         out.write(json.dumps(rec) + "\n")
                         out.flush()
                     fmt = lambda x, f: "n/a" if x is None else format(x, f)
-                    tag = method + ("" if method != "allgather" else ", contiguous" if plan.contiguous else ", chunks")
+                    tag = method + ("" if method != "allgather" else f", {plan.layout}")
                     print(f"| {name} | {S} | {W} | {tag} | {plan.chunk_size} | {plan.work_imbalance:.3f} | "
                           f"{fmt(rec['t1_ms'], '.1f')} | {' / '.join(f'{t * 1e3:.1f}' for t in times)} | "
                           f"{busiest / mean:.3f} | {fmt(rec['efficiency_compute'], '.3f')} | "
@@ -446,7 +446,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--kernel", default="auto")
     ap.add_argument("--layouts", nargs="+", default=["auto"], help="plan layouts timed for allgather "
-                    "(auto, chunks, contiguous)")
+                    "(auto, chunks, local)")
     ap.add_argument("--dense-exchange", action="store_true", help="every key to every rank (no sparse exchange)")
     ap.add_argument("--budget-s", type=float, default=1e9)
     ap.add_argument("--out", default=None)

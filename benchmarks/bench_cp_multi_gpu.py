@@ -148,11 +148,11 @@ def bench(args, place, W, rank):
                            work_imbalance=plan.work_imbalance, tile_imbalance=plan.tile_imbalance,
                            heads=H, heads_k=Hk, dim=D, dtype=dtype,
                            sparse_exchange=allgather.SPARSE_EXCHANGE if method == "allgather" else None,
-                           layout=layout, contiguous=plan.contiguous,
+                           layout=plan.layout,
                            device=paddle.device.cuda.get_device_name(0) if timer.gpu else "cpu")
                 if rank == 0:
                     eff = "n/a" if t1 is None else f"{rec['efficiency']:.3f}"
-                    tag = method + ("" if method != "allgather" else ", contiguous" if plan.contiguous else ", chunks")
+                    tag = method + ("" if method != "allgather" else f", {plan.layout}")
                     print(f"| {name} | {S} | {W} | {tag} | {'n/a' if t1 is None else f'{t1 * 1e3:.1f}'} | "
                           f"{slow * 1e3:.1f} | {rec['busiest_over_mean']:.3f} | {eff} | "
                           f"{max(comps) * 1e3:.1f} | {max(comms) * 1e3:.1f} | {min(hidden):.2f} |", flush=True)
@@ -208,7 +208,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--kernel", default="auto")
     ap.add_argument("--layouts", nargs="+", default=["auto"], help="plan layouts timed for allgather "
-                    "(auto, chunks, contiguous)")
+                    "(auto, chunks, local)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     args.dtypes = args.dtypes or (["float32"] if args.device == "cpu" else ["bfloat16", "float16"])

@@ -15,9 +15,9 @@ def load(path):
 
 def method_label(r):
     """The method, and for allgather the plan layout where the record has it."""
-    if r["method"] != "allgather" or "contiguous" not in r:
+    if r["method"] != "allgather" or r.get("layout") not in ("chunks", "local"):
         return r["method"]
-    return f"allgather ({'contiguous' if r['contiguous'] else 'chunks'}{'' if r.get('sparse_exchange', True) else ', dense'})"
+    return f"allgather ({r['layout']}{'' if r.get('sparse_exchange', True) else ', dense'})"
 
 
 def table(recs):

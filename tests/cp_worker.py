@@ -78,8 +78,8 @@ def run_cases(W, rank, results):
     # (S, name, indices, causal, value head dim, chunk size, sparse K/V exchange[, layout])
     cases = [(S, name, idx, causal, None, None, True) for S in (77, 130)
              for name, idx, causal in mask_cases(S, H, Hk, seed=S)]
-    # one stretch of rows per rank
-    cases += [(130, name + "_contiguous", idx, causal, None, None, True, "contiguous")
+    # the local layout (stretches, a few chunks moved or swapped)
+    cases += [(130, name + "_local", idx, causal, None, None, True, "local")
               for name, idx, causal in mask_cases(130, H, Hk, seed=130)
               if name in ("causal_document", "share_question", "global_sliding_window", "plain_causal")]
     # value with a head dim of its own (MLA-style)
@@ -166,7 +166,7 @@ def run_bad_input(W, rank, results):
     expect_raise(results, "ranks_with_different_plans",
                  lambda: flashmask_attention(*mixed, it, causal=True, plan=plan_mixed))
     # same chunk size, another layout on rank 0: other rows, the same row counts
-    plan_layout = ContextParallelPlan(idx, True, W, chunk_size=8, layout="contiguous" if rank == 0 else "chunks")
+    plan_layout = ContextParallelPlan(idx, True, W, chunk_size=8, layout="local" if rank == 0 else "chunks")
     moved = [paddle.to_tensor(plan_layout.shard(x, rank)) for x in (q, k, v)]
     expect_raise(results, "ranks_with_different_layouts",
                  lambda: flashmask_attention(*moved, it, causal=True, plan=plan_layout))

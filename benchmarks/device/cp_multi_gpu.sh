@@ -6,7 +6,7 @@
 # exchanges and hidden share per rank. Carry .gpu2 and .gpu_objs.
 #   CP_LENGTHS="131072 262144 1048576"  CP_STAGES="--check --bench"
 #   CP_SPARSE_MODES="1 0": also time allgather with every key sent (PADDLE_FLASHMASK_CP_SPARSE=0)
-#   CP_LAYOUTS="chunks contiguous": plan layouts timed for allgather (default: auto)
+#   CP_LAYOUTS="chunks local": plan layouts timed for allgather (default: auto)
 set -uo pipefail
 OUT=${OUT:-/tmp/pfm_out}; mkdir -p "$OUT"
 source benchmarks/device/runtime_env.sh

@@ -24,7 +24,7 @@ import numpy as np
 from . import workload
 
 METHODS = ("allgather", "ulysses")
-LAYOUTS = ("auto", "chunks", "contiguous")
+LAYOUTS = ("auto", "chunks", "local")
 
 # Chunk sizes tried, largest (best for the kernels' tiles) first; the plan takes the first
 # that balances both counts within BALANCE_GOAL.
@@ -38,9 +38,9 @@ REFINE_TOLERANCE = 0.005
 MAX_ROWS_PER_RANK = 1 << 19
 # Chunks no smaller than this when the sequence allows 8 chunks a rank of it.
 MIN_CHUNK = 128
-# allgather: one contiguous stretch of rows per rank (cut at TILE rows) is taken instead of
-# the balanced chunks when its worst balance (tiles, area or tokens: the model's other
-# layers pay per token) is at most this much worse than theirs. Masks whose keys lie near
+# allgather: the "local" layout (stretches of rows per rank, cut at TILE rows) is taken
+# instead of the spread chunks when its worst balance (tiles, area or tokens: the model's
+# other layers pay per token) and its tiles are each at most this much worse than theirs. Masks whose keys lie near
 # their rows (documents, answers, windows) then send peers few keys (keys_needed); chunks
 # spread for balance reach every document and window.
 LOCALITY_SLACK = 0.01
@@ -64,7 +64,7 @@ def mask_fingerprint(indices_np: Optional[np.ndarray], causal: bool, seqlen: int
     return h.hexdigest()[:16]
 
 
-def _contiguous(loads: Sequence[np.ndarray], lens: np.ndarray, world_size: int, token_cap: int):
+def _stretches(loads: Sequence[np.ndarray], lens: np.ndarray, world_size: int, token_cap: int):
     """Owner of each chunk when every rank takes one stretch of consecutive chunks, the cuts
     minimising the busiest rank's load over the mean, the worst of ``loads`` (each per chunk)
     counted; None when the token cap or the chunk count does not allow it. Binary search on
@@ -114,6 +114,67 @@ def _contiguous(loads: Sequence[np.ndarray], lens: np.ndarray, world_size: int, 
     for r, end in enumerate(ends):
         owner[start:end] = r
         start = end
+    return owner
+
+
+def _even_tokens(owner: np.ndarray, work: np.ndarray, lens: np.ndarray, world_size: int,
+                 tolerance: float = REFINE_TOLERANCE) -> np.ndarray:
+    """Moves the lightest chunks (least work: the first rows of documents and answers, padding)
+    from the rank with the most tokens to the one with the fewest until tokens are within
+    ``tolerance`` of the mean: stretches cut for equal work hold unequal tokens, and a light
+    chunk moves tokens without moving work (nor, at a document's start, many keys)."""
+    owner = owner.copy()
+    tokens = np.bincount(owner, weights=lens, minlength=world_size)
+    target = tokens.mean() * (1 + tolerance)
+    for _ in range(owner.size):
+        hi, lo = int(np.argmax(tokens)), int(np.argmin(tokens))
+        if tokens[hi] <= target:
+            break
+        mine = np.flatnonzero(owner == hi)
+        fits = mine[tokens[lo] + lens[mine] <= tokens[hi] - lens[mine]]  # no overshoot
+        if fits.size == 0 or mine.size == 1:
+            break
+        c = int(fits[np.argmin(work[fits])])
+        owner[c] = lo
+        tokens[hi] -= lens[c]
+        tokens[lo] += lens[c]
+    return owner
+
+
+def _swap_even_work(owner: np.ndarray, work: np.ndarray, lens: np.ndarray, world_size: int,
+                    tolerance: float = REFINE_TOLERANCE) -> np.ndarray:
+    """Swaps equal-length chunks between the busiest and the idlest rank (tokens unchanged),
+    each swap the pair whose work difference is nearest half the gap, until the busiest rank
+    is within ``tolerance`` of the mean work or no swap helps. O(n log n) a swap."""
+    owner = owner.copy()
+    load = np.bincount(owner, weights=work, minlength=world_size)
+    target = load.mean() * (1 + tolerance)
+    full = lens == lens.max()  # the chunks of chunk_size rows (all but maybe the last)
+    for _ in range(owner.size):
+        hi, lo = int(np.argmax(load)), int(np.argmin(load))
+        gap = load[hi] - load[lo]
+        if load[hi] <= target or gap <= 0:
+            break
+        a = np.flatnonzero((owner == hi) & full)
+        b = np.flatnonzero((owner == lo) & full)
+        if a.size == 0 or b.size == 0:
+            break
+        b = b[np.argsort(work[b], kind="stable")]
+        wb = work[b]
+        j = np.searchsorted(wb, work[a] - gap / 2)
+        best = (gap, None)  # the new gap of the pair, the smaller the better
+        for jj in (np.clip(j - 1, 0, b.size - 1), np.clip(j, 0, b.size - 1)):
+            d = work[a] - wb[jj]
+            new_gap = np.where((d > 0) & (d < gap), np.abs(gap - 2 * d), np.inf)
+            k = int(np.argmin(new_gap))
+            if new_gap[k] < best[0]:
+                best = (float(new_gap[k]), (int(a[k]), int(b[jj[k]]), float(d[k])))
+        if best[1] is None:
+            break
+        ca, cb, d = best[1]
+        owner[ca], owner[cb] = lo, hi
+        load[hi] -= d
+        load[lo] += d
     return owner
 
 
@@ -196,17 +257,18 @@ class ContextParallelPlan:
         chunk_size (int, optional): tokens per chunk; default: the largest of 2048, 1024,
             ..., 1 that balances attention work and tokens within 5%.
         seqlen (int, optional): S, required when ``startend_row_indices`` is None.
-        layout (str): ``"chunks"``: chunks spread over the ranks for balance;
-            ``"contiguous"``: one stretch of consecutive rows per rank, cut (at ``chunk_size``,
-            default 128 rows) to balance the same counts, which keeps the keys of documents,
-            answers and windows on the rank of their rows (the allgather method then sends
-            peers few keys) at some cost in balance; ``"auto"`` (default): contiguous for
-            allgather when it is balanced within LOCALITY_SLACK of the chunks, else chunks (with
+        layout (str): ``"chunks"``: chunks spread over the ranks for balance; ``"local"``: one
+            stretch of consecutive rows per rank, cut (at ``chunk_size``, default 128 rows) for
+            equal tiles, then the lightest chunks (documents' first rows, padding) moved to even
+            out the tokens and equal-length chunks swapped to even out the tiles again: the keys
+            of a document, an answer or a window mostly stay on the rank of its rows, so the
+            allgather method sends peers few keys; ``"auto"`` (default): local for allgather
+            when its worst balance is within LOCALITY_SLACK of the chunks', else chunks (with
             an explicit ``chunk_size``: chunks).
 
     Attributes: ``seqlen``, ``world_size``, ``method``, ``causal``, ``chunk_size``,
     ``num_chunks``, ``chunk_owner`` (rank of every chunk; ranks hold at most 8% or one
-    chunk over the mean token count), ``contiguous`` (one stretch per rank), ``rank_tiles`` / ``tile_imbalance`` (live tiles), ``rank_work`` and
+    chunk over the mean token count), ``layout`` (``"chunks"`` or ``"local"``, as built), ``rank_tiles`` / ``tile_imbalance`` (live tiles), ``rank_work`` and
     ``rank_tokens`` (per rank), ``work_imbalance`` / ``token_imbalance`` (busiest rank
     over the mean), ``fingerprint`` (of the mask the plan was built for).
     """
@@ -261,17 +323,17 @@ class ContextParallelPlan:
             if -(-S // int(chunk_size)) < self.world_size:
                 raise ValueError(f"chunk_size {chunk_size} leaves fewer than {self.world_size} chunks of "
                                  f"S = {S}: some rank would hold no rows")
-            if layout != "contiguous":
+            if layout != "local":
                 self._build(int(chunk_size))
-            elif not self._build(int(chunk_size), contiguous=True):
-                raise ValueError(f"layout='contiguous' cannot cut S = {S} into {self.world_size} stretches of "
+            elif not self._build(int(chunk_size), local=True):
+                raise ValueError(f"layout='local' cannot cut S = {S} into {self.world_size} stretches of "
                                  f"whole {chunk_size}-row chunks within the token cap")
         elif layout == "chunks":
             self._choose_chunk_size()
-        elif layout == "contiguous":
-            if not self._build(min(TILE, max(1, S // self.world_size)), contiguous=True) and \
-                    not self._build(1, contiguous=True):  # single rows: W stretches of <= cap rows exist
-                raise ValueError(f"layout='contiguous' cannot cut S = {S} into {self.world_size} stretches")
+        elif layout == "local":
+            if not self._build(min(TILE, max(1, S // self.world_size)), local=True) and \
+                    not self._build(1, local=True):  # single rows: W stretches of <= cap rows exist
+                raise ValueError(f"layout='local' cannot cut S = {S} into {self.world_size} stretches")
         else:
             self._choose_layout()
         self._rows = [self._rows_of(r) for r in range(self.world_size)]
@@ -280,9 +342,9 @@ class ContextParallelPlan:
         self._needed = {}  # (src, dst) -> keys_needed
 
     # ---- construction -------------------------------------------------------
-    def _build(self, chunk_size, contiguous=False):
-        """Balanced chunks (or, ``contiguous``, one stretch per rank); False when the
-        contiguous cut is not possible."""
+    def _build(self, chunk_size, local=False):
+        """Spread chunks, or (``local``) stretches refined by moves and swaps; False when no
+        stretch cut is possible."""
         S, W = self.seqlen, self.world_size
         self.chunk_size = chunk_size
         self.num_chunks = -(-S // chunk_size)
@@ -296,15 +358,19 @@ class ContextParallelPlan:
         # empty chunks, so fully masked stretches spread too.
         fair = int(np.ceil(S / W / chunk_size)) * chunk_size  # the least a cap can be
         cap = max(min(int(np.ceil(S / W * (1 + TOKEN_SLACK))), MAX_ROWS_PER_RANK), fair)
-        if contiguous:
-            # tiles balanced, tokens under the same cap as the chunks' (as _assign does)
-            owner = _contiguous([chunk_tiles + 1e-3 * self.chunk_len], self.chunk_len, W, cap)
+        if local:
+            # tiles balanced, tokens under the same cap as the chunks' (as _assign does), then
+            # the lightest chunks moved to even out the tokens and equal-length chunks swapped
+            # to even out the tiles again: a few chunks leave their stretch
+            weight = chunk_tiles + 1e-3 * self.chunk_len
+            owner = _stretches([weight], self.chunk_len, W, cap)
             if owner is None:
                 return False
-            self.chunk_owner = owner
+            owner = _even_tokens(owner, weight, self.chunk_len, W)
+            self.chunk_owner = _swap_even_work(owner, weight, self.chunk_len, W)
         else:
             self.chunk_owner = _assign(chunk_tiles + 1e-3 * self.chunk_len, self.chunk_len, W, cap)
-        self.contiguous = contiguous
+        self.layout = "local" if local else "chunks"
         self.rank_work = np.bincount(self.chunk_owner, weights=chunk_work, minlength=W)
         self.rank_tiles = np.bincount(self.chunk_owner, weights=chunk_tiles, minlength=W)
         self.rank_tokens = np.bincount(self.chunk_owner, weights=self.chunk_len, minlength=W).astype(np.int64)
@@ -318,15 +384,15 @@ class ContextParallelPlan:
         return max(self.tile_imbalance, self.work_imbalance, self.token_imbalance)
 
     def _choose_layout(self):
-        """Balanced chunks (``_choose_chunk_size``); for allgather, one stretch per rank
-        instead when its worst count (tiles, area or tokens) is within LOCALITY_SLACK of the
-        chunks' worst."""
+        """Spread chunks (``_choose_chunk_size``); for allgather, the local layout instead
+        when its worst count (tiles, area or tokens) and its tiles (what the attention
+        kernels pay) are each within LOCALITY_SLACK of the chunks'."""
         self._choose_chunk_size()
         if self.method != "allgather":
             return
-        chunk_size, worst = self.chunk_size, self._score()
-        if self._build(min(TILE, max(1, self.seqlen // self.world_size)), contiguous=True) and \
-                self._score() <= worst + LOCALITY_SLACK:
+        chunk_size, worst, tiles = self.chunk_size, self._score(), self.tile_imbalance
+        if self._build(min(TILE, max(1, self.seqlen // self.world_size)), local=True) and \
+                self._score() <= worst + LOCALITY_SLACK and self.tile_imbalance <= tiles + LOCALITY_SLACK:
             return
         self._build(chunk_size)
 
@@ -417,7 +483,7 @@ class ContextParallelPlan:
     def summary(self) -> str:
         return (f"ContextParallelPlan(S={self.seqlen}, world_size={self.world_size}, method={self.method}, "
                 f"chunk_size={self.chunk_size}, chunks={self.num_chunks}"
-                f"{', one stretch per rank' if self.contiguous else ''}, busiest/mean: area "
+                f", layout={self.layout}, busiest/mean: area "
                 f"{self.work_imbalance:.3f}, tiles {self.tile_imbalance:.3f}, tokens {self.token_imbalance:.3f})")
 
     __repr__ = summary
