@@ -31,8 +31,8 @@ import paddle  # noqa: E402
 import paddle.distributed as dist  # noqa: E402
 
 import paddle_flashmask as pfm  # noqa: E402
-from bench_cp_gpu import (Timer, device_tensor, long_context_mask, rank_step_time, rel, small_masks, tiled,  # noqa: E402
-                          to_f32)
+from bench_cp_gpu import (Timer, device_tensor, long_context_mask, rank_step_time, rel, single_device_step,  # noqa: E402
+                          small_masks, tiled, to_f32)
 from mask_area import attention_flops  # noqa: E402
 from paddle_flashmask.attention import GPU_KERNELS  # noqa: E402
 from paddle_flashmask.distributed import ContextParallelPlan, allgather, flashmask_attention, tensor_ops  # noqa: E402
@@ -106,10 +106,7 @@ def bench(args, place, W, rank):
             if rank == 0 and S <= args.t1_max:
                 q, k, v, do = (tiled(blocks[h], S, place, dtype) for h in (H, Hk, Hk, H))
 
-                def single():
-                    o, lse = tensor_ops.attention_fwd(q, k, v, it, D ** -0.5, causal, kern, False)
-                    return tensor_ops.attention_bwd(q, k, v, it, o, lse, do, D ** -0.5, causal, kern, False)
-
+                single = single_device_step(q, k, v, do, it, causal, kern)
                 single()
                 t1 = min(timer(single)[0] for _ in range(args.repeats))
                 q = k = v = do = None
@@ -204,7 +201,7 @@ def main():
     ap.add_argument("--lengths", type=int, nargs="+", default=[65536, 131072, 262144, 1048576])
     ap.add_argument("--masks", nargs="+", default=["causal_document", "share_question", "global_sliding_window", "causal"])
     ap.add_argument("--max-causal", type=int, default=262144)
-    ap.add_argument("--t1-max", type=int, default=1 << 19)
+    ap.add_argument("--t1-max", type=int, default=1 << 20)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--kernel", default="auto")
     ap.add_argument("--layouts", nargs="+", default=["auto"], help="plan layouts timed for allgather "

@@ -6,7 +6,7 @@ import weakref
 
 import paddle
 
-from . import validation
+from . import long_sequence, validation
 from ._loader import _not_to_static, load_ops
 
 
@@ -236,6 +236,16 @@ def flashmask_attention(
         _check_index_values(ops, startend_row_indices, seqlen_q, causal)
 
     scale = float(softmax_scale) if softmax_scale is not None else head_dim**-0.5
+    if long_sequence.should_split(query, key, window, block_mask, gpu_kernel_name, head_dim,
+                                  validation.SM90_HEAD_DIMS):
+        # beyond what one Hopper kernel call takes: pieces, merged exactly (long_sequence.py)
+        out, lse = long_sequence.attention(_contiguous(query), _contiguous(key), _contiguous(value),
+                                           None if startend_row_indices is None else
+                                           _contiguous(startend_row_indices), causal, scale, gpu_kernel, deterministic)
+        if return_softmax_lse:
+            lse.stop_gradient = True
+            return out, lse
+        return out
     left, right = window if window is not None else (-1, -1)
     out, lse = ops.pfm_flashmask_attention(
         _contiguous(query),

@@ -506,3 +506,34 @@ def test_gather_units_bad_input(ops, kwargs, match):
     src = tensor(np.array(kwargs.get("src", [0, 2]), dtype=np.int64)).astype(kwargs.get("src_dtype", "int64"))
     with pytest.raises(PD_ERRORS, match=match):
         ops.pfm_cp_gather_units(x, src, kwargs.get("unit", 8), kwargs.get("out_shape", [2, 8]))
+
+
+# --------------------------------------------------------------------------------------
+# pfm_cp_concat
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES + ["int32", "int64"])
+@pytest.mark.parametrize("axis,shapes", [
+    (1, [(2, 3, 4, 5), (2, 7, 4, 5), (2, 1, 4, 5)]),  # query rows of [B, S, H, D]
+    (2, [(2, 4, 3), (2, 4, 6)]),                        # LSE [B, H, S]
+    (0, [(3, 2), (1, 2)]),
+    (1, [(2, 0, 3), (2, 5, 3)]),                        # an empty piece
+])
+def test_concat(ops, rng, dtype, axis, shapes):
+    pieces = [random_values(rng, s, dtype) for s in shapes]
+    out = ops.pfm_cp_concat([t for t, _ in pieces], axis)
+    got = out.numpy() if dtype.startswith("int") else f32(out)
+    np.testing.assert_array_equal(got, np.concatenate([a for _, a in pieces], axis))
+    assert out.dtype == pieces[0][0].dtype
+
+
+@pytest.mark.parametrize("xs,axis,match", [
+    (lambda: [tensor(np.zeros((2, 3), np.float32)), tensor(np.zeros((3, 3), np.float32))], 1, "differ off the axis"),
+    (lambda: [tensor(np.zeros((2, 3), np.float32)), tensor(np.zeros((2, 3), np.int32))], 0, "dtypes differ"),
+    (lambda: [tensor(np.zeros((2, 3), np.float32)), tensor(np.zeros((2, 3, 1), np.float32))], 0, "ranks differ"),
+    (lambda: [tensor(np.zeros((2, 3), np.float32))], 2, "axis 2 is out of range"),
+])
+def test_concat_bad_input(ops, xs, axis, match):
+    with pytest.raises(PD_ERRORS, match=match):
+        ops.pfm_cp_concat(xs(), axis)

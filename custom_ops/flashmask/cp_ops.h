@@ -111,4 +111,19 @@ void cp_gather_units_cpu(const void* x, int64_t x_units, const int64_t* src, int
 void cp_gather_units_cuda(const void* x, int64_t x_units, const int64_t* src, int64_t n,
                           int64_t unit_bytes, void* out, void* stream);
 
+// Concatenates `pieces` tensors along one axis. Piece i is `outer` rows of
+// lens[i] x inner_bytes bytes; out is `outer` rows of (sum of lens) x
+// inner_bytes, the pieces side by side in each row. Dtype-free.
+struct CpConcatParams {
+  const void* const* xs = nullptr;  // [pieces] base pointers
+  const int64_t* lens = nullptr;    // [pieces] lengths along the axis
+  int pieces = 0;
+  int64_t outer = 1;        // product of the dims before the axis
+  int64_t inner_bytes = 0;  // bytes of one step along the axis (dims after it x element size)
+  void* out = nullptr;
+};
+void cp_concat_cpu(const CpConcatParams& p);
+// One cudaMemcpy2DAsync per piece (no kernel); `stream` is a cudaStream_t.
+void cp_concat_cuda(const CpConcatParams& p, void* stream);
+
 }  // namespace flashmask

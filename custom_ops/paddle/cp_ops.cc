@@ -271,6 +271,82 @@ std::vector<paddle::DataType> CpGatherUnitsInferDtype(const paddle::DataType& x_
   return {x_dtype};
 }
 
+// ---- pfm_cp_concat ------------------------------------------------------------
+
+// The pieces side by side along `axis` (every other dim equal): assembles the
+// query-row or key parts of a long sequence (paddle_flashmask/long_sequence.py)
+// without Paddle's own concat kernel.
+std::vector<paddle::Tensor> CpConcat(const std::vector<paddle::Tensor>& xs, int axis) {
+  const char* op = "cp_concat";
+  PD_CHECK(!xs.empty(), "cp_concat: needs at least one tensor");
+  const auto& first = xs[0].shape();
+  const int rank = int(first.size());
+  PD_CHECK(axis >= 0 && axis < rank, "cp_concat: axis ", axis, " is out of range for ", rank, "-D tensors");
+  int64_t elem_bytes = 0;
+  switch (xs[0].dtype()) {
+    case paddle::DataType::FLOAT32:
+    case paddle::DataType::INT32:
+      elem_bytes = 4;
+      break;
+    case paddle::DataType::FLOAT16:
+    case paddle::DataType::BFLOAT16:
+      elem_bytes = 2;
+      break;
+    case paddle::DataType::INT64:
+      elem_bytes = 8;
+      break;
+    default:
+      PD_THROW("cp_concat: tensors must be float32, float16, bfloat16, int32 or int64");
+  }
+  std::vector<int64_t> out_shape = first;
+  out_shape[axis] = 0;
+  std::vector<const void*> ptrs;
+  std::vector<int64_t> lens;
+  for (const auto& x : xs) {
+    const auto& s = x.shape();
+    PD_CHECK(x.dtype() == xs[0].dtype(), "cp_concat: the tensors' dtypes differ");
+    PD_CHECK(int(s.size()) == rank, "cp_concat: the tensors' ranks differ");
+    for (int d = 0; d < rank; ++d) {
+      PD_CHECK(d == axis || s[d] == first[d], "cp_concat: shapes ", shape_str(s), " and ", shape_str(first),
+               " differ off the axis ", axis);
+    }
+    check_same_place(x, xs[0], op);
+    out_shape[axis] += s[axis];
+    ptrs.push_back(x.data());
+    lens.push_back(s[axis]);
+  }
+  flashmask::CpConcatParams p;
+  p.xs = ptrs.data();
+  p.lens = lens.data();
+  p.pieces = int(xs.size());
+  for (int d = 0; d < axis; ++d) p.outer *= first[d];
+  p.inner_bytes = elem_bytes;
+  for (int d = axis + 1; d < rank; ++d) p.inner_bytes *= first[d];
+  auto out = paddle::empty(out_shape, xs[0].dtype(), xs[0].place());
+  p.out = out.data();
+  if (xs[0].is_cpu()) {
+    rethrow_as_paddle_error([&] { flashmask::cp_concat_cpu(p); });
+  } else {
+#if defined(FLASHMASK_WITH_CUDA)
+    rethrow_as_paddle_error([&] { flashmask::cp_concat_cuda(p, xs[0].stream()); });
+#else
+    unsupported_place(xs[0], op);
+#endif
+  }
+  return {out};
+}
+
+std::vector<std::vector<int64_t>> CpConcatInferShape(const std::vector<std::vector<int64_t>>& shapes, int axis) {
+  std::vector<int64_t> out = shapes.at(0);
+  out[axis] = 0;
+  for (const auto& s : shapes) out[axis] += s[axis];
+  return {out};
+}
+
+std::vector<paddle::DataType> CpConcatInferDtype(const std::vector<paddle::DataType>& dtypes) {
+  return {dtypes.at(0)};
+}
+
 PD_BUILD_OP(pfm_cp_remap_indices)
     .Inputs({paddle::Optional("startend_row_indices"), "key_rows", "row_table"})
     .Outputs({"out"})
@@ -299,3 +375,11 @@ PD_BUILD_OP(pfm_cp_gather_units)
     .Attrs({"unit: int64_t", "out_shape: std::vector<int64_t>"})
     .SetKernelFn(PD_KERNEL(CpGatherUnits))
     .SetInferDtypeFn(PD_INFER_DTYPE(CpGatherUnitsInferDtype));
+
+PD_BUILD_OP(pfm_cp_concat)
+    .Inputs({paddle::Vec("xs")})
+    .Outputs({"out"})
+    .Attrs({"axis: int"})
+    .SetKernelFn(PD_KERNEL(CpConcat))
+    .SetInferShapeFn(PD_INFER_SHAPE(CpConcatInferShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(CpConcatInferDtype));

@@ -52,6 +52,11 @@ def attention_bwd(q, k, v, indices, out, lse, dout, scale, causal, gpu_kernel, d
     return dq, dk, dv
 
 
+def concat(parts, axis):
+    """The tensors side by side along ``axis`` (every other dim equal)."""
+    return _ops().pfm_cp_concat(list(parts), int(axis))
+
+
 def take_rows(x, rows: np.ndarray, rows_tensor=None):
     """``x[:, rows]`` for a ``[B, S, ...]`` paddle tensor on any place."""
     import paddle

@@ -141,4 +141,20 @@ void cp_gather_units_cpu(const void* x, int64_t x_units, const int64_t* src, int
   });
 }
 
+void cp_concat_cpu(const CpConcatParams& p) {
+  int64_t total = 0;
+  for (int i = 0; i < p.pieces; ++i) total += p.lens[i];
+  char* out = static_cast<char*>(p.out);
+  int64_t offset = 0;
+  for (int i = 0; i < p.pieces; ++i) {
+    const int64_t bytes = p.lens[i] * p.inner_bytes;
+    const char* x = static_cast<const char*>(p.xs[i]);
+    const int64_t at = offset;
+    parallel_for(p.outer, 0, [&](int64_t o, int) {
+      if (bytes) std::memcpy(out + (o * total + at) * p.inner_bytes, x + o * bytes, size_t(bytes));
+    });
+    offset += p.lens[i];
+  }
+}
+
 }  // namespace flashmask

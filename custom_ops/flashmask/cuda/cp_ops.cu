@@ -253,4 +253,20 @@ void cp_gather_units_cuda(const void* x, int64_t x_units, const int64_t* src, in
   }
 }
 
+void cp_concat_cuda(const CpConcatParams& p, void* stream) {
+  int64_t total = 0;
+  for (int i = 0; i < p.pieces; ++i) total += p.lens[i];
+  auto s = static_cast<cudaStream_t>(stream);
+  char* out = static_cast<char*>(p.out);
+  int64_t offset = 0;
+  for (int i = 0; i < p.pieces; ++i) {
+    const size_t width = size_t(p.lens[i] * p.inner_bytes);
+    if (width && p.outer) {
+      FLASHMASK_CUDA_CHECK(cudaMemcpy2DAsync(out + offset * p.inner_bytes, size_t(total * p.inner_bytes), p.xs[i],
+                                             width, width, size_t(p.outer), cudaMemcpyDeviceToDevice, s));
+    }
+    offset += p.lens[i];
+  }
+}
+
 }  // namespace flashmask

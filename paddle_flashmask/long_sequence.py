@@ -1,0 +1,219 @@
+"""Attention over sequences longer than one Hopper kernel call takes.
+
+The Hopper kernels take at most 2^19 query rows and keys per call (their live-block lists
+must fit in shared memory); a longer self-attention call would otherwise run on the
+FA2-class kernels at a fraction of the speed. Here the call is cut into query pieces and
+key parts of at most ``split_seqlen()`` tokens. Every (piece, part) pair runs the
+single-device kernels on the GLOBAL mask through the remap op (its masked rows in the
+piece's row numbers, for the part's keys), so tiles are skipped exactly as in one call; a
+piece's partial results over the key parts merge by their LSE, and the pieces are put
+back together with our concat op. Backward: every pair's backward with the merged out and
+LSE (P and rowsum(dO * O) are those of all keys), dQ summed over the key parts and dK/dV
+over the query pieces. Every data movement is one of our ops (the runtimes this project
+is tested in run no Paddle GPU kernel).
+
+Taken for self-attention (Sq == Sk) without ``window_size`` or ``block_mask``, on a GPU of
+compute capability 9.0 whose Hopper kernels take the dtype and head dim, beyond 2^19
+tokens; ``PADDLE_FLASHMASK_SPLIT_SEQLEN=N`` splits every such call longer than N tokens,
+on any device (CPU included, for tests).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import paddle
+from paddle.autograd import PyLayer
+
+
+
+class _TensorOps:
+    """paddle_flashmask.distributed.tensor_ops (our gather, remap, merge, sum and concat ops),
+    imported at first use: that package imports this one's parent module."""
+
+    def __getattr__(self, name):
+        from .distributed import tensor_ops as module
+
+        return getattr(module, name)
+
+
+tensor_ops = _TensorOps()
+# The Hopper kernels' longest sequence (flashmask_sm90_api.cu, kMaxSeqlen).
+SM90_MAX_SEQLEN = 1 << 19
+_ENV = "PADDLE_FLASHMASK_SPLIT_SEQLEN"
+_ROW_ALIGN = 128  # pieces start on whole kernel tiles
+
+
+def split_seqlen():
+    """(longest piece, forced): from PADDLE_FLASHMASK_SPLIT_SEQLEN if set, else the Hopper limit."""
+    env = os.environ.get(_ENV, "")
+    if not env:
+        return SM90_MAX_SEQLEN, False
+    try:
+        value = int(env)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{_ENV} must be a positive integer, got {env!r}")
+    return value, True
+
+
+def should_split(query, key, window, block_mask, gpu_kernel_name, head_dim, sm90_head_dims):
+    """Whether this call runs in pieces (see the module docstring)."""
+    if not paddle.in_dynamic_mode():
+        return False
+    S = int(query.shape[1])
+    if int(key.shape[1]) != S or window is not None or block_mask is not None:
+        return False
+    limit, forced = split_seqlen()
+    if S <= limit:
+        return False
+    if forced:
+        return True
+    if not query.place.is_gpu_place() or gpu_kernel_name == "fa2" or head_dim not in sm90_head_dims:
+        return False
+    if query.dtype not in (paddle.float16, paddle.bfloat16):
+        return False
+    props = paddle.device.cuda.get_device_properties(query.place.gpu_device_id())
+    return (int(props.major), int(props.minor)) == (9, 0)
+
+
+class _Pieces:
+    """The cut of one call: piece i holds tokens [bounds[i], bounds[i + 1]); index tensors
+    (row gathers, remap tables, key lists) built once per (S, B, place)."""
+
+    _cache = {}
+
+    def __init__(self, S, B, place, limit):
+        step = max(_ROW_ALIGN, limit // _ROW_ALIGN * _ROW_ALIGN)
+        n = -(-S // step)
+        size = -(-S // n)
+        size = -(-size // _ROW_ALIGN) * _ROW_ALIGN
+        self.S, self.B, self.size = S, B, size
+        self.bounds = [min(i * size, S) for i in range(n)] + [S]
+        self.n = n
+        key = (S, B, str(place), size)
+        hit = _Pieces._cache.get(key)
+        if hit is None:
+            hit = self._build(place)
+            if len(_Pieces._cache) > 32:
+                _Pieces._cache.clear()
+            _Pieces._cache[key] = hit
+        self.rows, self.tables, self.keys = hit
+
+    def _build(self, place):
+        def t(a):
+            return paddle.to_tensor(np.ascontiguousarray(a), dtype=str(a.dtype), place=place)
+
+        rows, tables, keys = [], [], []
+        chunks = self.n  # the remap's chunks are the pieces themselves (chunk_size = size)
+        for i in range(self.n):
+            lo, hi = self.bounds[i], self.bounds[i + 1]
+            r = np.arange(lo, hi, dtype=np.int64)
+            rows.append(t((np.arange(self.B, dtype=np.int64)[:, None] * self.S + r[None, :]).ravel()))
+            table = np.zeros(chunks + 1, dtype=np.int32)
+            table[i + 1:] = hi - lo  # this piece's rows lie in chunk i only
+            tables.append(t(table))
+            keys.append(t(r))
+        return rows, tables, keys
+
+    def length(self, i):
+        return self.bounds[i + 1] - self.bounds[i]
+
+    def take(self, x, i):
+        """Piece i's tokens of ``x`` ``[B, S, h, d]`` (our gather op)."""
+        if self.n == 1:
+            return x
+        shape = [int(d) for d in x.shape]
+        unit = int(np.prod(shape[2:]))
+        return tensor_ops.gather_units(x, self.rows[i], unit, [shape[0], self.length(i)] + shape[2:])
+
+
+def _masks(pieces, indices, causal):
+    """The remapped mask of every (query piece i, key part j), None where nothing is masked;
+    a pair that plain causal masks whole is left out (False)."""
+    if indices is None and not causal:
+        return [[None] * pieces.n for _ in range(pieces.n)]
+    out = []
+    for i in range(pieces.n):
+        row = []
+        for j in range(pieces.n):
+            if indices is None and j > i:  # causal: keys after every row of the piece
+                row.append(False)
+                continue
+            row.append(tensor_ops.remap_indices(indices, pieces.keys[j], pieces.tables[i], causal, pieces.size,
+                                                pieces.S))
+        out.append(row)
+    return out
+
+
+def _concat(parts, axis):
+    return parts[0] if len(parts) == 1 else tensor_ops.concat(parts, axis)
+
+
+class _Call:
+    """The call's non-differentiable arguments (the indices travel here, not as a PyLayer
+    input, so autograd expects gradients for q, k and v only)."""
+
+    def __init__(self, indices, causal, scale, gpu_kernel, deterministic):
+        self.indices, self.causal, self.scale = indices, causal, scale
+        self.gpu_kernel, self.deterministic = gpu_kernel, deterministic
+
+
+class LongSequenceAttention(PyLayer):
+    @staticmethod
+    def forward(ctx, q, k, v, call):
+        # no zero gradient made for the LSE output (Paddle's own fill kernel may not run)
+        ctx.set_materialize_grads(False)
+        limit, _ = split_seqlen()
+        pieces = _Pieces(int(q.shape[1]), int(q.shape[0]), q.place, limit)
+        masks = _masks(pieces, call.indices, call.causal)
+        scale, gpu_kernel, deterministic = call.scale, call.gpu_kernel, call.deterministic
+        ks = [pieces.take(k, j) for j in range(pieces.n)]
+        vs = [pieces.take(v, j) for j in range(pieces.n)]
+        outs, lses = [], []
+        for i in range(pieces.n):
+            q_i = pieces.take(q, i)
+            out = lse = None
+            for j in range(pieces.n):
+                if masks[i][j] is False:
+                    continue
+                o, s = tensor_ops.attention_fwd(q_i, ks[j], vs[j], masks[i][j], scale, False, gpu_kernel, deterministic)
+                out, lse = (o, s) if out is None else tensor_ops.merge_partial(out, lse, o, s)
+            outs.append(out)
+            lses.append(lse)
+        ctx.pieces, ctx.masks, ctx.args = pieces, masks, (scale, gpu_kernel, deterministic)
+        ctx.save_for_backward(q, k, v, *outs, *lses)
+        out, lse = _concat(outs, 1), _concat(lses, 2)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse=None):
+        pieces, masks = ctx.pieces, ctx.masks
+        scale, gpu_kernel, deterministic = ctx.args
+        saved = ctx.saved_tensor()
+        q, k, v = saved[:3]
+        outs, lses = saved[3:3 + pieces.n], saved[3 + pieces.n:]
+        ks = [pieces.take(k, j) for j in range(pieces.n)]
+        vs = [pieces.take(v, j) for j in range(pieces.n)]
+        dqs, dks, dvs = [], [None] * pieces.n, [None] * pieces.n
+        for i in range(pieces.n):
+            q_i, do_i = pieces.take(q, i), pieces.take(dout, i)
+            dq = None
+            for j in range(pieces.n):
+                if masks[i][j] is False:
+                    continue
+                dq_ij, dk_ij, dv_ij = tensor_ops.attention_bwd(q_i, ks[j], vs[j], masks[i][j], outs[i], lses[i],
+                                                               do_i, scale, False, gpu_kernel, deterministic)
+                dq = dq_ij if dq is None else tensor_ops.accumulate(dq, dq_ij)
+                dks[j] = dk_ij if dks[j] is None else tensor_ops.accumulate(dks[j], dk_ij)
+                dvs[j] = dv_ij if dvs[j] is None else tensor_ops.accumulate(dvs[j], dv_ij)
+            dqs.append(dq)
+        return _concat(dqs, 1), _concat(dks, 1), _concat(dvs, 1)
+
+
+def attention(q, k, v, indices, causal, scale, gpu_kernel, deterministic):
+    """(out, lse) of the single-device op, computed in pieces; gradients reach q/k/v."""
+    return LongSequenceAttention.apply(q, k, v, _Call(indices, causal, scale, gpu_kernel, deterministic))

@@ -1,0 +1,97 @@
+"""Self-attention longer than one Hopper kernel call takes, cut into query pieces and key parts
+(paddle_flashmask/long_sequence.py), against the float64 dense-mask reference. On CPU the cut is
+forced with PADDLE_FLASHMASK_SPLIT_SEQLEN (pieces of 128 tokens here); the same pieces, remap,
+merge, sum and concat ops run on the GPU beyond 2^19 tokens."""
+
+import numpy as np
+import paddle
+import pytest
+
+import paddle_flashmask as pfm
+from paddle_flashmask import long_sequence, masks
+from reference import attention_fwd_bwd, keep_mask, random_indices, rel_err
+
+FORMS = [(True, 0), (True, 1), (True, 2), (False, 0), (False, 2), (False, 4)]
+
+
+@pytest.fixture
+def split_at_128(monkeypatch):
+    """Pieces of at most 128 tokens; the test fails unless the call really went through them."""
+    monkeypatch.setenv("PADDLE_FLASHMASK_SPLIT_SEQLEN", "128")
+    calls = []
+    real = long_sequence.attention
+    monkeypatch.setattr(long_sequence, "attention", lambda *a: (calls.append(1), real(*a))[1])
+    yield
+    assert calls, "the call did not run in pieces"
+
+
+def f64(t):
+    return t.astype("float32").numpy().astype(np.float64)
+
+
+def check(rng, S, causal, idx, B=2, H=4, Hk=2, D=16, Dv=None, dtype="float32", tol=1e-5):
+    Dv = Dv or D
+    q, k, v, do = (paddle.to_tensor(rng.standard_normal(s).astype(np.float32)).astype(dtype)
+                   for s in ((B, S, H, D), (B, S, Hk, D), (B, S, Hk, Dv), (B, S, H, Dv)))
+    for t in (q, k, v):
+        t.stop_gradient = False
+    it = None if idx is None else paddle.to_tensor(idx)
+    out, lse = pfm.flashmask_attention(q, k, v, it, causal=causal, return_softmax_lse=True)
+    grads = paddle.grad([out], [q, k, v], [do])
+    hm = Hk if idx is None else idx.shape[1]
+    ref = attention_fwd_bwd(f64(q), f64(k), f64(v), keep_mask(idx, causal, B, hm, S, S), D ** -0.5, f64(do))
+    assert list(out.shape) == [B, S, H, Dv] and lse.stop_gradient
+    assert rel_err(f64(out), ref["out"]) < tol
+    finite = np.isfinite(ref["lse"])
+    np.testing.assert_array_equal(np.isfinite(lse.numpy()), finite)
+    if finite.any():
+        assert rel_err(lse.numpy()[finite], ref["lse"][finite]) < 1e-5
+    assert np.all(f64(out)[~finite.transpose(0, 2, 1)] == 0)  # rows that see no key
+    for name, g in zip(("dq", "dk", "dv"), grads):
+        assert rel_err(f64(g), ref[name], ref.get(name + "_mag")) < tol, name
+
+
+@pytest.mark.parametrize("causal,cols", FORMS)
+@pytest.mark.parametrize("S", [129, 300, 517])
+def test_pieces_match_the_dense_reference(split_at_128, causal, cols, S):
+    rng = np.random.default_rng(S * 10 + cols)
+    idx = None if cols == 0 else random_indices(rng, 2, 2, S, S, causal, cols)
+    check(rng, S, causal, idx)
+
+
+@pytest.mark.parametrize("name", ["causal_document", "share_question", "global_sliding_window", "document"])
+def test_pieces_with_packed_masks_and_gqa(split_at_128, name):
+    rng = np.random.default_rng(len(name))
+    idx, causal = masks.example_mask(name, 400, batch_size=2, num_heads=1, seed=3)
+    check(rng, 400, causal, idx.numpy(), H=6, Hk=2)
+
+
+def test_pieces_with_a_mask_per_query_head_and_value_head_dim(split_at_128):
+    rng = np.random.default_rng(7)
+    check(rng, 300, False, random_indices(rng, 2, 4, 300, 300, False, 4), Dv=8)
+
+
+def test_pieces_in_bfloat16(split_at_128):
+    rng = np.random.default_rng(8)
+    check(rng, 300, True, random_indices(rng, 1, 1, 300, 300, True, 1), B=1, dtype="bfloat16", tol=1e-2)
+
+
+def test_pieces_only_where_taken(monkeypatch):
+    q = paddle.zeros([1, 300, 2, 16])
+    k = paddle.zeros([1, 300, 1, 16])
+    monkeypatch.setenv("PADDLE_FLASHMASK_SPLIT_SEQLEN", "128")
+    take = lambda **kw: long_sequence.should_split(kw.get("q", q), kw.get("k", k), kw.get("window"),
+                                                   kw.get("block_mask"), "auto", 16, (64, 128))
+    assert take()
+    assert not take(window=(4, 4)) and not take(block_mask=paddle.ones([1, 1, 3, 3], dtype="int32"))
+    assert not take(k=paddle.zeros([1, 200, 1, 16]))  # Sq != Sk: one call
+    assert not take(q=paddle.zeros([1, 128, 2, 16]), k=paddle.zeros([1, 128, 1, 16]))  # short enough
+    monkeypatch.delenv("PADDLE_FLASHMASK_SPLIT_SEQLEN")
+    assert not take()  # by default only beyond 2^19 tokens on a Hopper GPU
+
+
+def test_bad_split_length(monkeypatch):
+    monkeypatch.setenv("PADDLE_FLASHMASK_SPLIT_SEQLEN", "many")
+    with pytest.raises(ValueError, match="PADDLE_FLASHMASK_SPLIT_SEQLEN must be a positive integer"):
+        pfm.flashmask_attention(paddle.zeros([1, 300, 2, 16]), paddle.zeros([1, 300, 1, 16]),
+                                paddle.zeros([1, 300, 1, 16]), causal=True)
