@@ -66,12 +66,18 @@ def should_split(query, key, window, block_mask, gpu_kernel_name, head_dim, sm90
     S = int(query.shape[1])
     if int(key.shape[1]) != S or window is not None or block_mask is not None:
         return False
+    return splits(query, gpu_kernel_name == "fa2", head_dim, sm90_head_dims)
+
+
+def splits(query, fa2_forced, head_dim, sm90_head_dims):
+    """Whether a self-attention of ``query``'s length runs in pieces here."""
+    S = int(query.shape[1])
     limit, forced = split_seqlen()
     if S <= limit:
         return False
     if forced:
         return True
-    if not query.place.is_gpu_place() or gpu_kernel_name == "fa2" or head_dim not in sm90_head_dims:
+    if not query.place.is_gpu_place() or fa2_forced or head_dim not in sm90_head_dims:
         return False
     if query.dtype not in (paddle.float16, paddle.bfloat16):
         return False
@@ -152,6 +158,51 @@ def _concat(parts, axis):
     return parts[0] if len(parts) == 1 else tensor_ops.concat(parts, axis)
 
 
+def pieces_forward(q, k, v, indices, causal, scale, gpu_kernel, deterministic):
+    """(out, lse, state) of the single-device op computed in pieces, outside autograd; ``state``
+    is what :func:`pieces_backward` needs besides q/k/v/out (the pieces' LSEs: the outputs
+    are taken back from ``out``, not kept twice)."""
+    limit, _ = split_seqlen()
+    pieces = _Pieces(int(q.shape[1]), int(q.shape[0]), q.place, limit)
+    masks = _masks(pieces, indices, causal)
+    ks = [pieces.take(k, j) for j in range(pieces.n)]
+    vs = [pieces.take(v, j) for j in range(pieces.n)]
+    outs, lses = [], []
+    for i in range(pieces.n):
+        q_i = pieces.take(q, i)
+        out = lse = None
+        for j in range(pieces.n):
+            if masks[i][j] is False:
+                continue
+            o, s = tensor_ops.attention_fwd(q_i, ks[j], vs[j], masks[i][j], scale, False, gpu_kernel, deterministic)
+            out, lse = (o, s) if out is None else tensor_ops.merge_partial(out, lse, o, s)
+        outs.append(out)
+        lses.append(lse)
+    return _concat(outs, 1), _concat(lses, 2), (pieces, masks, lses)
+
+
+def pieces_backward(state, q, k, v, out, dout, scale, gpu_kernel, deterministic):
+    """(dq, dk, dv) for :func:`pieces_forward`'s call: every pair's backward with its piece's
+    merged out/LSE, dQ summed over key parts and dK/dV over query pieces."""
+    pieces, masks, lses = state
+    ks = [pieces.take(k, j) for j in range(pieces.n)]
+    vs = [pieces.take(v, j) for j in range(pieces.n)]
+    dqs, dks, dvs = [], [None] * pieces.n, [None] * pieces.n
+    for i in range(pieces.n):
+        q_i, do_i, out_i = pieces.take(q, i), pieces.take(dout, i), pieces.take(out, i)
+        dq = None
+        for j in range(pieces.n):
+            if masks[i][j] is False:
+                continue
+            dq_ij, dk_ij, dv_ij = tensor_ops.attention_bwd(q_i, ks[j], vs[j], masks[i][j], out_i, lses[i], do_i,
+                                                           scale, False, gpu_kernel, deterministic)
+            dq = dq_ij if dq is None else tensor_ops.accumulate(dq, dq_ij)
+            dks[j] = dk_ij if dks[j] is None else tensor_ops.accumulate(dks[j], dk_ij)
+            dvs[j] = dv_ij if dvs[j] is None else tensor_ops.accumulate(dvs[j], dv_ij)
+        dqs.append(dq)
+    return _concat(dqs, 1), _concat(dks, 1), _concat(dvs, 1)
+
+
 class _Call:
     """The call's non-differentiable arguments (the indices travel here, not as a PyLayer
     input, so autograd expects gradients for q, k and v only)."""
@@ -166,52 +217,18 @@ class LongSequenceAttention(PyLayer):
     def forward(ctx, q, k, v, call):
         # no zero gradient made for the LSE output (Paddle's own fill kernel may not run)
         ctx.set_materialize_grads(False)
-        limit, _ = split_seqlen()
-        pieces = _Pieces(int(q.shape[1]), int(q.shape[0]), q.place, limit)
-        masks = _masks(pieces, call.indices, call.causal)
-        scale, gpu_kernel, deterministic = call.scale, call.gpu_kernel, call.deterministic
-        ks = [pieces.take(k, j) for j in range(pieces.n)]
-        vs = [pieces.take(v, j) for j in range(pieces.n)]
-        outs, lses = [], []
-        for i in range(pieces.n):
-            q_i = pieces.take(q, i)
-            out = lse = None
-            for j in range(pieces.n):
-                if masks[i][j] is False:
-                    continue
-                o, s = tensor_ops.attention_fwd(q_i, ks[j], vs[j], masks[i][j], scale, False, gpu_kernel, deterministic)
-                out, lse = (o, s) if out is None else tensor_ops.merge_partial(out, lse, o, s)
-            outs.append(out)
-            lses.append(lse)
-        ctx.pieces, ctx.masks, ctx.args = pieces, masks, (scale, gpu_kernel, deterministic)
-        ctx.save_for_backward(q, k, v, *outs, *lses)
-        out, lse = _concat(outs, 1), _concat(lses, 2)
+        out, lse, state = pieces_forward(q, k, v, call.indices, call.causal, call.scale, call.gpu_kernel,
+                                         call.deterministic)
+        ctx.call, ctx.state = call, state
+        ctx.save_for_backward(q, k, v, out)
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, dlse=None):
-        pieces, masks = ctx.pieces, ctx.masks
-        scale, gpu_kernel, deterministic = ctx.args
-        saved = ctx.saved_tensor()
-        q, k, v = saved[:3]
-        outs, lses = saved[3:3 + pieces.n], saved[3 + pieces.n:]
-        ks = [pieces.take(k, j) for j in range(pieces.n)]
-        vs = [pieces.take(v, j) for j in range(pieces.n)]
-        dqs, dks, dvs = [], [None] * pieces.n, [None] * pieces.n
-        for i in range(pieces.n):
-            q_i, do_i = pieces.take(q, i), pieces.take(dout, i)
-            dq = None
-            for j in range(pieces.n):
-                if masks[i][j] is False:
-                    continue
-                dq_ij, dk_ij, dv_ij = tensor_ops.attention_bwd(q_i, ks[j], vs[j], masks[i][j], outs[i], lses[i],
-                                                               do_i, scale, False, gpu_kernel, deterministic)
-                dq = dq_ij if dq is None else tensor_ops.accumulate(dq, dq_ij)
-                dks[j] = dk_ij if dks[j] is None else tensor_ops.accumulate(dks[j], dk_ij)
-                dvs[j] = dv_ij if dvs[j] is None else tensor_ops.accumulate(dvs[j], dv_ij)
-            dqs.append(dq)
-        return _concat(dqs, 1), _concat(dks, 1), _concat(dvs, 1)
+        q, k, v, out = ctx.saved_tensor()
+        call = ctx.call
+        return pieces_backward(ctx.state, q, k, v, out, dout, call.scale, call.gpu_kernel, call.deterministic)
 
 
 def attention(q, k, v, indices, causal, scale, gpu_kernel, deterministic):

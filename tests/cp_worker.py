@@ -93,6 +93,16 @@ def run_cases(W, rank, results):
         docs = [40] * W  # batch 2 (the q/k/v batch)
         idx = (masks.causal_document_mask(docs, batch_size=B) if causal else masks.document_mask(docs, batch_size=B)).numpy()
         cases.append((40 * W, f"own_document_{'causal' if causal else 'full'}", idx, causal, None, 40, True))
+    # the whole-sequence call (ulysses) and the parts (allgather) cut into pieces of <= 64 tokens
+    # (paddle_flashmask.long_sequence, as beyond 2^19 tokens on Hopper)
+    cases += [(130, name + "_pieces", idx, causal, None, None, True) for name, idx, causal in
+              mask_cases(130, H, Hk, seed=130) if name in ("causal_document", f"random_c4_full_hm{H}", "plain_causal")]
+    from paddle_flashmask import long_sequence
+
+    real_pieces = long_sequence.pieces_forward
+    pieces_calls = []
+    long_sequence.pieces_forward = lambda *a: (pieces_calls.append(1), real_pieces(*a))[1]
+    results["pieces_calls"] = pieces_calls
     for S, name, idx, causal, Dv, chunk_size, sparse, *layout in cases:
         q, k, v, do = case_inputs(S * 7 + len(name), B, S, H, Hk, D, Dv)
         ref = single_device(q, k, v, do, idx, causal)
@@ -105,6 +115,8 @@ def run_cases(W, rank, results):
             # per_peer: one all-to-all and kernel call per peer, as when parts hit 2^19 keys
             allgather.KEYS_PER_PART = 1 if method == "allgather_per_peer" else 1 << 19
             allgather.SPARSE_EXCHANGE = sparse
+            if name.endswith("_pieces"):
+                os.environ["PADDLE_FLASHMASK_SPLIT_SEQLEN"] = "64"
             try:
                 rows, got = context_parallel(q, k, v, do, idx, causal, W, rank, method.split("_")[0], chunk_size,
                                              *layout)
@@ -120,6 +132,7 @@ def run_cases(W, rank, results):
                 results["cases"].append({"case": tag, "error": traceback.format_exc()[-2000:]})
             finally:
                 allgather.SPARSE_EXCHANGE = True
+                os.environ.pop("PADDLE_FLASHMASK_SPLIT_SEQLEN", None)
 
 
 def expect_raise(results, tag, fn):
@@ -174,6 +187,7 @@ def run_bad_input(W, rank, results):
     rows, got = context_parallel(q, k, v, do, idx, True, W, rank, "allgather")
     ref = single_device(q, k, v, do, idx, True)
     results["after_bad"] = rel(got[0], ref[0][:, rows])
+    results["pieces_calls"] = len(results["pieces_calls"])
 
 
 def main():

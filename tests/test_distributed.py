@@ -47,6 +47,7 @@ def test_every_rank_matches_the_single_device_op(results):
         assert len(cases) >= (2 * 2 * 18 if W == 2 else 3 * 18)
         tags = " ".join(c["case"] for c in cases)
         assert "_dv8/" in tags and "_hm4/" in tags  # value's own head dim, a mask head per query head
+        assert "_pieces/" in tags and (W != 2 or res["pieces_calls"] > 0)  # ulysses' call in pieces
         assert "_dense_exchange/" in tags and "own_document_causal/" in tags and "causal_document_local/" in tags
         for c in cases:
             assert "error" not in c, (res["rank"], c["case"], c.get("error"))

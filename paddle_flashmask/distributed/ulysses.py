@@ -3,12 +3,11 @@
 Each rank trades its rows of all heads for all rows of its share of the heads (H / W
 query heads, Hk / W key/value heads, Hm / W mask heads when the mask has one per KV
 or query head), runs the single-device op on the whole sequence in global order with the global
-mask, and trades back. Needs the head counts divisible by the group size.
+mask (beyond 2^19 tokens on Hopper: in exact pieces, ``paddle_flashmask.long_sequence``), and
+trades back. Needs the head counts divisible by the group size.
 """
 
 from __future__ import annotations
-
-import warnings
 
 from paddle.autograd import PyLayer
 
@@ -61,30 +60,32 @@ def lse_to_seq(spec, lse):
     return comm.exchange(lse, pack, 1, splits, unpack, [B, Hr * W, L], spec.group, spec.rank)
 
 
-_warned_long = []
+def _in_pieces(spec, qh):
+    # The whole sequence in one call: beyond what one Hopper kernel call takes (2^19 tokens)
+    # it runs in exact pieces on the Hopper kernels (paddle_flashmask.long_sequence) rather
+    # than on the FA2-class kernels one call would fall back to.
+    from .. import long_sequence, validation
 
-
-def _warn_long(spec):
-    # The Hopper kernels take up to 2^19 tokens per call; ulysses runs the whole sequence in
-    # one call, so longer ones fall back to the FA2-class kernels (about 5x slower there).
-    if spec.plan.seqlen > (1 << 19) and "cpu" not in str(spec.place).lower() and not _warned_long:
-        _warned_long.append(True)
-        warnings.warn(f"method='ulysses' runs all {spec.plan.seqlen} tokens in one kernel call, beyond the Hopper "
-                      "kernels' 2^19: the FA2-class kernels run it; method='allgather' splits the keys and stays "
-                      "on the Hopper kernels", stacklevel=3)
+    return long_sequence.splits(qh, spec.gpu_kernel == 1, int(qh.shape[3]), validation.SM90_HEAD_DIMS)
 
 
 class UlyssesAttention(PyLayer):
     @staticmethod
     def forward(ctx, q, k, v, spec):
+        from .. import long_sequence
+
         # no zero gradient made for the LSE output: Paddle would fill it with its own GPU kernel
         ctx.set_materialize_grads(False)
-        _warn_long(spec)
         jobs = [seq_to_heads(spec, x) for x in (q, k, v)]
         qh, kh, vh = [j.wait() for j in jobs]
         mask = spec.mask()
-        out_h, lse_h = tensor_ops.attention_fwd(qh, kh, vh, mask, spec.scale, spec.causal, spec.gpu_kernel,
-                                                spec.deterministic)
+        ctx.pieces = None
+        if _in_pieces(spec, qh):
+            out_h, lse_h, ctx.pieces = long_sequence.pieces_forward(qh, kh, vh, mask, spec.causal, spec.scale,
+                                                                    spec.gpu_kernel, spec.deterministic)
+        else:
+            out_h, lse_h = tensor_ops.attention_fwd(qh, kh, vh, mask, spec.scale, spec.causal, spec.gpu_kernel,
+                                                    spec.deterministic)
         out = heads_to_seq(spec, out_h).wait()
         lse = lse_to_seq(spec, lse_h).wait()
         ctx.spec = spec
@@ -94,10 +95,16 @@ class UlyssesAttention(PyLayer):
 
     @staticmethod
     def backward(ctx, dout, dlse=None):
+        from .. import long_sequence
+
         spec = ctx.spec
         qh, kh, vh, out_h, lse_h = ctx.saved_tensor()
         dout_h = seq_to_heads(spec, dout).wait()
-        dqh, dkh, dvh = tensor_ops.attention_bwd(qh, kh, vh, spec.mask(), out_h, lse_h, dout_h, spec.scale,
-                                                 spec.causal, spec.gpu_kernel, spec.deterministic)
+        if ctx.pieces is not None:
+            dqh, dkh, dvh = long_sequence.pieces_backward(ctx.pieces, qh, kh, vh, out_h, dout_h, spec.scale,
+                                                          spec.gpu_kernel, spec.deterministic)
+        else:
+            dqh, dkh, dvh = tensor_ops.attention_bwd(qh, kh, vh, spec.mask(), out_h, lse_h, dout_h, spec.scale,
+                                                     spec.causal, spec.gpu_kernel, spec.deterministic)
         jobs = [heads_to_seq(spec, g) for g in (dqh, dkh, dvh)]
         return tuple(j.wait() for j in jobs)
