@@ -415,3 +415,13 @@ def test_block_mask(gpu_kernel, causal, cols, seqlen_q, seqlen_k, deterministic)
     for name in ("dq", "dk", "dv"):
         assert np.all(np.isfinite(got[name])), name
         assert rel_err(got[name], ref[name], ref.get(name + "_mag")) < TOL, name
+
+
+# Self-attention cut into pieces (paddle_flashmask/long_sequence.py: beyond 2^19 tokens on Hopper),
+# forced here at 512 tokens: the remap, merge, sum and concat ops around the kernels, on the GPU.
+@pytest.mark.parametrize("causal,cols", [(True, 0), (True, 1), (False, 0), (False, 4)])
+def test_long_sequence_pieces(gpu_kernel, monkeypatch, causal, cols):
+    monkeypatch.setenv("PADDLE_FLASHMASK_SPLIT_SEQLEN", "512")
+    S = 1300
+    idx = None if cols == 0 else random_indices(np.random.default_rng(S + cols), 1, 2, S, S, causal, cols)
+    run_gpu_case(seed_of("pieces", causal, cols), 1, S, S, 8, 2, 64, causal, idx)
