@@ -209,6 +209,23 @@ std::vector<paddle::DataType> CpAccumulateInferDtype(const paddle::DataType& a_d
   return {a_dtype};
 }
 
+// Bytes of one element of the dtypes the byte-moving ops take; `what` names the
+// argument in the error.
+int64_t element_bytes(const paddle::Tensor& t, const std::string& what) {
+  switch (t.dtype()) {
+    case paddle::DataType::FLOAT32:
+    case paddle::DataType::INT32:
+      return 4;
+    case paddle::DataType::FLOAT16:
+    case paddle::DataType::BFLOAT16:
+      return 2;
+    case paddle::DataType::INT64:
+      return 8;
+    default:
+      PD_THROW(what + " must be float32, float16, bfloat16, int32 or int64");
+  }
+}
+
 // ---- pfm_cp_gather_units ------------------------------------------------------
 
 // No InferShape: Paddle's InferShape cannot take a std::vector<int64_t>
@@ -216,22 +233,7 @@ std::vector<paddle::DataType> CpAccumulateInferDtype(const paddle::DataType& a_d
 std::vector<paddle::Tensor> CpGatherUnits(const paddle::Tensor& x, const paddle::Tensor& src,
                                           int64_t unit, const std::vector<int64_t>& out_shape) {
   const char* op = "cp_gather_units";
-  int64_t elem_bytes = 0;
-  switch (x.dtype()) {
-    case paddle::DataType::FLOAT32:
-    case paddle::DataType::INT32:
-      elem_bytes = 4;
-      break;
-    case paddle::DataType::FLOAT16:
-    case paddle::DataType::BFLOAT16:
-      elem_bytes = 2;
-      break;
-    case paddle::DataType::INT64:
-      elem_bytes = 8;
-      break;
-    default:
-      PD_THROW("cp_gather_units: x must be float32, float16, bfloat16, int32 or int64");
-  }
+  const int64_t elem_bytes = element_bytes(x, "cp_gather_units: x");
   PD_CHECK(src.dtype() == paddle::DataType::INT64 && src.shape().size() == 1,
            "cp_gather_units: src must be int64 [N]");
   PD_CHECK(unit > 0, "cp_gather_units: unit must be positive, got ", unit);
@@ -282,22 +284,7 @@ std::vector<paddle::Tensor> CpConcat(const std::vector<paddle::Tensor>& xs, int 
   const auto& first = xs[0].shape();
   const int rank = int(first.size());
   PD_CHECK(axis >= 0 && axis < rank, "cp_concat: axis ", axis, " is out of range for ", rank, "-D tensors");
-  int64_t elem_bytes = 0;
-  switch (xs[0].dtype()) {
-    case paddle::DataType::FLOAT32:
-    case paddle::DataType::INT32:
-      elem_bytes = 4;
-      break;
-    case paddle::DataType::FLOAT16:
-    case paddle::DataType::BFLOAT16:
-      elem_bytes = 2;
-      break;
-    case paddle::DataType::INT64:
-      elem_bytes = 8;
-      break;
-    default:
-      PD_THROW("cp_concat: tensors must be float32, float16, bfloat16, int32 or int64");
-  }
+  const int64_t elem_bytes = element_bytes(xs[0], "cp_concat: the tensors");
   std::vector<int64_t> out_shape = first;
   out_shape[axis] = 0;
   std::vector<const void*> ptrs;
