@@ -425,3 +425,11 @@ def test_long_sequence_pieces(gpu_kernel, monkeypatch, causal, cols):
     S = 1300
     idx = None if cols == 0 else random_indices(np.random.default_rng(S + cols), 1, 2, S, S, causal, cols)
     run_gpu_case(seed_of("pieces", causal, cols), 1, S, S, 8, 2, 64, causal, idx)
+
+
+def test_value_head_dim_of_its_own_rejected_on_gpu():
+    # the GPU kernels take one head dim for q, k and v (the CPU kernel takes value's own)
+    q, k, _, _ = gpu_inputs(3, 1, 64, 64, 2, 1, 64, "bfloat16")
+    v = to_gpu(np.ones((1, 64, 1, 32), np.float32), "bfloat16")
+    with pytest.raises(ValueError, match="value head_dim on GPU must equal"):
+        pfm.flashmask_attention(q, k, v, causal=True)
