@@ -123,7 +123,8 @@ struct CpConcatParams {
   void* out = nullptr;
 };
 void cp_concat_cpu(const CpConcatParams& p);
-// One cudaMemcpy2DAsync per piece (no kernel); `stream` is a cudaStream_t.
+// One cudaMemcpy2DAsync per piece, or 1D copies per outer row where the pitch is
+// beyond what 2D copies take (no kernel); `stream` is a cudaStream_t.
 void cp_concat_cuda(const CpConcatParams& p, void* stream);
 
 }  // namespace flashmask

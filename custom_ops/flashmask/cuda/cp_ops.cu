@@ -259,11 +259,23 @@ void cp_concat_cuda(const CpConcatParams& p, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   char* out = static_cast<char*>(p.out);
   int64_t offset = 0;
+  // 2D copies take pitches up to cudaDevAttrMaxPitch (2^31 - 1 bytes): a piece of 512K
+  // tokens x 32 heads x 128 dims is 4 GiB, so one outer row (or a wider pitch) copies
+  // row by row in 1D.
+  const int64_t pitch = total * p.inner_bytes;
+  const bool two_d = p.outer > 1 && pitch <= int64_t(INT32_MAX);
   for (int i = 0; i < p.pieces; ++i) {
-    const size_t width = size_t(p.lens[i] * p.inner_bytes);
-    if (width && p.outer) {
-      FLASHMASK_CUDA_CHECK(cudaMemcpy2DAsync(out + offset * p.inner_bytes, size_t(total * p.inner_bytes), p.xs[i],
-                                             width, width, size_t(p.outer), cudaMemcpyDeviceToDevice, s));
+    const int64_t width = p.lens[i] * p.inner_bytes;
+    char* dst = out + offset * p.inner_bytes;
+    const char* src = static_cast<const char*>(p.xs[i]);
+    if (width > 0 && two_d) {
+      FLASHMASK_CUDA_CHECK(cudaMemcpy2DAsync(dst, size_t(pitch), src, size_t(width), size_t(width),
+                                             size_t(p.outer), cudaMemcpyDeviceToDevice, s));
+    } else if (width > 0) {
+      for (int64_t o = 0; o < p.outer; ++o) {
+        FLASHMASK_CUDA_CHECK(cudaMemcpyAsync(dst + o * pitch, src + o * width, size_t(width),
+                                             cudaMemcpyDeviceToDevice, s));
+      }
     }
     offset += p.lens[i];
   }
