@@ -26,6 +26,10 @@ import numpy as np
 import paddle
 from paddle.autograd import PyLayer
 
+# The Hopper kernels' longest sequence (flashmask_sm90_api.cu, kMaxSeqlen).
+SM90_MAX_SEQLEN = 1 << 19
+_ENV = "PADDLE_FLASHMASK_SPLIT_SEQLEN"
+_ROW_ALIGN = 128  # pieces start on whole kernel tiles
 
 
 class _TensorOps:
@@ -39,14 +43,11 @@ class _TensorOps:
 
 
 tensor_ops = _TensorOps()
-# The Hopper kernels' longest sequence (flashmask_sm90_api.cu, kMaxSeqlen).
-SM90_MAX_SEQLEN = 1 << 19
-_ENV = "PADDLE_FLASHMASK_SPLIT_SEQLEN"
-_ROW_ALIGN = 128  # pieces start on whole kernel tiles
 
 
 def split_seqlen():
-    """(longest piece, forced): from PADDLE_FLASHMASK_SPLIT_SEQLEN if set, else the Hopper limit."""
+    """(longest piece, forced): from PADDLE_FLASHMASK_SPLIT_SEQLEN if set (pieces are whole
+    128-row tiles, so at least 128 tokens), else the Hopper limit."""
     env = os.environ.get(_ENV, "")
     if not env:
         return SM90_MAX_SEQLEN, False
