@@ -3,7 +3,8 @@
 Forward on rank r: its K/V go to the other ranks by ring shifts (rank r sends to r + d and
 receives from r - d), the distances taken in groups, one all-to-all per group, all
 started at once. Only the keys a destination's rows attend to travel
-(``ContextParallelPlan.keys_needed``): with documents, answers or windows most keys stay home. While they travel r attends its queries to its own keys, then to each
+(``ContextParallelPlan.keys_needed``): with documents, answers or windows most keys stay
+home. While they travel r attends its queries to its own keys, then to each
 arriving group's keys, and merges the partial softmaxes exactly by their LSE. A group
 holds as many peers as fit in 2^19 keys (the Hopper kernels' longest sequence), so few,
 large kernel calls do the work. Backward: each group part's backward (with the merged
