@@ -340,6 +340,7 @@ class ContextParallelPlan:
         self._device_cache = {}
         self._seen = {}  # rank -> bool [S]: key columns its rows attend to
         self._needed = {}  # (src, dst) -> keys_needed
+        self._intervals = None  # workload.masked_intervals, computed at the first keys_needed
 
     # ---- construction -------------------------------------------------------
     def _build(self, chunk_size, local=False):
@@ -474,7 +475,10 @@ class ContextParallelPlan:
         if keys is None:
             seen = self._seen.get(dst)
             if seen is None:
-                seen = workload.columns_seen_by(self._indices_host, self.causal, self.seqlen, self._rows[dst])
+                if self._intervals is None:  # shared by every destination
+                    self._intervals = workload.masked_intervals(self._indices_host, self.causal, self.seqlen)
+                seen = workload.columns_seen_by(self._indices_host, self.causal, self.seqlen, self._rows[dst],
+                                                self._intervals)
                 self._seen[dst] = seen
             keys = np.flatnonzero(seen[self._rows[src]]).astype(np.int64)
             self._needed[(src, dst)] = keys

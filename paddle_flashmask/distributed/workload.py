@@ -96,19 +96,23 @@ def live_tiles_per_row(indices: np.ndarray | None, causal: bool, seqlen: int, bl
     return np.repeat(live_per_block.astype(np.float64), block)[:S]
 
 
-def columns_seen_by(indices: np.ndarray | None, causal: bool, seqlen: int, rows: np.ndarray) -> np.ndarray:
+def columns_seen_by(indices: np.ndarray | None, causal: bool, seqlen: int, rows: np.ndarray,
+                    intervals=None) -> np.ndarray:
     """bool ``[S]``: the key columns that at least one of the query ``rows`` attends to, in
     some batch row and mask head. O(B * Hm * S): each column's kept rows are the complement
-    of its two masked intervals, counted in ``rows`` through a prefix sum."""
+    of its two masked intervals, counted in ``rows`` through a prefix sum. ``intervals``:
+    :func:`masked_intervals` of the same mask, when the caller has them."""
     S = int(seqlen)
     rows = np.asarray(rows, dtype=np.int64)
-    in_rows = np.zeros(S + 1, dtype=np.int64)
+    in_rows = np.zeros(S + 1, dtype=np.int32)
     in_rows[rows + 1] = 1
-    before = np.cumsum(in_rows)  # before[g]: rows < g
+    before = np.cumsum(in_rows, dtype=np.int32)  # before[g]: rows < g (non-decreasing)
 
     def count(lo, hi):
-        return np.where(hi > lo, before[np.clip(hi, 0, S)] - before[np.clip(lo, 0, S)], 0)
+        # bounds lie in [0, S] (masked_intervals clips them); an empty interval (hi <= lo)
+        # gives before[hi] - before[lo] <= 0, hence the floor at 0
+        return np.maximum(before[hi] - before[lo], 0)
 
-    a0, a1, b0, b1 = masked_intervals(indices, causal, S)
+    a0, a1, b0, b1 = intervals if intervals is not None else masked_intervals(indices, causal, S)
     kept = rows.size - count(a0, a1) - count(b0, b1) + count(np.maximum(a0, b0), np.minimum(a1, b1))
     return (kept > 0).reshape(-1, S).any(axis=0)
