@@ -1,7 +1,7 @@
 """Context-parallel flashmask_attention on 2 and 3 CPU ranks (gloo, paddle.distributed.launch):
 every rank's out, LSE, dQ, dK and dV equal its rows of the single-device op (fp32, 2e-4),
-for every mask form, both methods, GQA, B = 2, odd lengths; bad input raises on every rank
-and leaves the group usable. PFM_SKIP_DISTRIBUTED=1 skips it."""
+for every mask form, both methods, GQA, B = 2, odd lengths, and 12 random configurations;
+bad input raises on every rank and leaves the group usable. PFM_SKIP_DISTRIBUTED=1 skips it."""
 
 import json
 import os
@@ -16,10 +16,10 @@ TOL = 2e-4
 pytestmark = pytest.mark.skipif(os.environ.get("PFM_SKIP_DISTRIBUTED") == "1", reason="PFM_SKIP_DISTRIBUTED=1")
 
 
-def launch(tmp_path, world_size, env_extra=None):
+def launch(tmp_path, world_size, env_extra=None, worker=("cp_worker.py",)):
     log_dir = tmp_path / "log"
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(world_size),
-           "--log_dir", str(log_dir), os.path.join(ROOT, "tests", "cp_worker.py"), str(tmp_path)]
+           "--log_dir", str(log_dir), os.path.join(ROOT, "tests", worker[0]), str(tmp_path), *worker[1:]]
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                PADDLE_FLASHMASK_NUM_THREADS="1", **(env_extra or {}))
     res = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=900)
@@ -73,3 +73,15 @@ def test_bad_input_raises_on_every_rank(results):
         assert "different plans" in bad["ranks_with_different_plans"]
         assert "different plans" in bad["ranks_with_different_layouts"]
         assert res["after_bad"] < TOL
+
+
+def test_random_configurations_match_the_single_device_op(tmp_path):
+    """Random lengths, batch, GQA, value head dims, masks (every form, Hm = 1, Hk or H, the
+    builders, none), methods, layouts, chunk sizes, sparse or dense exchange and part grouping,
+    on 3 ranks with the exchanges padded as on NCCL."""
+    results = launch(tmp_path, 3, {"PADDLE_FLASHMASK_CP_PAD_EMPTY": "1"},
+                     worker=("cp_random_worker.py", "20251124", "12"))
+    for rank, res in enumerate(results):
+        assert res["cases"] == 12 and not res["fails"], (rank, res["fails"][:3])
+        assert res["worst"] < TOL
+
