@@ -95,3 +95,19 @@ def test_bad_split_length(monkeypatch):
     with pytest.raises(ValueError, match="PADDLE_FLASHMASK_SPLIT_SEQLEN must be a positive integer"):
         pfm.flashmask_attention(paddle.zeros([1, 300, 2, 16]), paddle.zeros([1, 300, 1, 16]),
                                 paddle.zeros([1, 300, 1, 16]), causal=True)
+
+
+@pytest.mark.parametrize("S,limit", [(384, 128), (385, 128), (1000, 300), (700, 256), (257, 200)])
+def test_piece_bounds(S, limit):
+    pieces = long_sequence._Pieces(S, 1, paddle.CPUPlace(), limit)
+    sizes = np.diff(pieces.bounds)
+    assert pieces.bounds[0] == 0 and pieces.bounds[-1] == S and np.all(sizes > 0)
+    assert np.all(sizes <= max(128, limit // 128 * 128))  # each piece one kernel call's worth
+    assert all(b % 128 == 0 for b in pieces.bounds[:-1])  # pieces start on whole tiles
+
+
+@pytest.mark.parametrize("S,limit", [(385, "128"), (1000, "300"), (257, "200")])
+def test_piece_boundaries_exact(monkeypatch, S, limit):
+    monkeypatch.setenv("PADDLE_FLASHMASK_SPLIT_SEQLEN", limit)
+    rng = np.random.default_rng(S)
+    check(rng, S, True, random_indices(rng, 1, 1, S, S, True, 2), B=1, H=2, Hk=1)
