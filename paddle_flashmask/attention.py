@@ -236,30 +236,27 @@ def flashmask_attention(
         _check_index_values(ops, startend_row_indices, seqlen_q, causal)
 
     scale = float(softmax_scale) if softmax_scale is not None else head_dim**-0.5
+    q, k, v = _contiguous(query), _contiguous(key), _contiguous(value)
+    indices = None if startend_row_indices is None else _contiguous(startend_row_indices)
     if long_sequence.should_split(query, key, window, block_mask, gpu_kernel_name, head_dim,
                                   validation.SM90_HEAD_DIMS):
         # beyond what one Hopper kernel call takes: pieces, merged exactly (long_sequence.py)
-        out, lse = long_sequence.attention(_contiguous(query), _contiguous(key), _contiguous(value),
-                                           None if startend_row_indices is None else
-                                           _contiguous(startend_row_indices), causal, scale, gpu_kernel, deterministic)
-        if return_softmax_lse:
-            lse.stop_gradient = True
-            return out, lse
-        return out
-    left, right = window if window is not None else (-1, -1)
-    out, lse = ops.pfm_flashmask_attention(
-        _contiguous(query),
-        _contiguous(key),
-        _contiguous(value),
-        None if startend_row_indices is None else _contiguous(startend_row_indices),
-        None if block_mask is None else _contiguous(block_mask),
-        scale,
-        causal,
-        left,
-        right,
-        gpu_kernel,
-        deterministic,
-    )
+        out, lse = long_sequence.attention(q, k, v, indices, causal, scale, gpu_kernel, deterministic)
+    else:
+        left, right = window if window is not None else (-1, -1)
+        out, lse = ops.pfm_flashmask_attention(
+            q,
+            k,
+            v,
+            indices,
+            None if block_mask is None else _contiguous(block_mask),
+            scale,
+            causal,
+            left,
+            right,
+            gpu_kernel,
+            deterministic,
+        )
     if return_softmax_lse:
         lse.stop_gradient = True
         return out, lse
