@@ -275,7 +275,7 @@ def test_keys_needed_skips_other_documents():
 def test_stretches_cut_the_sequence_in_rank_order(W):
     rng = np.random.default_rng(W)
     work, lens = rng.random(200) * 10, np.full(200, 16)
-    owner = plan_mod._stretches([work], lens, W, token_cap=10**9)
+    owner = plan_mod._stretches(work, lens, W, token_cap=10**9)
     assert owner[0] == 0 and owner[-1] == W - 1 and np.all(np.diff(owner) >= 0)  # one stretch each, in order
     load = np.bincount(owner, weights=work, minlength=W)
     assert load.max() / load.mean() <= 1 + 2 * work.max() * W / work.sum()  # within a chunk or two of even

@@ -73,7 +73,8 @@ class Spec(CallSpec):
         hit = self.plan._device_cache.get(key)
         if hit is not None and (self.indices is None or hit[0]() is self.indices):
             return hit[1]
-        table = self.plan._cached_index(("row_table", self.rank), self.plan.row_table(self.rank), self.place)
+        table = self.plan._cached_index(("row_table", self.rank), lambda: self.plan.row_table(self.rank),
+                                        self.place)
         masks = []
         for gi in range(-1, len(groups)):  # this rank's own keys, then each group's
             keys = self.plan.local_rows(self.rank) if gi < 0 else self.part_keys(groups[gi])

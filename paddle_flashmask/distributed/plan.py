@@ -17,7 +17,7 @@ intervals of local rows (``remap`` in ``attention``), exactly.
 from __future__ import annotations
 
 import hashlib
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -64,25 +64,26 @@ def mask_fingerprint(indices_np: Optional[np.ndarray], causal: bool, seqlen: int
     return h.hexdigest()[:16]
 
 
-def _stretches(loads: Sequence[np.ndarray], lens: np.ndarray, world_size: int, token_cap: int):
+def _stretches(work: np.ndarray, lens: np.ndarray, world_size: int, token_cap: int):
     """Owner of each chunk when every rank takes one stretch of consecutive chunks, the cuts
-    minimising the busiest rank's load over the mean, the worst of ``loads`` (each per chunk)
-    counted; None when the token cap or the chunk count does not allow it. Binary search on
-    that bound, each test a greedy left-to-right cut through prefix sums: O(W log n) a test."""
+    minimising the busiest rank's ``work`` (per chunk) over the mean; None when the token cap or
+    the chunk count does not allow it. Binary search on that bound, each test a greedy
+    left-to-right cut through prefix sums: O(W log n) a test."""
     n, W = lens.size, world_size
     if n < W:
         return None
-    norm = [np.asarray(x, np.float64) / (float(np.sum(x)) / W) for x in loads if float(np.sum(x)) > 0]
-    prefix = [np.concatenate([[0.0], np.cumsum(x)]) for x in norm]
+    total = float(np.sum(work))
+    # work over the mean per rank, summed: None when there is no work (tokens alone decide)
+    prefix = np.concatenate([[0.0], np.cumsum(np.asarray(work, np.float64) / (total / W))]) if total > 0 else None
     tok = np.concatenate([[0], np.cumsum(lens)])
 
     def cuts(bound):
-        # greedy: each stretch as long as every load stays <= bound and tokens <= the cap
+        # greedy: each stretch as long as its work stays <= bound and its tokens <= the cap
         out, start = [], 0
         while start < n:
             end = np.searchsorted(tok, tok[start] + token_cap, side="right") - 1
-            for p in prefix:
-                end = min(end, np.searchsorted(p, p[start] + bound * (1 + 1e-12), side="right") - 1)
+            if prefix is not None:
+                end = min(end, np.searchsorted(prefix, prefix[start] + bound * (1 + 1e-12), side="right") - 1)
             if end <= start:
                 return None  # one chunk alone is over the bound
             out.append(end)
@@ -364,7 +365,7 @@ class ContextParallelPlan:
             # the lightest chunks moved to even out the tokens and equal-length chunks swapped
             # to even out the tiles again: a few chunks leave their stretch
             weight = chunk_tiles + 1e-3 * self.chunk_len
-            owner = _stretches([weight], self.chunk_len, W, cap)
+            owner = _stretches(weight, self.chunk_len, W, cap)
             if owner is None:
                 return False
             owner = _even_tokens(owner, weight, self.chunk_len, W)
@@ -501,7 +502,7 @@ class ContextParallelPlan:
             return x[:, rows]
         from . import tensor_ops
 
-        return tensor_ops.take_rows(x, rows, self._cached_index(("rows", rank), rows, x.place))
+        return tensor_ops.take_rows(x, rows)
 
     def unshard(self, parts: Sequence):
         """The ``[B, S, ...]`` whole from every rank's ``[B, L_r, ...]`` rows (list in rank order)."""
@@ -520,13 +521,15 @@ class ContextParallelPlan:
 
         return tensor_ops.merge_rows(parts, self._rows, self.seqlen)
 
-    def _cached_index(self, key, array, place):
-        # Index tensors reused by every call with this plan, uploaded once per place.
+    def _cached_index(self, key, build, place):
+        # Index tensors reused by every call with this plan, uploaded once per place; ``build``
+        # (returning the numpy array) runs only the first time.
         import paddle
 
         full_key = (key, str(place))
         t = self._device_cache.get(full_key)
         if t is None:
+            array = build()
             t = paddle.to_tensor(np.ascontiguousarray(array), dtype=str(array.dtype), place=place)
             self._device_cache[full_key] = t
         return t

@@ -16,6 +16,4 @@ class CallSpec:
 
     def index(self, name, build):
         """An int64 index tensor of this rank and batch size, built once per plan and place."""
-        key = (self.method, name, self.rank, self.batch)
-        hit = self.plan._device_cache.get((key, str(self.place)))
-        return hit if hit is not None else self.plan._cached_index(key, build(), self.place)
+        return self.plan._cached_index((self.method, name, self.rank, self.batch), build, self.place)

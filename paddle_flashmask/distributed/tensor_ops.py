@@ -57,7 +57,7 @@ def concat(parts, axis):
     return _ops().pfm_cp_concat(list(parts), int(axis))
 
 
-def take_rows(x, rows: np.ndarray, rows_tensor=None):
+def take_rows(x, rows: np.ndarray):
     """``x[:, rows]`` for a ``[B, S, ...]`` paddle tensor on any place."""
     import paddle
 
