@@ -42,6 +42,7 @@ from paddlenlp.transformers.llama import fusion_ops
 from paddlenlp.transformers.llama import modeling as llama_modeling
 
 from . import context_parallel
+from .indices import as_bhsc_int32
 
 _STATE = {"enabled": False, "orig_sdpa": None, "orig_fusion": None}
 _ORIG_ATTR = "_pfm_orig_attn_func"
@@ -58,14 +59,7 @@ def _originals():
 
 def normalize_indices(ind, config=None):
     """``(indices [B, Hm, S, C] int32, causal)`` from the layouts PaddleNLP and our collators use."""
-    if ind.dtype not in (paddle.int32, paddle.int64):
-        raise TypeError(f"attn_mask_startend_row_indices must be int32 (or int64), got {ind.dtype}")
-    if ind.dtype == paddle.int64:
-        ind = ind.astype("int32")
-    if ind.ndim == 2:
-        ind = ind.unsqueeze(1)
-    if ind.ndim == 3:
-        ind = ind.unsqueeze(-1)
+    ind = as_bhsc_int32(ind)
     if ind.ndim != 4:
         raise ValueError("attn_mask_startend_row_indices must be [B, S], [B, Hm, S] or [B, Hm, S, C], "
                          f"got shape {list(ind.shape)}")

@@ -44,6 +44,8 @@ from paddleformers.nn.attention.interface import AttentionInterface
 import paddle_flashmask
 from paddle_flashmask.validation import GPU_HEAD_DIMS
 
+from .indices import as_bhsc_int32
+
 KEY = "flashmask"
 _STATE = {"orig": None}
 _MODEL_ATTR = "_pfm_orig_attn_impl"
@@ -54,14 +56,7 @@ def normalize_indices(ind, is_causal=None):
     causal rule (C = 1 causal, C = 4 not, C = 2 ``is_causal``, default causal)."""
     if not isinstance(ind, paddle.Tensor):
         raise TypeError(f"attn_mask_startend_row_indices must be a paddle.Tensor, got {type(ind).__name__}")
-    if ind.dtype not in (paddle.int32, paddle.int64):
-        raise TypeError(f"attn_mask_startend_row_indices must be int32 (or int64), got {ind.dtype}")
-    if ind.dtype == paddle.int64:
-        ind = ind.astype("int32")
-    if ind.ndim == 2:
-        ind = ind.unsqueeze(1)
-    if ind.ndim == 3:
-        ind = ind.unsqueeze(-1)
+    ind = as_bhsc_int32(ind)
     if ind.ndim != 4 or ind.shape[-1] not in (1, 2, 4):
         raise ValueError("attn_mask_startend_row_indices must be [B, S], [B, Hm, S] or [B, Hm, S, C] with C "
                          f"in 1, 2, 4, got shape {list(ind.shape)}")
