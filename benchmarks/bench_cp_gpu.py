@@ -447,13 +447,12 @@ def rank_step_time(plan, r, it, causal, method, blocks, place, dtype, args, time
     return min(timer(step)[0] for _ in range(args.repeats))
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def add_common_args(ap):
+    """The options this script and bench_cp_multi_gpu.py share (rank_step_time and the bench
+    loops read them)."""
     ap.add_argument("--device", default="gpu", choices=["gpu", "cpu"])
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--bench", action="store_true")
-    ap.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"])
-    ap.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--methods", nargs="+", default=["allgather", "ulysses"])
     ap.add_argument("--lengths", type=int, nargs="+", default=[65536, 131072, 262144, 1048576])
     ap.add_argument("--masks", nargs="+", default=["causal_document", "share_question", "global_sliding_window", "causal"])
@@ -464,9 +463,16 @@ def main():
     ap.add_argument("--kernel", default="auto")
     ap.add_argument("--layouts", nargs="+", default=["auto"], help="plan layouts timed for allgather "
                     "(auto, chunks, local)")
+    ap.add_argument("--out", default=None)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    add_common_args(ap)
+    ap.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"])
+    ap.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--dense-exchange", action="store_true", help="every key to every rank (no sparse exchange)")
     ap.add_argument("--budget-s", type=float, default=1e9)
-    ap.add_argument("--out", default=None)
     args = ap.parse_args()
     allgather.SPARSE_EXCHANGE = not args.dense_exchange
     place = paddle.CPUPlace() if args.device == "cpu" else paddle.CUDAPlace(0)

@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -31,11 +30,11 @@ import paddle  # noqa: E402
 import paddle.distributed as dist  # noqa: E402
 
 import paddle_flashmask as pfm  # noqa: E402
-from bench_cp_gpu import (Timer, device_tensor, long_context_mask, rank_step_time, rel, single_device_step,  # noqa: E402
-                          small_masks, tiled, to_f32)
+from bench_cp_gpu import (Timer, add_common_args, device_tensor, long_context_mask, rank_step_time, rel,  # noqa: E402
+                          single_device_step, small_masks, tiled, to_f32)
 from mask_area import attention_flops  # noqa: E402
 from paddle_flashmask.attention import GPU_KERNELS  # noqa: E402
-from paddle_flashmask.distributed import ContextParallelPlan, allgather, flashmask_attention, tensor_ops  # noqa: E402
+from paddle_flashmask.distributed import ContextParallelPlan, allgather, flashmask_attention  # noqa: E402
 
 
 def gather_scalars(value, W, rank, place):
@@ -193,20 +192,8 @@ def exchanges_time(plan, rank, method, k, q, it, causal, place, args, timer):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--device", default="gpu", choices=["gpu", "cpu"])
-    ap.add_argument("--check", action="store_true")
-    ap.add_argument("--bench", action="store_true")
+    add_common_args(ap)
     ap.add_argument("--dtypes", nargs="+", default=None)
-    ap.add_argument("--methods", nargs="+", default=["allgather", "ulysses"])
-    ap.add_argument("--lengths", type=int, nargs="+", default=[65536, 131072, 262144, 1048576])
-    ap.add_argument("--masks", nargs="+", default=["causal_document", "share_question", "global_sliding_window", "causal"])
-    ap.add_argument("--max-causal", type=int, default=262144)
-    ap.add_argument("--t1-max", type=int, default=1 << 20)
-    ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--kernel", default="auto")
-    ap.add_argument("--layouts", nargs="+", default=["auto"], help="plan layouts timed for allgather "
-                    "(auto, chunks, local)")
-    ap.add_argument("--out", default=None)
     args = ap.parse_args()
     args.dtypes = args.dtypes or (["float32"] if args.device == "cpu" else ["bfloat16", "float16"])
     dist.init_parallel_env()
