@@ -22,16 +22,13 @@ import sys
 import numpy as np
 import pytest
 
-try:  # skip (not fail) where paddlenlp is missing or broken (e.g. numpy/pyarrow too new)
-    pytest.importorskip("paddlenlp.transformers", exc_type=ImportError)
-except TypeError:  # pytest < 8.2 has no exc_type
-    pytest.importorskip("paddlenlp.transformers")
+from paddlenlp_test_env import ROOT, cfg, require_paddlenlp  # noqa: E402
+
+require_paddlenlp()
 
 import paddlenlp_patches as pp  # noqa: E402
 from paddlenlp_patches import finetune  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIGS = os.path.join(ROOT, "configs")
 STEPS = 20
 COMMON = {"max_steps": STEPS, "logging_steps": 1, "disable_tqdm": True, "do_eval": False, "save_final_model": False}
 # (case id, stage, context-parallel key, extra overrides): eval on two of them (eval loss, RM
@@ -47,9 +44,6 @@ CASES = [
 ]
 TOL = 1e-5
 
-
-def cfg(name):
-    return os.path.join(CONFIGS, f"{name}.json")
 
 
 def overrides(case, out_dir, parallel: bool):

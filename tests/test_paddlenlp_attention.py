@@ -5,10 +5,9 @@ works, enable/disable/context manager behave, padding never yields NaN."""
 import numpy as np
 import pytest
 
-try:  # skip (not fail) where paddlenlp is missing or broken (e.g. numpy/pyarrow too new)
-    pytest.importorskip("paddlenlp.transformers", exc_type=ImportError)
-except TypeError:  # pytest < 8.2 has no exc_type
-    pytest.importorskip("paddlenlp.transformers")
+from paddlenlp_test_env import require_paddlenlp  # noqa: E402
+
+require_paddlenlp()
 
 import paddle  # noqa: E402
 

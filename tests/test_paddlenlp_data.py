@@ -8,10 +8,9 @@ import logging
 import numpy as np
 import pytest
 
-try:  # skip (not fail) where paddlenlp is missing or broken (e.g. numpy/pyarrow too new)
-    pytest.importorskip("paddlenlp.transformers", exc_type=ImportError)
-except TypeError:  # pytest < 8.2 has no exc_type
-    pytest.importorskip("paddlenlp.transformers")
+from paddlenlp_test_env import require_paddlenlp  # noqa: E402
+
+require_paddlenlp()
 
 from paddle_flashmask import masks  # noqa: E402
 from paddlenlp_patches.collators import DPOCollator, RMCollator, SFTCollator, lts_to_dense  # noqa: E402

@@ -10,10 +10,9 @@ import sys
 import numpy as np
 import pytest
 
-try:  # skip (not fail) where paddlenlp is missing or broken (e.g. numpy/pyarrow too new)
-    pytest.importorskip("paddlenlp.transformers", exc_type=ImportError)
-except TypeError:  # pytest < 8.2 has no exc_type
-    pytest.importorskip("paddlenlp.transformers")
+from paddlenlp_test_env import CONFIGS, ROOT, cfg, require_paddlenlp  # noqa: E402
+
+require_paddlenlp()
 
 import paddle  # noqa: E402
 
@@ -21,8 +20,6 @@ import paddlenlp_patches as pp  # noqa: E402
 from paddlenlp_patches import finetune  # noqa: E402
 from paddlenlp.trainer import TrainerCallback  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIGS = os.path.join(ROOT, "configs")
 QUIET = {"disable_tqdm": True, "do_eval": False, "save_final_model": False, "logging_steps": 5}
 
 
@@ -31,9 +28,6 @@ def _restore_patch():
     yield
     pp.disable_flashmask()
 
-
-def cfg(name):
-    return os.path.join(CONFIGS, f"{name}.json")
 
 
 class Snapshot(TrainerCallback):

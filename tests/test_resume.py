@@ -8,18 +8,16 @@ import shutil
 import numpy as np
 import pytest
 
-try:
-    pytest.importorskip("paddlenlp.transformers", exc_type=ImportError)
-except TypeError:
-    pytest.importorskip("paddlenlp.transformers")
+from paddlenlp_test_env import cfg, require_paddlenlp  # noqa: E402
+
+require_paddlenlp()
 
 import paddlenlp_patches as pp  # noqa: E402
 from paddlenlp.trainer import TrainerCallback  # noqa: E402
 from paddlenlp_patches import finetune  # noqa: E402
 from paddlenlp_patches.checkpoint import last_checkpoint  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CFG = os.path.join(ROOT, "configs", "sft.json")
+CFG = cfg("sft")
 RUN = {"disable_tqdm": True, "do_eval": False, "save_final_model": False, "logging_steps": 1, "max_steps": 20,
        "save_strategy": "steps", "save_steps": 8}
 
