@@ -9,7 +9,27 @@ import numpy as np
 # The FlashMask paper / LongCA-bench mask set, in table order.
 BENCH_MASKS = ["full", "causal", "causal_document", "share_question", "sliding_window",
                "global_sliding_window", "causal_blockwise", "prefix_lm_document", "prefix_lm_causal",
-               "qk_sparse", "random_eviction"]
+               "qk_sparse", "random_eviction", "short_documents", "short_share_question"]
+
+
+def _short_lengths(rng, total, lo=128, hi=512):
+    """Lengths in [lo, hi] summing to `total` (the last one cut short)."""
+    lens = []
+    while sum(lens) < total:
+        lens.append(min(int(rng.integers(lo, hi + 1)), total - sum(lens)))
+    return lens
+
+
+def _short_segments(rng, total):
+    """share_question groups (prompt, [answer, answer]) of 128-512 tokens each filling `total`."""
+    groups, used = [], 0
+    while total - used >= 3 * 128:
+        prompt, a, b = (int(x) for x in rng.integers(128, 513, size=3))
+        if used + prompt + a + b > total:
+            break
+        groups.append((prompt, [a, b]))
+        used += prompt + a + b
+    return groups
 
 
 def bench_mask(masks, name, seqlen, heads_k, seed=0):
@@ -19,6 +39,13 @@ def bench_mask(masks, name, seqlen, heads_k, seed=0):
         return None, False
     if name == "causal":
         return None, True
+    rng = np.random.default_rng(seed)
+    if name == "short_documents":  # packed SFT of short samples: documents of 128-512 tokens
+        idx = masks.causal_document_mask(_short_lengths(rng, seqlen), seqlen, place="numpy")
+        return idx, True
+    if name == "short_share_question":  # DPO/RM rows of short prompts and answers (128-512 tokens)
+        idx = masks.share_question_mask(_short_segments(rng, seqlen), seqlen, place="numpy")
+        return idx, True
     return masks.example_mask(name, seqlen, batch_size=1, num_heads=heads_k, seed=seed, place="numpy")
 
 

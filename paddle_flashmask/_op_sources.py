@@ -49,6 +49,18 @@ def sm90_kernel_sources():
     )
 
 
+def sm90_built():
+    """Whether the op built from these sources has the Hopper kernels (the same decision the
+    build takes); None where the sources are absent (an op installed without them)."""
+    if not os.path.isdir(OPS_DIR):
+        return None
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # sm90_enabled's "no CUTLASS headers" notice
+        return cuda_enabled() and sm90_enabled()
+
+
 def cutlass_include_dir():
     """CUTLASS/CuTe headers: $PADDLE_FLASHMASK_CUTLASS_INCLUDE, else the nvidia-cutlass wheel's."""
     env = os.environ.get("PADDLE_FLASHMASK_CUTLASS_INCLUDE")

@@ -5,9 +5,12 @@ and what was expected, before any kernel runs.
 """
 
 import numbers
+import os
 
 import numpy as np
 import paddle
+
+from . import _op_sources
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -228,6 +231,29 @@ def check_device_support(query, head_dim, value_head_dim=None):
 SM90_HEAD_DIMS = (64, 128)
 
 
+# The sm90 kernels' tuning switches (environment, read by the op at each call), checked
+# here because Paddle 2.6 cannot carry the op's own error back to Python:
+# name -> (lowest, highest) integer value.
+SM90_ENV_SWITCHES = {
+    "PADDLE_FLASHMASK_SM90_FWD_OVERLAP": (0, 1),
+    "PADDLE_FLASHMASK_SM90_FWD_PINGPONG": (0, 1),
+    "PADDLE_FLASHMASK_SM90_BWD_HEAD_GROUP": (0, 1024),
+    "PADDLE_FLASHMASK_SM90_BWD_GROUP_MAX_STEPS": (0, 1 << 20),
+}
+
+
+def check_sm90_env(query):
+    """The SM90_ENV_SWITCHES that are set hold integers in their range (GPU calls only)."""
+    if not query.place.is_gpu_place():
+        return
+    for name, (lo, hi) in SM90_ENV_SWITCHES.items():
+        value = os.environ.get(name, "")
+        if value == "":
+            continue
+        if not (value.isdigit() and lo <= int(value) <= hi):
+            raise ValueError(f"environment variable {name} must be an integer in [{lo}, {hi}], got {value!r}")
+
+
 def check_sm90_forced(query, head_dim, gpu_kernel_name):
     """gpu_kernel "sm90" forced on a call the Hopper kernels cannot run: a clear ValueError here,
     before the op (Paddle 2.6 cannot carry the op's own C++ error back to Python)."""
@@ -242,3 +268,8 @@ def check_sm90_forced(query, head_dim, gpu_kernel_name):
     if head_dim not in SM90_HEAD_DIMS:
         raise ValueError(
             f"gpu_kernel 'sm90' takes head_dim {SM90_HEAD_DIMS}, got {head_dim}; use 'auto' or 'fa2'")
+    if _op_sources.sm90_built() is False:
+        raise ValueError(
+            "gpu_kernel 'sm90' (set_gpu_kernel / PADDLE_FLASHMASK_GPU_KERNEL): this build of the op "
+            "has no sm90 kernels (it needs 90a in PADDLE_FLASHMASK_CUDA_ARCHS and the CUTLASS headers, "
+            "`pip install --no-deps nvidia-cutlass==4.2.0.0`); use 'auto' or 'fa2'")

@@ -297,34 +297,56 @@ def test_sm90_bwd_head_group_fully_masked_and_reproducible(sm90_bwd_head_group):
 
 
 # --------------------------------------------------------------------------------------
-# sm90 forward with pingpong between the consumer warpgroups (turns at issuing QK^T)
+# sm90 forward schedules: the intra-warpgroup overlap (softmax of block i under P V of
+# block i - 1; the default), the serial loop, pingpong between the consumer warpgroups
 # --------------------------------------------------------------------------------------
 
+FWD_OVERLAP_ENV = "PADDLE_FLASHMASK_SM90_FWD_OVERLAP"
+# (pingpong, overlap); pingpong takes precedence (flashmask_sm90_launch.cuh)
+FWD_SCHEDULES = {"pingpong": (1, 0), "overlap": (0, 1), "serial": (0, 0)}
+
+
 @pytest.fixture
-def sm90_fwd_pingpong(monkeypatch):
+def sm90_fwd_schedule(request, monkeypatch):
+    """Forces the sm90 kernels and one forward schedule (a key of FWD_SCHEDULES)."""
     if not is_sm90():
         pytest.skip(f"the sm90 kernels need compute capability 9.0, GPU 0 is {device_capability()}")
-    monkeypatch.setenv(FWD_PINGPONG_ENV, "1")
+    pingpong, overlap = FWD_SCHEDULES[request.param]
+    monkeypatch.setenv(FWD_PINGPONG_ENV, str(pingpong))
+    monkeypatch.setenv(FWD_OVERLAP_ENV, str(overlap))
     old = pfm.set_gpu_kernel("sm90")
-    yield
+    yield request.param
     pfm.set_gpu_kernel(old)
 
 
+@pytest.mark.parametrize("sm90_fwd_schedule", list(FWD_SCHEDULES), indirect=True)
 @pytest.mark.parametrize("dim", [64, 128])
 @pytest.mark.parametrize("causal,cols", FORMS)
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(77, 77), (1000, 1000), (300, 517)])
-def test_sm90_fwd_pingpong(sm90_fwd_pingpong, dim, causal, cols, seqlen_q, seqlen_k):
+def test_sm90_fwd_schedules(sm90_fwd_schedule, dim, causal, cols, seqlen_q, seqlen_k):
     rng = np.random.default_rng(seed_of("pp-idx", causal, cols, seqlen_q, seqlen_k))
     idx = None if cols == 0 else random_indices(rng, 2, 2, seqlen_q, seqlen_k, causal, cols)
     run_gpu_case(seed_of("pp", dim, causal, cols, seqlen_q, seqlen_k), 2, seqlen_q, seqlen_k, 4, 2, dim, causal,
                  idx)
 
 
-def test_sm90_fwd_pingpong_fully_masked_rows(sm90_fwd_pingpong):
+@pytest.mark.parametrize("sm90_fwd_schedule", list(FWD_SCHEDULES), indirect=True)
+def test_sm90_fwd_schedules_fully_masked_rows(sm90_fwd_schedule):
     idx = np.zeros((1, 1, 300, 4), dtype=np.int32)
     idx[..., 1] = 130  # rows [0, 130) see nothing
     idx[..., 2], idx[..., 3] = 200, 260
     run_gpu_case(seed_of("pp-empty"), 1, 300, 300, 8, 2, 128, False, idx)
+
+
+@pytest.mark.parametrize("name,value", [("PADDLE_FLASHMASK_SM90_FWD_OVERLAP", "2"),
+                                        ("PADDLE_FLASHMASK_SM90_FWD_PINGPONG", "yes"),
+                                        ("PADDLE_FLASHMASK_SM90_BWD_HEAD_GROUP", "-1")])
+def test_bad_sm90_env_rejected(monkeypatch, name, value):
+    # A clear Python error before the op, whose own error would not reach Python on Paddle 2.6.
+    monkeypatch.setenv(name, value)
+    q = to_gpu(np.random.default_rng(0).standard_normal((1, 64, 2, 64)), "bfloat16")
+    with pytest.raises(ValueError, match=name):
+        pfm.flashmask_attention(q, q, q, causal=True)
 
 
 REPRO_CASES = {

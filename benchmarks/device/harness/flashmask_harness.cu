@@ -265,11 +265,24 @@ std::vector<int32_t> timing_docs(int s, std::mt19937& rng) {  // causal document
   }
   return m;
 }
+std::vector<int32_t> timing_short_docs(int s, std::mt19937& rng) {  // documents of 128-512 tokens
+  std::vector<int32_t> m(s);
+  std::uniform_int_distribution<int> len(128, 512);
+  for (int start = 0; start < s;) {
+    const int end = std::min(s, start + len(rng));
+    for (int j = start; j < end; ++j) m[j] = end;
+    start = end;
+  }
+  return m;
+}
 std::vector<int32_t> timing_window(int s) {  // causal, C=1: rows j .. j + 1024 see key j
   std::vector<int32_t> m(s);
   for (int j = 0; j < s; ++j) m[j] = std::min(s, j + 1025);
   return m;
 }
+
+// --time-fwd: time_case times the forward alone (the backward's columns print 0).
+bool g_forward_only = false;
 
 // Median of 6 timings (ms) of fwd and bwd, B=1, causal, optional C=1 mask.
 void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, std::mt19937& rng,
@@ -333,11 +346,12 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
     return t[t.size() / 2];
   };
   const float fwd = median_ms([&] { flashmask::run_fwd_cuda(p, nullptr); });
-  const float bwd = median_ms([&] { flashmask::run_bwd_cuda(b, nullptr); });
+  const float bwd = g_forward_only ? 0.f : median_ms([&] { flashmask::run_bwd_cuda(b, nullptr); });
   // Zeroing, delta and the fp32 -> bf16 conversion: the part of bwd outside
   // the main kernel (and the mask summary).
-  const float around = median_ms([&] { flashmask::cuda::bwd_prepare(b, nullptr); }) +
-                       median_ms([&] { flashmask::cuda::bwd_finish(b, nullptr); });
+  const float around = g_forward_only ? 0.f
+                                      : median_ms([&] { flashmask::cuda::bwd_prepare(b, nullptr); }) +
+                                            median_ms([&] { flashmask::cuda::bwd_finish(b, nullptr); });
   const double flops = 4.0 * unmasked_area(s, true, mask.empty() ? 0 : 1, mask) * h * d;
   std::printf("| %s%s | %s | %d | %d:%d | %d | %d/%d | %.3f | %.1f | %.3f | %.1f | %.1f | %.3f |\n",
               kernel == GpuKernel::kSm90 ? "sm90" : "fa2", deterministic ? " det" : "", name, s, h, hk, d,
@@ -351,6 +365,21 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
 
 int main(int argc, char** argv) {
   const bool timing = argc > 1 && std::string(argv[1]) == "--time";
+  // --time-fwd: the sm90 forward's schedules (serial, intra-warpgroup
+  // overlap, pingpong; sm90_launch.cuh reads them from the
+  // environment at each launch) checked on every case, then timed
+  // interleaved, case by case, so that clock drift hits all alike.
+  const bool time_fwd = argc > 1 && std::string(argv[1]) == "--time-fwd";
+  struct Schedule {
+    const char* name;
+    const char* overlap;
+    const char* pingpong;
+  };
+  const Schedule schedules[] = {{"serial", "0", "0"}, {"overlap", "1", "0"}, {"pingpong", "0", "1"}};
+  auto use_schedule = [](const Schedule& sc) {
+    setenv("PADDLE_FLASHMASK_SM90_FWD_OVERLAP", sc.overlap, 1);
+    setenv("PADDLE_FLASHMASK_SM90_FWD_PINGPONG", sc.pingpong, 1);
+  };
   std::mt19937 rng(1234);
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -374,6 +403,46 @@ int main(int argc, char** argv) {
       {"random4+empty", 1, 1024, 1024, 2, 1, 64, false, 4, random4_mask},
   };
   int failures = 0;
+  if (time_fwd) {
+    g_forward_only = true;
+    for (const Schedule& sc : schedules) {
+      use_schedule(sc);
+      for (const Case& c : cases) failures += !check_case(c, GpuKernel::kSm90, false, 1, 0, rng);
+      std::printf("%s: checked\n", sc.name);
+    }
+    std::printf("%d failures\n", failures);
+    std::printf("| schedule | kernel | mask | S | H:Hk | D | bwd heads/CTA / max steps | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | fwd+bwd TFLOP/s | bwd prep+finish ms |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    // Two passes: the spread between them is the run-to-run noise.
+    for (int pass = 0; pass < 2; ++pass)
+    for (int s : {8192, 16384, 32768}) {
+      std::mt19937 mask_rng(s);
+      const std::vector<int32_t> docs = timing_docs(s, mask_rng), short_docs = timing_short_docs(s, mask_rng),
+                                 window = timing_window(s);
+      for (const Schedule& sc : schedules) {
+        use_schedule(sc);
+        std::printf("| %s ", sc.name);
+        time_case("causal", s, 32, 8, 128, GpuKernel::kSm90, rng);
+      }
+      if (s == 16384) {
+        for (const Schedule& sc : schedules) {
+          use_schedule(sc);
+          std::printf("| %s ", sc.name);
+          time_case("causal", s, 32, 8, 64, GpuKernel::kSm90, rng);
+        }
+        continue;
+      }
+      for (const auto& [name, mask] : {std::pair{"causal_document", &docs}, std::pair{"short_documents", &short_docs},
+                                       std::pair{"sliding_window", &window}}) {
+        for (const Schedule& sc : schedules) {
+          use_schedule(sc);
+          std::printf("| %s ", sc.name);
+          time_case(name, s, 32, 8, 128, GpuKernel::kSm90, rng, *mask);
+        }
+      }
+    }
+    return failures ? 1 : 0;
+  }
   for (const Case& c : cases) {
     for (bool det : {false, true}) {
       failures += !check_case(c, GpuKernel::kFA2, det, 1, 0, rng);

@@ -82,6 +82,45 @@ __device__ __forceinline__ void mask_partial_tile(Scores& scores, Coords const& 
   }
 }
 
+// One online-softmax step over a tile of scores, in the log2 domain: the
+// rows' running max and sum move on, the scores become probabilities and
+// alpha[r] is the factor by which row r's output accumulator must be
+// rescaled. O itself is not touched here, so that under the
+// intra-warpgroup overlap this runs while O's P V GEMM is in flight. A row
+// with nothing visible yet keeps P = 0 without NaN.
+template <int kRows, typename Scores>
+__device__ __forceinline__ void online_softmax_step(Scores& scores, float (&row_max)[kRows],
+                                                    float (&row_sum)[kRows], float (&alpha)[kRows],
+                                                    float scale_log2) {
+  CUTLASS_PRAGMA_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    float tile_max = -CUDART_INF_F;
+    CUTLASS_PRAGMA_UNROLL
+    for (int c = 0; c < size<1>(scores); ++c) tile_max = fmaxf(tile_max, scores(r, c));
+    const float new_max = fmaxf(row_max[r], quad_allreduce_max(tile_max) * scale_log2);
+    const float max_used = new_max == -CUDART_INF_F ? 0.f : new_max;
+    alpha[r] = exp2f(row_max[r] - max_used);
+    float sum = 0.f;
+    CUTLASS_PRAGMA_UNROLL
+    for (int c = 0; c < size<1>(scores); ++c) {
+      const float prob = exp2f(scores(r, c) * scale_log2 - max_used);
+      scores(r, c) = prob;
+      sum += prob;
+    }
+    row_sum[r] = row_sum[r] * alpha[r] + sum;
+    row_max[r] = new_max;
+  }
+}
+
+template <int kRows, typename Acc>
+__device__ __forceinline__ void rescale_rows(Acc& acc_rc, const float (&alpha)[kRows]) {
+  CUTLASS_PRAGMA_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int c = 0; c < size<1>(acc_rc); ++c) acc_rc(r, c) *= alpha[r];
+  }
+}
+
 // Query blocks of a forward call (the persistent grid's tiles are
 // query blocks x heads x batch).
 template <typename Traits>
@@ -139,10 +178,12 @@ __device__ __forceinline__ void arrive_published(cutlass::arch::ClusterBarrier& 
 // kColumnMask: the call has startend_row_indices. Masks without (plain
 // causal, full) get a kernel with no staging code at all, which keeps their
 // main loop's registers and schedule free of it. kPingPong: see
-// scheduler_wait_turn.
-template <typename Traits, bool kColumnMask, bool kPingPong>
+// scheduler_wait_turn. kOverlap: the intra-warpgroup overlap of the main
+// loop (the softmax of key block i under the P V GEMM of block i - 1).
+template <typename Traits, bool kColumnMask, bool kPingPong, bool kOverlap>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     flashmask_fwd_sm90_kernel(CUTE_GRID_CONSTANT FwdKernelParams<Traits> const kp) {
+  static_assert(!(kPingPong && kOverlap), "pingpong turns are taken in the serial loop only (sm90_launch.cuh)");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Element = typename Traits::Element;
   using TileShape = typename Traits::TileShape;
@@ -338,75 +379,136 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     ss.barrier_q[slot].wait((k / 2) % 2);  // Q landed (or nothing is live)
     const int num_live = ss.num_live_blocks[slot];
     const uint16_t* list = live_list(slot);
-    for (int i = 0; i < num_live; ++i) {
-      const uint16_t entry = list[i];
-      const bool partial = live_block_partial(entry);
-      const int c0 = live_block_index(entry) * kBlockN;
-      MaskedRows* staged = nullptr;
-      if (kColumnMask && partial) {
-        staged = ss.col_bounds[wg][partial_tiles % 2];
-        const int col = c0 + wg_tid;
-        const ColumnBounds b = col < p.seqlen_k ? load_column_bounds(columns + int64_t(col) * p.mask.col_stride,
-                                                                     p.mask.num_cols, p.mask.causal, p.seqlen_q)
-                                                : ColumnBounds{0, 0, 0, 0};
-        staged[wg_tid] = masked_rows(b, col, p.mask.causal, p.seqlen_k - p.seqlen_q, p.seqlen_k);
-        ++partial_tiles;
+
+    // Stages a partial tile's column bounds (column-mask calls), one column
+    // per thread of this warpgroup; read back after this warpgroup's barrier.
+    auto stage_columns = [&](int c0) -> MaskedRows* {
+      MaskedRows* staged = ss.col_bounds[wg][partial_tiles % 2];
+      const int col = c0 + wg_tid;
+      const ColumnBounds b = col < p.seqlen_k ? load_column_bounds(columns + int64_t(col) * p.mask.col_stride,
+                                                                   p.mask.num_cols, p.mask.causal, p.seqlen_q)
+                                              : ColumnBounds{0, 0, 0, 0};
+      staged[wg_tid] = masked_rows(b, col, p.mask.causal, p.seqlen_k - p.seqlen_q, p.seqlen_k);
+      ++partial_tiles;
+      return staged;
+    };
+    auto mask_tile = [&](auto& scores, const MaskedRows* staged, int c0) {
+      if constexpr (kColumnMask) {  // this warpgroup's columns are staged
+        asm volatile("bar.sync %0, 128;\n" ::"r"(int(FwdBarrier::kStagedColumnsWG0) + wg) : "memory");
+        mask_partial_tile(scores, tScS_rc, staged, r0);
+      } else {
+        mask_partial_tile(scores, tScS_rc, p, r0, c0);
       }
-      Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
-      pipeline_k.consumer_wait(read);
-      if constexpr (kPingPong) {
-        scheduler_wait_turn(wg);
+    };
+    float alpha[kRows];
+
+    if constexpr (!kOverlap) {
+      for (int i = 0; i < num_live; ++i) {
+        const uint16_t entry = list[i];
+        const bool partial = live_block_partial(entry);
+        const int c0 = live_block_index(entry) * kBlockN;
+        MaskedRows* staged = (kColumnMask && partial) ? stage_columns(c0) : nullptr;
+        Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
+        pipeline_k.consumer_wait(read);
+        if constexpr (kPingPong) {
+          scheduler_wait_turn(wg);
+          warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_qk, tSrQ(_, _, _, slot), tSrK(_, _, _, read.index()),
+                                                          tSrS);
+          scheduler_pass_turn(wg);
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(tSrS);  // S is read only after the wait
+        } else {
+          warpgroup_gemm</*zero_init=*/true, /*wait=*/0>(mma_qk, tSrQ(_, _, _, slot), tSrK(_, _, _, read.index()),
+                                                         tSrS);
+        }
+        pipeline_k.consumer_release(read);
+
+        Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
+        if (partial) mask_tile(scores, staged, c0);
+        online_softmax_step(scores, row_max, row_sum, alpha, scale_log2);
+        rescale_rows(tOrO_rc, alpha);
+
+        auto tSrP = convert_tensor<Element>(tSrS);
+        Tensor tOrP = make_tensor(tSrP.data(), acc_as_a_operand(tSrP.layout()));
+        pipeline_v.consumer_wait(read);
+        warpgroup_gemm</*zero_init=*/false, /*wait=*/0>(mma_pv, tOrP, tOrV(_, _, _, read.index()), tOrO);
+        pipeline_v.consumer_release(read);
+        ++read;
+      }
+    } else {
+      // Intra-warpgroup overlap (FA3): step i issues S_i = Q K_i^T, rescales
+      // O by step i-1's factor while that GEMM runs, issues
+      // O += P_{i-1} V_{i-1}, waits for S_i alone and runs S_i's mask and
+      // softmax while the P V GEMM is still on the tensor cores; only then
+      // does it wait for that GEMM and turn S_i into P_i, which the next
+      // step multiplies by V_i. The first step (no P yet) is peeled off, so
+      // that every wgmma of the loop is issued on a uniform path. P lives
+      // across steps in packed 16-bit pairs, written only after the GEMM
+      // that reads it has retired.
+      const auto s_layout = partition_fragment_C(mma_qk, select<0, 1>(TileShape{})).layout();
+      uint32_t p_packed[decltype(size(s_layout))::value / 2];
+      Tensor tOrP = make_tensor(make_rmem_ptr<Element>(reinterpret_cast<Element*>(p_packed)),
+                                acc_as_a_operand(s_layout));
+      PipelineState read_v = read;  // the stage of V_{i-1}
+      const uint32_t softmax_pin = uint32_t(__cvta_generic_to_shared(&ss.softmax_pin[mma_tid]));
+      auto step = [&](int c0, auto first, auto partial) {
+        constexpr bool kFirst = decltype(first)::value, kPartial = decltype(partial)::value;
+        MaskedRows* staged = (kColumnMask && kPartial) ? stage_columns(c0) : nullptr;
+        Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
+        pipeline_k.consumer_wait(read);
         warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_qk, tSrQ(_, _, _, slot), tSrK(_, _, _, read.index()),
                                                         tSrS);
-        scheduler_pass_turn(wg);
-        warpgroup_wait<0>();
+        if constexpr (!kFirst) {
+          rescale_rows(tOrO_rc, alpha);  // step i-1's factor, before P_{i-1} V_{i-1} lands in O
+          warpgroup_fence_operand(tOrO);
+          pipeline_v.consumer_wait(read_v);
+          warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), tOrO);
+        }
+        warpgroup_wait<kFirst ? 0 : 1>();
         warpgroup_fence_operand(tSrS);  // S is read only after the wait
-      } else {
-        warpgroup_gemm</*zero_init=*/true, /*wait=*/0>(mma_qk, tSrQ(_, _, _, slot), tSrK(_, _, _, read.index()),
-                                                       tSrS);
-      }
-      pipeline_k.consumer_release(read);
+        pipeline_k.consumer_release(read);
 
-      Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
-      if (partial) {
-        if (kColumnMask) {  // this warpgroup's columns are staged
-          asm volatile("bar.sync %0, 128;\n" ::"r"(int(FwdBarrier::kStagedColumnsWG0) + wg) : "memory");
+        Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
+        if constexpr (kPartial) mask_tile(scores, staged, c0);
+        online_softmax_step(scores, row_max, row_sum, alpha, scale_log2);
+
+        if constexpr (!kFirst) {
+          // The row sums depend on every exp of the step; storing them (to
+          // a slot of this thread's that nothing reads) pins the wait below
+          // after the softmax: ptxas keeps memory operations and wgmma waits
+          // in order, but would otherwise hoist the wait above the exps.
+          static_assert(kRows == 2);
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(softmax_pin), "f"(row_sum[0]), "f"(row_sum[1])
+                       : "memory");
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(tOrO);
+          pipeline_v.consumer_release(read_v);
         }
-        if constexpr (kColumnMask) {
-          mask_partial_tile(scores, tScS_rc, staged, r0);
+        pack_pairs<Element>(tSrS, p_packed);
+        read_v = read;
+        ++read;
+      };
+      // A step with and one without the partial tile's mask, each issued on
+      // a path of its own: with both in one body, ptxas puts the wait for
+      // the P V GEMM at the join after the mask, ahead of the softmax.
+      auto step_at = [&](int i, auto first) {
+        const uint16_t entry = list[i];
+        const int c0 = live_block_index(entry) * kBlockN;
+        if (live_block_partial(entry)) {
+          step(c0, first, cute::true_type{});
         } else {
-          mask_partial_tile(scores, tScS_rc, p, r0, c0);
+          step(c0, first, cute::false_type{});
         }
+      };
+      if (num_live > 0) {
+        step_at(0, cute::true_type{});
+        for (int i = 1; i < num_live; ++i) step_at(i, cute::false_type{});
+        rescale_rows(tOrO_rc, alpha);
+        warpgroup_fence_operand(tOrO);
+        pipeline_v.consumer_wait(read_v);  // the last block's P V
+        warpgroup_gemm</*zero_init=*/false, /*wait=*/0>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), tOrO);
+        pipeline_v.consumer_release(read_v);
       }
-      // Online softmax in the log2 domain; a row with nothing visible yet keeps
-      // P = 0 without NaN.
-      CUTLASS_PRAGMA_UNROLL
-      for (int r = 0; r < kRows; ++r) {
-        float tile_max = -CUDART_INF_F;
-        CUTLASS_PRAGMA_UNROLL
-        for (int c = 0; c < size<1>(scores); ++c) tile_max = fmaxf(tile_max, scores(r, c));
-        const float new_max = fmaxf(row_max[r], quad_allreduce_max(tile_max) * scale_log2);
-        const float max_used = new_max == -CUDART_INF_F ? 0.f : new_max;
-        const float alpha = exp2f(row_max[r] - max_used);
-        float sum = 0.f;
-        CUTLASS_PRAGMA_UNROLL
-        for (int c = 0; c < size<1>(scores); ++c) {
-          const float prob = exp2f(scores(r, c) * scale_log2 - max_used);
-          scores(r, c) = prob;
-          sum += prob;
-        }
-        row_sum[r] = row_sum[r] * alpha + sum;
-        row_max[r] = new_max;
-        CUTLASS_PRAGMA_UNROLL
-        for (int c = 0; c < size<1>(tOrO_rc); ++c) tOrO_rc(r, c) *= alpha;
-      }
-
-      auto tSrP = convert_tensor<Element>(tSrS);
-      Tensor tOrP = make_tensor(tSrP.data(), acc_as_a_operand(tSrP.layout()));
-      pipeline_v.consumer_wait(read);
-      warpgroup_gemm</*zero_init=*/false, /*wait=*/0>(mma_pv, tOrP, tOrV(_, _, _, read.index()), tOrO);
-      pipeline_v.consumer_release(read);
-      ++read;
     }
     // This thread no longer reads the slot's Q or list: the producer may refill it.
     arrive_published(ss.tile_empty[slot]);

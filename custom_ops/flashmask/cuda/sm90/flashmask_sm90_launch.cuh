@@ -39,16 +39,39 @@ int smem_bytes(int list_blocks, int num_lists = 1) {
   return int(sizeof(typename Traits::SharedStorage)) + num_lists * live_list_capacity(list_blocks) * 2;
 }
 
-// Pingpong between the forward's consumer warpgroups (scheduler_wait_turn),
-// opt-in with PADDLE_FLASHMASK_SM90_FWD_PINGPONG=1. Off by default: on the
-// H200 it cost 5-8% (causal 16K forward 632 -> 584 TFLOP/s), since without
-// the intra-warpgroup overlap (NOTES.md, v6) each warpgroup still waits on its
-// own S, and the turns only add barrier latency (NOTES.md, v8).
-inline bool fwd_pingpong() {
-  const char* env = std::getenv("PADDLE_FLASHMASK_SM90_FWD_PINGPONG");
-  if (env == nullptr || *env == '\0' || std::string(env) == "0") return false;
+// A 0/1 switch read from the environment (unset or empty: `fallback`).
+inline bool env_switch(const char* name, bool fallback) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return fallback;
+  if (std::string(env) == "0") return false;
   if (std::string(env) == "1") return true;
-  throw std::invalid_argument(std::string("PADDLE_FLASHMASK_SM90_FWD_PINGPONG must be 0 or 1, got '") + env + "'");
+  throw std::invalid_argument(std::string(name) + " must be 0 or 1, got '" + env + "'");
+}
+
+// The forward's schedule. Default: the intra-warpgroup overlap (the
+// softmax of block i under the P V GEMM of block i - 1; NOTES.md, v11):
+// +0-5% over the serial loop on causal 8K/32K, causal document 32K and sliding
+// windows (H100 harness, two passes), even at 16K and D = 64 (within 1%),
+// -2-3% on 128-512-token documents at 8K. PADDLE_FLASHMASK_SM90_FWD_OVERLAP=0
+// gives the serial loop.
+inline bool fwd_overlap() { return env_switch("PADDLE_FLASHMASK_SM90_FWD_OVERLAP", true); }
+
+// Pingpong between the consumer warpgroups (scheduler_wait_turn),
+// PADDLE_FLASHMASK_SM90_FWD_PINGPONG=1, runs the serial loop with turns and
+// takes precedence over the overlap. It has not paid: -5-8% alone on the
+// H200 (v8a); with the overlap -1-9% on causal (D = 64 16K 425 -> 388), at
+// best +2% elsewhere, and one timing pass of that combination stalled at
+// causal 16K on the H100 (not reproduced), so the combination is not built.
+inline bool fwd_pingpong() { return env_switch("PADDLE_FLASHMASK_SM90_FWD_PINGPONG", false); }
+
+template <typename Traits>
+using FwdKernel = void (*)(FwdKernelParams<Traits>);
+
+template <typename Traits, bool kColumnMask>
+FwdKernel<Traits> fwd_kernel_for(bool pingpong, bool overlap) {
+  if (pingpong) return flashmask_fwd_sm90_kernel<Traits, kColumnMask, /*kPingPong=*/true, /*kOverlap=*/false>;
+  return overlap ? flashmask_fwd_sm90_kernel<Traits, kColumnMask, false, true>
+                 : flashmask_fwd_sm90_kernel<Traits, kColumnMask, false, false>;
 }
 
 // (seqlen, head dim, heads, batch) view of one of q/k/v for its TMA descriptor.
@@ -80,10 +103,9 @@ void launch_fwd(const FwdParams& p, cudaStream_t stream) {
                            select<1, 2>(typename Traits::TileShape{}), _1{});
 
   const bool column_mask = p.mask.startend_row_indices != nullptr;
-  auto kernel = fwd_pingpong() ? (column_mask ? flashmask_fwd_sm90_kernel<Traits, true, true>
-                                              : flashmask_fwd_sm90_kernel<Traits, false, true>)
-                               : (column_mask ? flashmask_fwd_sm90_kernel<Traits, true, false>
-                                              : flashmask_fwd_sm90_kernel<Traits, false, false>);
+  const bool pingpong = fwd_pingpong(), overlap = fwd_overlap();
+  auto kernel = column_mask ? fwd_kernel_for<Traits, true>(pingpong, overlap)
+                            : fwd_kernel_for<Traits, false>(pingpong, overlap);
   const int smem = smem_bytes<Traits>((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, 2);
   FLASHMASK_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));

@@ -106,6 +106,9 @@ struct FwdTraits {
     int warp_counts[kListThreads / 32];  // scratch of the live-list compaction
     // Masked rows of the partial tile's columns, per consumer warpgroup, two buffers.
     MaskedRows col_bounds[kNumMmaWarpGroups][2][kBlockN];
+    // Written, never read: the store that orders the intra-warpgroup
+    // overlap's softmax before its wait (flashmask_fwd_sm90_kernel.cuh).
+    float2 softmax_pin[kNumMmaThreads];
     // Followed (dynamic shared memory) by the two slots' live key-block
     // lists (sm90_block_list.cuh): one uint16 per key block each.
   };

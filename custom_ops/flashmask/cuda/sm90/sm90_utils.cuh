@@ -3,7 +3,11 @@
 // GEMM.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cute/tensor.hpp>
+#include <cutlass/numeric_types.h>
 
 namespace flashmask {
 namespace sm90 {
@@ -65,6 +69,26 @@ __device__ __forceinline__ auto convert_tensor(Tensor const& src) {
   CUTLASS_PRAGMA_UNROLL
   for (int i = 0; i < size(src); ++i) dst(i) = To(src(i));
   return dst;
+}
+
+// fp32 accumulators to 16-bit pairs packed the way a register-sourced wgmma
+// reads its A operand: elements 2j and 2j + 1 (adjacent columns of a row) in
+// word j. Written as whole words so that no instruction repacks P between
+// wgmmas (ptxas serialises a wgmma pipeline whose A registers are defined
+// inside it, C7513).
+template <typename Element, typename Tensor>
+__device__ __forceinline__ void pack_pairs(Tensor const& src, uint32_t* dst) {
+  static_assert(sizeof(Element) == 2);
+  CUTLASS_PRAGMA_UNROLL
+  for (int j = 0; j < size(src) / 2; ++j) {
+    if constexpr (cute::is_same_v<Element, cutlass::bfloat16_t>) {
+      const __nv_bfloat162 pair = __floats2bfloat162_rn(src(2 * j), src(2 * j + 1));
+      dst[j] = reinterpret_cast<const uint32_t&>(pair);
+    } else {
+      const __half2 pair = __floats2half2_rn(src(2 * j), src(2 * j + 1));
+      dst[j] = reinterpret_cast<const uint32_t&>(pair);
+    }
+  }
 }
 
 __device__ __forceinline__ float quad_allreduce_max(float x) {
