@@ -206,7 +206,7 @@ def flashmask_attention(
         validation.check_flag("deterministic", deterministic)
     gpu_kernel_name = get_gpu_kernel()
     validation.check_sm90_forced(query, head_dim, gpu_kernel_name)
-    validation.check_sm90_env(query)
+    validation.check_sm90_env()
     gpu_kernel = GPU_KERNELS[gpu_kernel_name]
     if return_seed_offset or fixed_seed_offset is not None or rng_name:
         raise NotImplementedError(

@@ -26,6 +26,8 @@ import numpy as np
 import paddle
 from paddle.autograd import PyLayer
 
+from . import validation
+
 # The Hopper kernels' longest sequence (flashmask_sm90_api.cu, kMaxSeqlen).
 SM90_MAX_SEQLEN = 1 << 19
 _ENV = "PADDLE_FLASHMASK_SPLIT_SEQLEN"
@@ -82,8 +84,7 @@ def splits(query, fa2_forced, head_dim, sm90_head_dims):
         return False
     if query.dtype not in (paddle.float16, paddle.bfloat16):
         return False
-    props = paddle.device.cuda.get_device_properties(query.place.gpu_device_id())
-    return (int(props.major), int(props.minor)) == (9, 0)
+    return validation.compute_capability(query.place.gpu_device_id()) == (9, 0)
 
 
 class _Pieces:

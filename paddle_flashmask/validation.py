@@ -4,6 +4,7 @@ Every malformed call fails here, with ValueError/TypeError naming the argument
 and what was expected, before any kernel runs.
 """
 
+import functools
 import numbers
 import os
 
@@ -242,10 +243,9 @@ SM90_ENV_SWITCHES = {
 }
 
 
-def check_sm90_env(query):
-    """The SM90_ENV_SWITCHES that are set hold integers in their range (GPU calls only)."""
-    if not query.place.is_gpu_place():
-        return
+def check_sm90_env():
+    """The SM90_ENV_SWITCHES that are set hold integers in their range (whatever the place:
+    a wrong value is wrong everywhere, and static graphs have no place yet)."""
     for name, (lo, hi) in SM90_ENV_SWITCHES.items():
         value = os.environ.get(name, "")
         if value == "":
@@ -254,13 +254,19 @@ def check_sm90_env(query):
             raise ValueError(f"environment variable {name} must be an integer in [{lo}, {hi}], got {value!r}")
 
 
+@functools.lru_cache(maxsize=None)
+def compute_capability(device_id):
+    """(major, minor) of a GPU, asked once per device (the query is not free on every call)."""
+    props = paddle.device.cuda.get_device_properties(device_id)
+    return int(props.major), int(props.minor)
+
+
 def check_sm90_forced(query, head_dim, gpu_kernel_name):
     """gpu_kernel "sm90" forced on a call the Hopper kernels cannot run: a clear ValueError here,
     before the op (Paddle 2.6 cannot carry the op's own C++ error back to Python)."""
     if gpu_kernel_name != "sm90" or not paddle.in_dynamic_mode() or not query.place.is_gpu_place():
         return
-    props = paddle.device.cuda.get_device_properties(query.place.gpu_device_id())
-    major, minor = int(props.major), int(props.minor)
+    major, minor = compute_capability(query.place.gpu_device_id())
     if (major, minor) != (9, 0):
         raise ValueError(
             f"gpu_kernel 'sm90' (set_gpu_kernel / PADDLE_FLASHMASK_GPU_KERNEL) needs a compute "

@@ -799,3 +799,15 @@ def test_bad_calls_do_not_crash_the_process(real_ops):
                           text=True, timeout=300)
     assert proc.returncode == 0, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
     assert "ALL-BAD-CALLS-RAISED 41" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("name,value", [("PADDLE_FLASHMASK_SM90_FWD_OVERLAP", "2"),
+                                        ("PADDLE_FLASHMASK_SM90_FWD_PINGPONG", "yes"),
+                                        ("PADDLE_FLASHMASK_SM90_BWD_HEAD_GROUP", "-1"),
+                                        ("PADDLE_FLASHMASK_SM90_BWD_GROUP_MAX_STEPS", "1e3")])
+def test_bad_sm90_env_switch(spy, monkeypatch, name, value):
+    # Read by the op on GPU, whose own error would not reach Python on Paddle 2.6: rejected
+    # in Python on every place, naming the variable.
+    monkeypatch.setenv(name, value)
+    q, k, v = qkv()
+    assert_rejected(spy, ValueError, name, q, k, v, causal=True)

@@ -338,17 +338,6 @@ def test_sm90_fwd_schedules_fully_masked_rows(sm90_fwd_schedule):
     run_gpu_case(seed_of("pp-empty"), 1, 300, 300, 8, 2, 128, False, idx)
 
 
-@pytest.mark.parametrize("name,value", [("PADDLE_FLASHMASK_SM90_FWD_OVERLAP", "2"),
-                                        ("PADDLE_FLASHMASK_SM90_FWD_PINGPONG", "yes"),
-                                        ("PADDLE_FLASHMASK_SM90_BWD_HEAD_GROUP", "-1")])
-def test_bad_sm90_env_rejected(monkeypatch, name, value):
-    # A clear Python error before the op, whose own error would not reach Python on Paddle 2.6.
-    monkeypatch.setenv(name, value)
-    q = to_gpu(np.random.default_rng(0).standard_normal((1, 64, 2, 64)), "bfloat16")
-    with pytest.raises(ValueError, match=name):
-        pfm.flashmask_attention(q, q, q, causal=True)
-
-
 REPRO_CASES = {
     # name: (heads, heads_k, seqlen, causal, mask builder or None)
     "gqa8to1_causal_document": (8, 1, 2048, True, "causal_document"),
