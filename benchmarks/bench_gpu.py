@@ -72,6 +72,21 @@ class StreamEvents:
         return ms.value
 
 
+def back_to_back_ms(fn, calls, events):
+    """GPU ms per call of `calls` calls queued without a sync in between (events around
+    them all): the host's dispatch hides under the GPU work where it is shorter, as
+    between a model's layers. None without events."""
+    if events is None:
+        return None
+
+    def run_all():
+        for _ in range(calls):
+            fn()
+
+    paddle.device.cuda.synchronize()
+    return events.time_ms(run_all) / calls
+
+
 def timed(fn, repeats, events):
     """(GPU seconds, median of `repeats`, or None without events; host wall seconds of
     one more call, to a synchronize, or the median of `repeats` without events)."""
@@ -96,6 +111,8 @@ def main():
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--masks", nargs="+", default=BENCH_MASKS)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--back-to-back", type=int, default=8,
+                    help="calls queued without a sync for the *_b2b_ms figures (0: none)")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new cases after this")
     ap.add_argument("--out", default="gpu_results.jsonl")
@@ -144,6 +161,7 @@ def main():
 
                     fwd()  # warm-up (and op load, index check)
                     gpu_fwd, wall_fwd = timed(fwd, args.repeats, events)
+                    b2b_fwd = back_to_back_ms(fwd, args.back_to_back, events) if args.back_to_back else None
                     outs = [fwd()]
 
                     def bwd():
@@ -151,6 +169,7 @@ def main():
 
                     bwd()
                     gpu_bwd, wall_bwd = timed(bwd, args.repeats, events)
+                    b2b_bwd = back_to_back_ms(bwd, args.back_to_back, events) if args.back_to_back else None
                     t_fwd = wall_fwd if gpu_fwd is None else gpu_fwd
                     t_bwd = wall_bwd if gpu_bwd is None else gpu_bwd
                     peak = paddle.device.cuda.max_memory_allocated() / 2**30
@@ -163,6 +182,7 @@ def main():
                            fwd_ms=t_fwd * 1e3, bwd_ms=t_bwd * 1e3,
                            timer="cuda_events" if events is not None else "wall",
                            fwd_wall_ms=wall_fwd * 1e3, bwd_wall_ms=wall_bwd * 1e3,
+                           fwd_b2b_ms=b2b_fwd, bwd_b2b_ms=b2b_bwd,
                            fwd_tflops=fwd_flops / t_fwd / 1e12, bwd_tflops=bwd_flops / t_bwd / 1e12,
                            peak_gib=peak, mask_bytes=0 if idx_np is None else int(idx_np.nbytes))
                 out.write(json.dumps(rec) + "\n")

@@ -74,9 +74,24 @@ def timed(fn, repeats):
     return float(np.median(times))
 
 
-def fwd_bwd_times(run, q, k, v, dout, repeats):
+def back_to_back_ms(fn, calls):
+    """ms per call of `calls` calls queued without a sync in between (bench_gpu.py's twin)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / calls
+
+
+def fwd_bwd_times(run, q, k, v, dout, repeats, calls):
+    """(fwd ms, bwd ms) per call with events around each, and (fwd, bwd) ms per call of
+    `calls` queued back to back (None for calls == 0)."""
     run()  # warm-up / compile
     t_fwd = timed(run, repeats)
+    b2b_fwd = back_to_back_ms(run, calls) if calls else None
     out = run()
 
     def bwd():
@@ -84,7 +99,8 @@ def fwd_bwd_times(run, q, k, v, dout, repeats):
 
     bwd()
     t_bwd = timed(bwd, repeats)
-    return t_fwd, t_bwd
+    b2b_bwd = back_to_back_ms(bwd, calls) if calls else None
+    return t_fwd, t_bwd, b2b_fwd, b2b_bwd
 
 
 def main():
@@ -96,6 +112,8 @@ def main():
     ap.add_argument("--masks", nargs="+", default=BENCH_MASKS)
     ap.add_argument("--impls", nargs="+", default=["flex_attention", "sdpa_dense_mask", "sdpa_flash_causal"])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--back-to-back", type=int, default=8,
+                    help="calls queued without a sync for the *_b2b_ms figures (0: none)")
     ap.add_argument("--dense-max-gib", type=float, default=24.0)
     ap.add_argument("--budget-s", type=float, default=1e9)
     ap.add_argument("--out", default="gpu_results.jsonl")
@@ -170,7 +188,8 @@ def main():
                                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                                     return F.scaled_dot_product_attention(
                                         q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), is_causal=True)
-                        t_fwd, t_bwd = fwd_bwd_times(run, q, k, v, dout, args.repeats)
+                        t_fwd, t_bwd, b2b_fwd, b2b_bwd = fwd_bwd_times(run, q, k, v, dout, args.repeats,
+                                                                       args.back_to_back)
                     except Exception as e:
                         msg = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
                         print(f"| {impl} | {name} | {seqlen} | {args.heads}:{heads_k} | {msg} |", flush=True)
@@ -181,6 +200,7 @@ def main():
                     peak = torch.cuda.max_memory_allocated() / 2**30
                     rec = dict(impl=impl, mask=name, seqlen=seqlen, heads=args.heads, heads_k=heads_k,
                                dim=args.dim, dtype="bfloat16", device=device, fwd_ms=t_fwd, bwd_ms=t_bwd,
+                               fwd_b2b_ms=b2b_fwd, bwd_b2b_ms=b2b_bwd,
                                fwd_tflops=fwd_flops / t_fwd / 1e9, bwd_tflops=bwd_flops / t_bwd / 1e9,
                                mask_build_ms=build_ms, peak_gib=peak)
                     out.write(json.dumps(rec) + "\n")

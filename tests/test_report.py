@@ -52,7 +52,8 @@ def results(tmp_path):
     new = tmp_path / "new_run"
     write(str(new / "gpu_results.jsonl"), [
         # fwd+bwd = (500*1 + 300*4) / 5 = 340
-        rec("paddle_flashmask_sm90", "causal", 8192, 1.0, 4.0, 500.0, 300.0, peak_gib=0.56),
+        rec("paddle_flashmask_sm90", "causal", 8192, 1.0, 4.0, 500.0, 300.0, peak_gib=0.56,
+            fwd_b2b_ms=0.8, bwd_b2b_ms=3.2),
         rec("paddle_flashmask_fa2", "causal", 8192, 2.0, 8.0, 200.0, 125.0, peak_gib=0.56),
         rec("paddle_flashmask_sm90", "causal_document", 8192, 2.0, 3.0, 100.0, 150.0, peak_gib=0.56),
         rec("paddle_flashmask_fa2", "causal_document", 8192, 4.0, 6.0, 50.0, 75.0, peak_gib=0.56),
@@ -62,7 +63,9 @@ def results(tmp_path):
     ])
     write(str(new / "peer_results.jsonl"), [
         # sm90/Flex: 7.5 / 5 = 1.50 (meets 1.3); Flex fwd+bwd = (200*2.5 + 250*5) / 7.5 = 233.3
-        rec("flex_attention", "causal", 8192, 2.5, 5.0, 200.0, 250.0, mask_build_ms=1.44),
+        # back to back: (2.4 + 4.8) / (0.8 + 3.2) = 1.80
+        rec("flex_attention", "causal", 8192, 2.5, 5.0, 200.0, 250.0, mask_build_ms=1.44,
+            fwd_b2b_ms=2.4, bwd_b2b_ms=4.8),
         rec("sdpa_dense_mask", "causal", 8192, 5.0, 10.0, 100.0, 125.0),
         rec("sdpa_flash_causal", "causal", 8192, 3.0, 6.0, 300.0, 250.0),
         # 6 / 5 = 1.20 (misses 1.3)
@@ -91,9 +94,11 @@ def test_report_tables(results, tmp_path):
     assert "1.3x" in speed
     assert row[speed] == "1.50 ✓"
     assert row["ours peak GiB"] == "0.56" and row["Flex mask build ms"] == "1.4"
+    assert row["sm90/Flex back to back"] == "1.80"
 
     row = t[("S = 8192, 32:8 heads", "causal_document")]
     assert row[speed] == "1.20 ✗"
+    assert row["sm90/Flex back to back"] == "-"  # records without back-to-back times
     assert row["SDPA fwd+bwd"] == "23"  # dense mask: (20*8 + 25*12) / 20
     assert row["fa2 fwd+bwd"] == "65"  # (50*4 + 75*6) / 10
     # Flex failed on share_question: n/a, and no speed-up; no fa2 record there.
