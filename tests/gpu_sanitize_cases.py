@@ -12,7 +12,7 @@ import paddle
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import paddle_flashmask as pfm  # noqa: E402
-from paddle_flashmask import masks  # noqa: E402
+from paddle_flashmask import masks, validation  # noqa: E402
 
 GPU = paddle.CUDAPlace(0)
 
@@ -28,7 +28,7 @@ def main():
     for name in ("causal_document", "causal_blockwise", "document", "global_sliding_window"):
         idx, causal = masks.example_mask(name, seqlen, batch_size=1, num_heads=2, seed=0, place="numpy")
         cases.append((name, idx, causal))
-    for dim in (32, 64, 128):
+    for dim in validation.GPU_HEAD_DIMS:
         for name, idx, causal in cases:
             q = to_gpu(rng.standard_normal((1, seqlen, 4, dim)).astype(np.float32))
             k = to_gpu(rng.standard_normal((1, seqlen, 2, dim)).astype(np.float32))

@@ -18,7 +18,7 @@ import paddle
 import pytest
 
 import paddle_flashmask as pfm
-from paddle_flashmask import masks
+from paddle_flashmask import masks, validation
 from reference import attention_fwd_bwd, keep_mask, random_indices, rel_err
 
 pytestmark = pytest.mark.skipif(
@@ -32,6 +32,8 @@ FORMS = [(True, 0), (True, 1), (True, 2), (False, 0), (False, 2), (False, 4)]
 
 # Head dims the sm90 kernels take (flashmask_api_cuda.cu refuses others when forced).
 SM90_HEAD_DIMS = (64, 128)
+# Head dims with GPU kernels: 96 runs once validation.GPU_HEAD_DIMS takes it (NOTES.md, "Head dim 96").
+DIMS = [d for d in (32, 64, 96, 128) if d in validation.GPU_HEAD_DIMS]
 
 
 def gpu():
@@ -150,7 +152,7 @@ def seed_of(*parts):
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("dim", [32, 64, 128])
+@pytest.mark.parametrize("dim", DIMS)
 @pytest.mark.parametrize("causal,cols", FORMS)
 @pytest.mark.parametrize("seqlen", [1, 77, 1000])
 def test_forms_lengths(gpu_kernel, dtype, dim, causal, cols, seqlen):
@@ -201,7 +203,8 @@ def test_fully_masked_rows(gpu_kernel):
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dim,dtype", [(32, "float16"), (64, "bfloat16"), (128, "bfloat16"), (128, "float16")])
+@pytest.mark.parametrize("dim,dtype", [c for c in [(32, "float16"), (64, "bfloat16"), (96, "float16"),
+                                                  (128, "bfloat16"), (128, "float16")] if c[0] in DIMS])
 @pytest.mark.parametrize("heads_k", [1, 2])
 @pytest.mark.parametrize("causal,cols", FORMS)
 @pytest.mark.parametrize("seqlen", [77, 1000])
@@ -214,7 +217,7 @@ def test_deterministic_forms(gpu_kernel, dim, dtype, heads_k, causal, cols, seql
 
 @pytest.mark.parametrize("name", ["causal_document", "share_question"])
 @pytest.mark.parametrize("heads_k", [1, 2])
-@pytest.mark.parametrize("dim", [32, 64, 128])
+@pytest.mark.parametrize("dim", DIMS)
 @pytest.mark.parametrize("seqlen", [77, 1000])
 def test_deterministic_packed_masks(gpu_kernel, name, heads_k, dim, seqlen):
     idx, causal = masks.example_mask(name, seqlen, batch_size=2, num_heads=1, seed=seqlen, place=paddle.CPUPlace())
@@ -346,7 +349,7 @@ REPRO_CASES = {
 }
 
 
-@pytest.mark.parametrize("dim", [32, 64, 128])
+@pytest.mark.parametrize("dim", DIMS)
 @pytest.mark.parametrize("case", sorted(REPRO_CASES))
 def test_deterministic_is_bitwise_reproducible(gpu_kernel, dim, case):
     skip_unsupported(dim)
@@ -367,6 +370,18 @@ def test_sm90_helper_recognises_hopper():
     name = paddle.device.cuda.get_device_name(0)
     if re.search(r"\bG?H(100|200|800|20)\b", name):
         assert is_sm90(), f"{name} reports compute capability {device_capability()}"
+
+
+@pytest.mark.skipif(96 not in DIMS, reason="head dim 96 is not enabled on GPU yet (validation.GPU_HEAD_DIMS)")
+@pytest.mark.parametrize("causal,cols", [(True, 0), (True, 1), (False, 4)])
+def test_auto_takes_head_dim_96(causal, cols):
+    # "auto" on any GPU: the FA2-class kernels (the Hopper ones take 64 and 128 only).
+    old = pfm.set_gpu_kernel("auto")
+    try:
+        idx = None if cols == 0 else random_indices(np.random.default_rng(96), 2, 2, 333, 333, causal, cols)
+        run_gpu_case(seed_of("auto96", causal, cols), 2, 333, 333, 8, 2, 96, causal, idx)
+    finally:
+        pfm.set_gpu_kernel(old)
 
 
 def test_forced_sm90_raises_where_it_cannot_run():

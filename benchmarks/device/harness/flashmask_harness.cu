@@ -402,6 +402,13 @@ int main(int argc, char** argv) {
       {"random4+empty", 1, 333, 333, 4, 4, 128, false, 4, random4_mask},
       {"random4+empty", 1, 1024, 1024, 2, 1, 64, false, 4, random4_mask},
   };
+  // Head dim 96: the FA2-class kernels only (the Hopper ones take 64 and 128).
+  const Case fa2_only_cases[] = {
+      {"causal", 1, 1000, 1000, 4, 2, 96, true, 0, nullptr},
+      {"none", 2, 77, 77, 2, 2, 96, false, 0, nullptr},
+      {"causal_doc", 1, 777, 777, 2, 1, 96, true, 1, doc_mask},
+      {"random4+empty", 1, 333, 333, 4, 4, 96, false, 4, random4_mask},
+  };
   int failures = 0;
   if (time_fwd) {
     g_forward_only = true;
@@ -458,6 +465,9 @@ int main(int argc, char** argv) {
         }
       }
     }
+  }
+  for (const Case& c : fa2_only_cases) {
+    for (bool det : {false, true}) failures += !check_case(c, GpuKernel::kFA2, det, 1, 0, rng);
   }
   std::printf("%d failures\n", failures);
   if (timing) {

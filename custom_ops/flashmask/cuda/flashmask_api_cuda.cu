@@ -33,11 +33,13 @@ void dispatch(const Params& p, const Launcher& launcher) {
       return bf16 ? launcher.template run<32, __nv_bfloat16>() : launcher.template run<32, __half>();
     case 64:
       return bf16 ? launcher.template run<64, __nv_bfloat16>() : launcher.template run<64, __half>();
+    case 96:
+      return bf16 ? launcher.template run<96, __nv_bfloat16>() : launcher.template run<96, __half>();
     case 128:
       return bf16 ? launcher.template run<128, __nv_bfloat16>()
                   : launcher.template run<128, __half>();
     default:
-      throw std::invalid_argument("flashmask_attention on GPU supports head_dim 32, 64 or 128, got " +
+      throw std::invalid_argument("flashmask_attention on GPU supports head_dim 32, 64, 96 or 128, got " +
                                   std::to_string(p.head_dim));
   }
 }
@@ -96,6 +98,9 @@ bool use_sm90(const Params& p, bool kernel_available) {
 
 }  // namespace
 
+// The head dims the op takes on GPU. dispatch() also has 96 (the FA2-class
+// kernels are built for it); the op takes it once it has run on a GPU
+// (NOTES.md, "Head dim 96"; Python's validation.GPU_HEAD_DIMS alike).
 bool cuda_supports(DType dtype, int head_dim) {
   return dtype != DType::kFloat32 && (head_dim == 32 || head_dim == 64 || head_dim == 128);
 }

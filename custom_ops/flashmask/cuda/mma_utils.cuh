@@ -132,13 +132,23 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
 }
 
 // Rows of kDim 16-bit elements in shared memory, 16-byte chunks XOR-swizzled
-// by (row % 8) so that ldmatrix's 8 row addresses hit 8 different bank groups.
+// by (row % 8) within groups of 8 chunks, so that ldmatrix's 8 row addresses
+// hit 8 different bank groups. Rows of 4 or 12 chunks (head dims 32 and 96)
+// swizzle within groups of 4: 8 rows then meet 4 bank groups, 2-way conflicts.
 template <int kDim>
 struct SwizzledTile {
   static constexpr int kChunks = kDim / 8;
+  static_assert(kDim % 32 == 0, "rows of whole 4-chunk groups");
   __device__ __forceinline__ static int offset(int row, int col) {
     const int chunk = col >> 3;
-    return row * kDim + (((chunk ^ (row & 7)) & (kChunks - 1)) << 3) + (col & 7);
+    if constexpr ((kChunks & (kChunks - 1)) == 0) {
+      // 4, 8 or 16 chunks: the same permutation as the grouped form below,
+      // in the form the head dims 32/64/128 kernels were tuned with.
+      return row * kDim + (((chunk ^ (row & 7)) & (kChunks - 1)) << 3) + (col & 7);
+    } else {
+      const int swizzled = (chunk & ~3) | ((chunk ^ row) & 3);  // 12 chunks: groups of 4
+      return row * kDim + (swizzled << 3) + (col & 7);
+    }
   }
 };
 
