@@ -117,3 +117,18 @@ def random_indices(rng, batch, mask_heads, seqlen_q, seqlen_k, causal, cols):
         c, d = draw(), draw()
         out = [lo, hi, np.minimum(c, d), np.maximum(c, d)]
     return np.stack(out, axis=-1).astype(np.int32)
+
+
+def round_to_dtype(a, dtype):
+    """float32 values -> the nearest values of `dtype` ("float16", "bfloat16" or "float32"), round
+    to nearest even, as float32. Done in numpy: Paddle 2.6's CPU cast to a 16-bit type truncates."""
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    if dtype == "float32":
+        return a.copy()
+    if dtype == "float16":
+        return a.astype(np.float16).astype(np.float32)
+    if dtype == "bfloat16":
+        bits = a.view(np.uint32).astype(np.uint64)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000  # finite inputs only
+        return rounded.astype(np.uint32).view(np.float32)
+    raise ValueError(f"dtype must be float32, float16 or bfloat16, got {dtype!r}")

@@ -8,7 +8,7 @@ import paddle
 import pytest
 
 import paddle_flashmask as pfm
-from reference import attention_fwd_bwd, keep_mask, random_indices, rel_err
+from reference import attention_fwd_bwd, keep_mask, random_indices, rel_err, round_to_dtype
 
 B, H, HK, D = 2, 4, 2, 16
 
@@ -61,8 +61,9 @@ def test_block_mask_broadcast_over_batch_and_bf16():
     sq = sk = 260
     idx = random_indices(rng, B, 1, sq, sk, True, 1)
     bm = (rng.random((1, 1, 3, 3)) < 0.7).astype(np.int32)
-    q, do = (rng.standard_normal((B, sq, H, D)).astype(np.float32) for _ in range(2))
-    k, v = (rng.standard_normal((B, sk, HK, D)).astype(np.float32) for _ in range(2))
+    # bf16 values from the start: the reference sees exactly what the op gets
+    q, do = (round_to_dtype(rng.standard_normal((B, sq, H, D)), "bfloat16") for _ in range(2))
+    k, v = (round_to_dtype(rng.standard_normal((B, sk, HK, D)), "bfloat16") for _ in range(2))
     keep = keep_mask(idx, True, B, HK, sq, sk) & np.broadcast_to(expanded(bm, sq, sk), (B, HK, sq, sk))
     ref = attention_fwd_bwd(q, k, v, keep, D ** -0.5, do)
     out, _, (dq, dk, dv) = run(q, k, v, do, idx, bm, True, dtype="bfloat16")

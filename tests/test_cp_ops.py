@@ -12,7 +12,7 @@ import pytest
 
 import paddle_flashmask as pfm
 from paddle_flashmask import masks
-from reference import random_indices
+from reference import random_indices, round_to_dtype
 
 # Errors raised by PD_THROW/PD_CHECK (OSError in Paddle 3.x).
 PD_ERRORS = (OSError, RuntimeError, ValueError)
@@ -40,7 +40,7 @@ def f32(t):
 
 def round_to(a, dtype):
     """float32 numpy -> the values `dtype` stores (round to nearest even), as float32."""
-    return f32(tensor(np.asarray(a, dtype=np.float32)).astype(dtype))
+    return round_to_dtype(a, dtype)
 
 
 def nonzero_normal(rng, shape):

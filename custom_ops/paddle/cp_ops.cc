@@ -16,6 +16,7 @@
 namespace {
 
 using flashmask_glue::float_dtype;
+using flashmask_glue::output_tensor;
 using flashmask_glue::rethrow_as_paddle_error;
 
 void check_same_place(const paddle::Tensor& a, const paddle::Tensor& b, const char* op) {
@@ -83,7 +84,7 @@ std::vector<paddle::Tensor> CpRemapIndices(const paddle::optional<paddle::Tensor
     PD_CHECK(causal, "cp_remap_indices: no startend_row_indices and causal=False: no mask to remap");
     p.out_cols = 2;
   }
-  auto out = paddle::empty({p.batch, p.heads, p.num_keys, p.out_cols}, paddle::DataType::INT32,
+  auto out = output_tensor({p.batch, p.heads, p.num_keys, p.out_cols}, paddle::DataType::INT32,
                            key_rows.place());
   p.out = out.data<int32_t>();
   if (key_rows.is_cpu()) {
@@ -135,8 +136,8 @@ std::vector<paddle::Tensor> CpMerge(const paddle::Tensor& out_a, const paddle::T
 
   flashmask::CpMergeParams p;
   p.dtype = float_dtype(out_a.dtype(), op);
-  auto out = paddle::empty(s, out_a.dtype(), out_a.place());
-  auto lse = paddle::empty(lse_shape, paddle::DataType::FLOAT32, out_a.place());
+  auto out = output_tensor(s, out_a.dtype(), out_a.place());
+  auto lse = output_tensor(lse_shape, paddle::DataType::FLOAT32, out_a.place());
   p.out_a = out_a.data();
   p.out_b = out_b.data();
   p.lse_a = lse_a.data<float>();
@@ -182,7 +183,7 @@ std::vector<paddle::Tensor> CpAccumulate(const paddle::Tensor& a, const paddle::
   const int64_t pieces = b.numel() / a.numel();
   check_same_place(a, b, op);
   const flashmask::DType dtype = float_dtype(a.dtype(), op);
-  auto out = paddle::empty(a.shape(), a.dtype(), a.place());
+  auto out = output_tensor(a.shape(), a.dtype(), a.place());
   if (a.is_cpu()) {
     rethrow_as_paddle_error(
         [&] { flashmask::cp_accumulate_cpu(dtype, a.data(), b.data(), out.data(), a.numel(), pieces); });
@@ -248,7 +249,7 @@ std::vector<paddle::Tensor> CpGatherUnits(const paddle::Tensor& x, const paddle:
   PD_CHECK(out_elems == n * unit, "cp_gather_units: out_shape ", shape_str(out_shape), " holds ",
            out_elems, " elements, but N x unit = ", n, " x ", unit, " = ", n * unit);
   check_same_place(x, src, op);
-  auto out = paddle::empty(out_shape, x.dtype(), x.place());
+  auto out = output_tensor(out_shape, x.dtype(), x.place());
   const int64_t x_units = x.numel() / unit;
   if (x.is_cpu()) {
     rethrow_as_paddle_error([&] {
@@ -309,7 +310,7 @@ std::vector<paddle::Tensor> CpConcat(const std::vector<paddle::Tensor>& xs, int 
   for (int d = 0; d < axis; ++d) p.outer *= first[d];
   p.inner_bytes = elem_bytes;
   for (int d = axis + 1; d < rank; ++d) p.inner_bytes *= first[d];
-  auto out = paddle::empty(out_shape, xs[0].dtype(), xs[0].place());
+  auto out = output_tensor(out_shape, xs[0].dtype(), xs[0].place());
   p.out = out.data();
   if (xs[0].is_cpu()) {
     rethrow_as_paddle_error([&] { flashmask::cp_concat_cpu(p); });

@@ -4,6 +4,7 @@
 
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "../flashmask/flashmask_params.h"
 #include "paddle/extension.h"
@@ -22,6 +23,21 @@ inline flashmask::DType float_dtype(paddle::DataType dtype, const char* op) {
     default:
       PD_THROW(std::string(op) + ": expected float32, float16 or bfloat16 tensors");
   }
+}
+
+// An output tensor. Paddle 2.6 allocates nothing for a zero-element shape and then
+// refuses the op's output as "not initialized"; a context-parallel exchange or remap can be
+// empty (a rank that needs no key of a peer), so such an output is one element resized.
+inline paddle::Tensor output_tensor(const std::vector<int64_t>& shape, paddle::DataType dtype,
+                                    const paddle::Place& place) {
+  for (int64_t d : shape) {
+    if (d == 0) {
+      auto t = paddle::empty({1}, dtype, place);
+      t.reshape(shape);  // keeps the one-element allocation, so Paddle 2.6 sees it initialized
+      return t;
+    }
+  }
+  return paddle::empty(shape, dtype, place);
 }
 
 // The kernel core reports bad calls with std::invalid_argument (and CUDA failures with
