@@ -62,8 +62,11 @@ def attention_fwd_bwd(q, k, v, keep, scale, dout=None):
         ds = p * (dp - (dp * p).sum(-1, keepdims=True))
         dq = scale * ds @ kh
         dk = scale * ds.transpose(0, 1, 3, 2) @ qh
-        # The same sums without cancellation, for rel_err's floor.
-        ds_mag = p * (np.abs(dp) + np.abs((dp * p).sum(-1, keepdims=True)))
+        # The same sums without cancellation, for rel_err's floor: dP itself is a dot product
+        # whose terms can cancel (dO . v small against |dO| . |v|), so its magnitude is taken
+        # from the absolute terms too.
+        dp_mag = np.abs(do) @ np.abs(vh).transpose(0, 1, 3, 2)
+        ds_mag = p * (dp_mag + (dp_mag * p).sum(-1, keepdims=True))
         dq_mag = scale * ds_mag @ np.abs(kh)
         dk_mag = scale * ds_mag.transpose(0, 1, 3, 2) @ np.abs(qh)
         # Sum the GQA group back onto the kv heads.
