@@ -226,11 +226,7 @@ def flashmask_attention(
         raise ValueError("window_size cannot be combined with startend_row_indices; pass only one")
     if startend_row_indices is not None:
         validation.check_indices_shape(startend_row_indices, causal, batch, seqlen_k, num_heads_k, num_heads)
-        if paddle.in_dynamic_mode() and str(startend_row_indices.place) != str(query.place):
-            raise ValueError(
-                f"startend_row_indices must be on the device of query ({query.place}), "
-                f"got {startend_row_indices.place}"
-            )
+        validation.check_on_query_device("startend_row_indices", startend_row_indices, query)
 
     ops = load_ops()
     if startend_row_indices is not None and _validate_indices and paddle.in_dynamic_mode():

@@ -16,6 +16,8 @@ from . import _op_sources
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 FLOAT_DTYPES = (paddle.float32, paddle.float16, paddle.bfloat16)
+# a hashed lookup (one compare) where the tuple's costs up to three: the checks run every call
+_FLOAT_DTYPE_SET = frozenset(FLOAT_DTYPES)
 _DTYPE_NAMES = "float32, float16 or bfloat16"
 
 # Bit flags returned by the index check op (custom_ops/flashmask/flashmask_params.h).
@@ -47,7 +49,7 @@ def check_qkv(query, key, value):
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not _is_tensor(t):
             raise TypeError(f"{name} must be a paddle.Tensor, got {type(t).__name__}")
-        if t.dtype not in FLOAT_DTYPES:
+        if t.dtype not in _FLOAT_DTYPE_SET and t.dtype not in FLOAT_DTYPES:
             raise TypeError(f"{name} must be {_DTYPE_NAMES}, got {t.dtype}")
         if len(t.shape) != 4:
             raise ValueError(
@@ -75,10 +77,23 @@ def check_qkv(query, key, value):
             f"query and key must be non-empty, got query {_shape_str(query)}, key {_shape_str(key)}"
         )
     # Static-graph variables carry no place: the program's device decides.
-    places = {str(t.place) for t in (query, key, value)} if paddle.in_dynamic_mode() else {""}
-    if len(places) != 1:
-        raise ValueError(f"query, key and value must be on one device, got {sorted(places)}")
+    if paddle.in_dynamic_mode() and not (same_place(key.place, query.place) and same_place(value.place, query.place)):
+        places = sorted({str(t.place) for t in (query, key, value)})
+        raise ValueError(f"query, key and value must be on one device, got {places}")
     return b, sq, sk, h, hk, d
+
+
+def same_place(a, b):
+    """Whether two Places are one device. Place._equals where Paddle has it (about 0.7 us; str()
+    of both, the fallback, costs several and runs on every call of the op)."""
+    equals = getattr(a, "_equals", None)
+    return equals(b) if equals is not None else str(a) == str(b)
+
+
+def check_on_query_device(name, tensor, query):
+    """``tensor`` (indices, block mask) on ``query``'s device; static graphs have no place yet."""
+    if paddle.in_dynamic_mode() and not same_place(tensor.place, query.place):
+        raise ValueError(f"{name} must be on the device of query ({query.place}), got {tensor.place}")
 
 
 def normalize_window(window_size, seqlen_q, seqlen_k):
@@ -156,8 +171,7 @@ def check_block_mask(block_mask, query, batch, seqlen_q, seqlen_k, num_heads_k, 
         heads = f"{num_mask_heads} (the indices' mask heads)" if num_mask_heads is not None else f"1, {num_heads_k} or {num_heads}"
         raise ValueError(f"block_mask must be [batch {batch} or 1, {heads}, ceil(seqlen_q/128) = {rows}, "
                          f"ceil(seqlen_k/128) = {cols}], got {shape}")
-    if paddle.in_dynamic_mode() and str(block_mask.place) != str(query.place):
-        raise ValueError(f"block_mask must be on the device of query ({query.place}), got {block_mask.place}")
+    check_on_query_device("block_mask", block_mask, query)
     if check_values and paddle.in_dynamic_mode():
         values = block_mask.numpy()
         if values.size and (values.min() < 0 or values.max() > 1):
@@ -202,13 +216,16 @@ def check_flag(name, value):
 def check_gpu_kernel(what, value, allowed):
     """A GPU kernel family name (case-insensitive) -> its lower-case form.
     `what` names where it came from (the argument or the env variable)."""
-    choices = ", ".join(repr(a) for a in allowed)
     if not isinstance(value, str):
-        raise TypeError(f"{what} must be a GPU kernel name, one of {choices}, got {value!r}")
+        raise TypeError(f"{what} must be a GPU kernel name, one of {_choices(allowed)}, got {value!r}")
     key = value.strip().lower()
     if key not in allowed:
-        raise ValueError(f"{what} must be a GPU kernel name, one of {choices}, got {value!r}")
+        raise ValueError(f"{what} must be a GPU kernel name, one of {_choices(allowed)}, got {value!r}")
     return key
+
+
+def _choices(allowed):
+    return ", ".join(repr(a) for a in allowed)
 
 
 # Head dims the CUDA kernels take. The FA2-class kernels are also built for 96

@@ -153,10 +153,8 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, causal=
     if startend_row_indices is not None and int(startend_row_indices.shape[1]) not in (1, int(key.shape[2]), H):
         raise ValueError(f"startend_row_indices mask heads must be 1, the key heads {int(key.shape[2])} or the "
                          f"query heads {H}, got {int(startend_row_indices.shape[1])}")
-    if startend_row_indices is not None and paddle.in_dynamic_mode() and \
-            str(startend_row_indices.place) != str(query.place):
-        raise ValueError(f"startend_row_indices must be on the device of query ({query.place}), "
-                         f"got {startend_row_indices.place}")
+    if startend_row_indices is not None:
+        validation.check_on_query_device("startend_row_indices", startend_row_indices, query)
     validation.check_device_support(query, D, int(value.shape[3]))
     gpu_kernel_name = get_gpu_kernel()
     validation.check_sm90_forced(query, D, gpu_kernel_name)
