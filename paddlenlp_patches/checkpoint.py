@@ -1,9 +1,10 @@
 """Resuming a fine-tune: find the checkpoint and check it is whole before training starts.
 
-PaddleNLP's Trainer reads a checkpoint piece by piece and, for a missing piece, may start
-part of the state from scratch (or fail deep inside, with a message about a tensor).
-A run resumed from a partial or corrupt checkpoint must stop with an error that names
-the checkpoint and the piece, before any step runs.
+PaddleNLP's and PaddleFormers' Trainers read a checkpoint piece by piece and, for a missing
+piece, may start part of the state from scratch (PaddleFormers 1.2.0 without its
+trainer_state.bin restarts at step 1 with no word) or fail deep inside, with a message about
+a pickle or a tensor. A run resumed from a partial or corrupt checkpoint must stop with an
+error that names the checkpoint and the piece, before any step runs.
 """
 
 from __future__ import annotations
@@ -29,10 +30,26 @@ def last_checkpoint(output_dir: str):
     return os.path.join(output_dir, max(steps)[1]) if steps else None
 
 
+# What a checkpoint of PaddleFormers 1.2.0's Trainer holds in its default flex format: the pickled
+# trainer state, the LR schedule, and model, optimizer and fp32 master weights each as a folder
+# of one .metadata and .distcp shards; saved_signal_{rank} is written once a rank's save is done.
+FLEX_STATE_FILE = "trainer_state.bin"
+FLEX_REQUIRED = ("scheduler.pdparams",)
+FLEX_STATE_DIRS = ("model_state", "optimizer_state", "master_weight")
+
+
 def _load(path):
     import paddle
 
     return paddle.load(path)
+
+
+def _check_loads(what, path, name):
+    try:
+        return _load(os.path.join(path, name))
+    except Exception as e:  # a truncated or foreign file: Paddle's own errors vary
+        raise ValueError(f"{what} is corrupt: {name} does not load ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0][:200] if str(e) else ''})") from None
 
 
 def check_checkpoint(path: str) -> int:
@@ -55,16 +72,45 @@ def check_checkpoint(path: str) -> int:
     if missing:
         raise ValueError(f"{what} is not a complete checkpoint: {', '.join(missing)} missing")
     for name in [w for w in weights if w.endswith(".pdparams")] + list(REQUIRED):
-        try:
-            _load(os.path.join(path, name))
-        except Exception as e:  # a truncated or foreign file: Paddle's own errors vary
-            raise ValueError(f"{what} is corrupt: {name} does not load ({type(e).__name__}: "
-                             f"{str(e).splitlines()[0][:200] if str(e) else ''})") from None
+        _check_loads(what, path, name)
     return step
 
 
-def resolve_resume(resume_from_checkpoint, output_dir: str):
-    """The checkpoint directory to resume from (checked), or None to start fresh.
+def check_flex_checkpoint(path: str, world_size: int = 1) -> int:
+    """Raise ValueError unless ``path`` is a whole PaddleFormers flex checkpoint written by
+    ``world_size`` ranks; returns its global step."""
+    what = f"resume_from_checkpoint: {path}"
+    if not os.path.isdir(path):
+        raise ValueError(f"{what} is not a directory")
+    unfinished = [f"saved_signal_{r}" for r in range(world_size)
+                  if not os.path.isfile(os.path.join(path, f"saved_signal_{r}"))]
+    if unfinished:
+        raise ValueError(f"{what} is not a complete checkpoint: its save did not finish "
+                         f"({', '.join(unfinished)} missing)")
+    missing = [n for n in (FLEX_STATE_FILE,) + FLEX_REQUIRED if not os.path.isfile(os.path.join(path, n))]
+    missing += [d + "/" for d in FLEX_STATE_DIRS if not os.path.isdir(os.path.join(path, d))]
+    if missing:
+        raise ValueError(f"{what} is not a complete checkpoint: {', '.join(missing)} missing")
+    state = _check_loads(what, path, FLEX_STATE_FILE)
+    step = getattr(state, "global_step", None)
+    if not isinstance(step, int):
+        raise ValueError(f"{what} is corrupt: {FLEX_STATE_FILE} holds no trainer state with a global_step")
+    for name in FLEX_REQUIRED:
+        _check_loads(what, path, name)
+    for folder in FLEX_STATE_DIRS:
+        files = sorted(os.listdir(os.path.join(path, folder)))
+        metadata = [f for f in files if f.endswith(".metadata")]
+        shards = [f for f in files if f.endswith(".distcp")]
+        if len(metadata) != 1 or not shards:
+            raise ValueError(f"{what} is not a complete checkpoint: {folder}/ must hold one .metadata and its "
+                             f".distcp shards, it holds {files}")
+        for name in metadata + shards:
+            _check_loads(what, path, os.path.join(folder, name))
+    return step
+
+
+def resolve_resume(resume_from_checkpoint, output_dir: str, check=check_checkpoint):
+    """The checkpoint directory to resume from (checked by ``check``), or None to start fresh.
 
     ``True`` (or "true"/"last") takes the latest ``checkpoint-N`` in ``output_dir``.
     """
@@ -78,5 +124,5 @@ def resolve_resume(resume_from_checkpoint, output_dir: str):
         value = found
     if not isinstance(value, str):
         raise ValueError(f"resume_from_checkpoint must be a checkpoint directory or true, got {value!r}")
-    check_checkpoint(value)
+    check(value)
     return value

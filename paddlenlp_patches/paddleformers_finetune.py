@@ -242,6 +242,35 @@ def _work_around_paddleformers_1_2():
     return SingleProcessDPOTrainer
 
 
+def resume_checkpoint(targs):
+    """The checkpoint to resume from, checked whole (a directory, or true / "last": the latest
+    ``checkpoint-N`` of ``output_dir``), else None. A partial or corrupt one raises ValueError
+    naming the piece (paddlenlp_patches.checkpoint)."""
+    import paddle
+
+    from paddlenlp_patches.checkpoint import check_flex_checkpoint, resolve_resume
+
+    world = paddle.distributed.get_world_size()
+    return resolve_resume(targs.resume_from_checkpoint, targs.output_dir,
+                          check=lambda path: check_flex_checkpoint(path, world))
+
+
+def _single_process_fleet():
+    """PaddleFormers loads its flex checkpoints through fleet's hybrid group, which it sets up on one
+    process only where paddlefleet is installed (TrainingArguments.__post_init__); without it (the
+    CPU case) a resume fails with "'Fleet' object has no attribute '_hcg'". The same one-card
+    hybrid set-up, where no group exists yet."""
+    import paddle
+    from paddle.distributed import fleet
+
+    if paddle.distributed.get_world_size() > 1 or getattr(fleet.fleet, "_hcg", None) is not None:
+        return
+    strategy = fleet.DistributedStrategy()
+    strategy.hybrid_configs = {"dp_degree": 1, "mp_degree": 1, "pp_degree": 1, "sharding_degree": 1,
+                               "sep_degree": 1}
+    fleet.init(is_collective=True, strategy=strategy)
+
+
 def _make_callback():
     from paddleformers.trainer.trainer_callback import TrainerCallback
 
@@ -271,6 +300,8 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
     from paddlenlp_patches import paddleformers as pf
 
     paddle.set_device(targs.device)
+    # a partial or corrupt checkpoint stops here, before anything is built or trained
+    resume = resume_checkpoint(targs)
     set_seed(targs.seed)
     DPOTrainer = _work_around_paddleformers_1_2()
     pf.enable_flashmask()  # our op is PaddleFormers' "flashmask" entry from here on
@@ -347,8 +378,10 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
     import paddle_flashmask
 
     paddle_flashmask.build()  # load (or JIT-build once) the op before timing
+    if resume is not None:
+        _single_process_fleet()
     t0 = time.time()
-    result = trainer.train()
+    result = trainer.train(resume_from_checkpoint=resume)
     wall = time.time() - t0
     losses = [(d["step"], float(d["loss"])) for d in history.logs if "loss" in d]
     summary: Dict[str, Any] = dict(stage=stage, lora=bool(model_args.lora), losses=losses, logs=history.logs,

@@ -126,3 +126,82 @@ def test_dpo_batches_carry_share_question_indices(tmp_path):
     assert (col[:p_len] == n).all()  # the prompt: seen by the whole example, chosen and rejected
     assert (col[p_len:rej_start] == rej_start).all()  # the chosen answer: hidden from the rejected rows
     assert (col[rej_start:n] == n).all() and col[n] > n  # the rejected answer; the next example starts
+
+
+def _resume_run(name, out_dir, callbacks=None, **overrides):
+    over = dict(output_dir=out_dir, logging_steps=1, do_eval=False, evaluation_strategy="no", save_final_model=False,
+                max_steps=12, save_strategy="steps", save_steps=5)
+    over.update(overrides)
+    s = pff.run(os.path.join(CONFIGS, f"{name}.json"), over, callbacks=callbacks)
+    pfp.disable_flashmask()
+    return dict(s["losses"])
+
+
+@pytest.mark.parametrize("name", ["sft", "lora", "dpo"])
+def test_interrupted_run_resumes_with_the_same_loss_curve(tmp_path, name):
+    """A run stopped after its step-5 checkpoint and resumed from the latest one (true) repeats
+    the uninterrupted curve: PaddleFormers' flex checkpoint (weights, optimizer, master weights,
+    LR schedule, RNG, data position), loaded on one CPU process through the one-card fleet set-up."""
+    from paddleformers.trainer.trainer_callback import TrainerCallback
+
+    class Crash(Exception):
+        pass
+
+    class CrashAt7(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            if state.global_step == 7:
+                raise Crash("simulated failure at step 7")
+
+    full = _resume_run(name, str(tmp_path / "full"))
+    out_dir = str(tmp_path / "run")
+    with pytest.raises(Crash):
+        _resume_run(name, out_dir, callbacks=[CrashAt7()])
+    resumed = _resume_run(name, out_dir, resume_from_checkpoint="true")
+    assert sorted(resumed) == list(range(6, 13)), sorted(resumed)
+    np.testing.assert_allclose([resumed[s] for s in range(6, 13)], [full[s] for s in range(6, 13)], rtol=0, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def flex_checkpoint(tmp_path_factory):
+    out_dir = str(tmp_path_factory.mktemp("pfck"))
+    _resume_run("sft", out_dir, max_steps=5)
+    return os.path.join(out_dir, "checkpoint-5")
+
+
+@pytest.mark.parametrize("damage,match", [
+    ("remove trainer_state.bin", "not a complete checkpoint: trainer_state.bin missing"),
+    ("garble trainer_state.bin", "corrupt: trainer_state.bin does not load"),
+    ("truncate model_state/0_0.distcp", "corrupt: model_state/0_0.distcp does not load"),
+    ("truncate optimizer_state/0.metadata", "corrupt: optimizer_state/0.metadata does not load"),
+    ("remove scheduler.pdparams", "not a complete checkpoint: scheduler.pdparams missing"),
+    ("remove saved_signal_0", "its save did not finish"),
+    ("empty master_weight", "master_weight/ must hold one .metadata"),
+])
+def test_partial_or_corrupt_flex_checkpoint_is_an_error(tmp_path, flex_checkpoint, damage, match, op_calls):
+    """Before this check PaddleFormers 1.2.0 restarted at step 1 without trainer_state.bin, and failed
+    deep in unpickling on a truncated shard; now every damage stops the run before any step."""
+    import shutil
+
+    bad = str(tmp_path / "checkpoint-5")
+    shutil.copytree(flex_checkpoint, bad)
+    verb, name = damage.split(" ", 1)
+    path = os.path.join(bad, name)
+    if verb == "truncate":
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) // 3)
+    elif verb == "remove":
+        os.remove(path)
+    elif verb == "garble":
+        with open(path, "w") as f:
+            f.write("not a pickle")
+    else:
+        for f in os.listdir(path):
+            os.remove(os.path.join(path, f))
+    with pytest.raises(ValueError, match=match):
+        _resume_run("sft", str(tmp_path / "out"), resume_from_checkpoint=bad)
+    assert not op_calls  # stopped before the first step
+
+
+def test_resume_true_without_a_flex_checkpoint_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="no checkpoint-N directory"):
+        _resume_run("sft", str(tmp_path), resume_from_checkpoint="true")
