@@ -38,6 +38,12 @@ import time
 from functools import partial
 from typing import Any, Dict, List, Optional
 
+if __name__ == "__main__" and not __package__:
+    # Run as a file (paddle.distributed.launch takes a script path): this folder then heads sys.path,
+    # and our paddleformers.py there would shadow the real paddleformers package.
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
 OUR_KEYS = ("model_config", "save_final_model")
 # fused kernels are GPU-only in PaddleFormers; a random-init model on CPU must not ask for them
 CPU_SAFE_FLAGS = dict(fuse_rms_norm=False, apply_rope_fusion=False, fuse_swiglu=False,
@@ -154,6 +160,16 @@ def parse_args(cfg: Dict[str, Any], base_dir: str):
             cfg[k] = _resolve(cfg[k], base_dir)
     if cfg.get("model_name_or_path") is None:
         cfg["model_name_or_path"] = ""  # ModelArguments wants a str; "" = random init from model_config
+    for key in ("context_parallel_size", "sep_parallel_size"):
+        if int(cfg.get(key) or 1) > 1:
+            # PaddleFormers' own context parallel lives in paddlefleet's models (not on PyPI)
+            raise ValueError(f"{key}={cfg[key]}: context parallel runs through the PaddleNLP runner "
+                             "(python -m paddlenlp_patches.finetune with context_parallel_degree / "
+                             "sep_parallel_degree), not yet through PaddleFormers")
+    if "sharding" not in cfg and _runs_on_cpu(cfg):
+        # PaddleFormers' default ("stage1") shards the optimizer over data-parallel ranks through
+        # fused communication buffers that exist for gpu/npu/xpu only: plain data parallel on CPU
+        cfg["sharding"] = ""
     model_args, data_args, _, _, targs = get_train_args(cfg)
     model_args.stage = model_args.stage.upper()
     targs.max_seq_len = data_args.max_seq_len  # as the workflows: the trainers and collators read it here
@@ -162,6 +178,15 @@ def parse_args(cfg: Dict[str, Any], base_dir: str):
     if not model_args.model_name_or_path and not ours.get("model_config"):
         raise ValueError("set model_name_or_path (a local PaddleFormers checkpoint) or model_config")
     return model_args, data_args, targs, ours
+
+
+def _runs_on_cpu(cfg):
+    device = cfg.get("device")
+    if device is None:
+        import paddle
+
+        device = paddle.device.get_device()
+    return str(device).lower().startswith("cpu")
 
 
 def build_model(model_args, data_args, targs, model_config, dpo_config=None, seed=42):
@@ -251,8 +276,14 @@ def resume_checkpoint(targs):
     from paddlenlp_patches.checkpoint import check_flex_checkpoint, resolve_resume
 
     world = paddle.distributed.get_world_size()
-    return resolve_resume(targs.resume_from_checkpoint, targs.output_dir,
+    path = resolve_resume(targs.resume_from_checkpoint, targs.output_dir,
                           check=lambda path: check_flex_checkpoint(path, world))
+    if path is not None and world > 1 and _runs_on_cpu({"device": targs.device}):
+        # every rank decides alike, so every rank raises: none waits in a collective
+        raise ValueError(f"resume_from_checkpoint with {world} CPU processes: Paddle's flex-checkpoint load "
+                         "reshards through CUDA there (paddle.distributed.flex_checkpoint); resume on GPUs, "
+                         "or train on one CPU process")
+    return path
 
 
 def _single_process_fleet():
@@ -395,8 +426,15 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
     if ours.get("save_final_model", True):
         # save_pretrained, not trainer.save_model(): the Trainer's default flex checkpoint has no
         # config.json, so a later config could not start from it with model_name_or_path
-        model.save_pretrained(targs.output_dir)
-        tokenizer.save_pretrained(targs.output_dir)
+        if paddle.distributed.get_world_size() > 1 and _runs_on_cpu({"device": targs.device}):
+            # PaddleFormers' default (flex) save gathers parameters through CUDA with several
+            # processes; data-parallel ranks hold whole replicas: rank 0 writes its own
+            if paddle.distributed.get_rank() == 0:
+                model.save_pretrained(targs.output_dir, save_checkpoint_format=None)
+                tokenizer.save_pretrained(targs.output_dir)
+        else:
+            model.save_pretrained(targs.output_dir)
+            tokenizer.save_pretrained(targs.output_dir)
     if losses:
         print(f"[paddleformers_finetune] done in {wall:.1f}s: loss {losses[0][1]:.4f} (step {losses[0][0]}) -> "
               f"{losses[-1][1]:.4f} (step {losses[-1][0]})" + (f", eval {summary['eval']}" if "eval" in summary else ""),

@@ -22,7 +22,8 @@ import paddle_flashmask  # noqa: E402
 from paddlenlp_patches import paddleformers as pfp  # noqa: E402
 from paddlenlp_patches import paddleformers_finetune as pff  # noqa: E402
 
-CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs", "paddleformers")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = os.path.join(ROOT, "configs", "paddleformers")
 
 
 @pytest.fixture(autouse=True)
@@ -205,3 +206,47 @@ def test_partial_or_corrupt_flex_checkpoint_is_an_error(tmp_path, flex_checkpoin
 def test_resume_true_without_a_flex_checkpoint_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="no checkpoint-N directory"):
         _resume_run("sft", str(tmp_path), resume_from_checkpoint="true")
+
+
+def _launch(tmp_path, log_name, *args):
+    import subprocess
+    import sys
+
+    log_dir = tmp_path / log_name
+    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir", str(log_dir),
+           os.path.join(ROOT, "paddlenlp_patches", "paddleformers_finetune.py"), os.path.join(CONFIGS, "sft.json"),
+           "--max_steps", "6", "--logging_steps", "3", "--do_eval", "false", "--output_dir", str(tmp_path / "out"),
+           "--save_strategy", "steps", "--save_steps", "3", *args]
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300)
+    return res, [(log_dir / f"workerlog.{r}").read_text() for r in (0, 1)]
+
+
+def test_two_process_cpu_data_parallel(tmp_path):
+    """paddle.distributed.launch --nproc_per_node 2 paddlenlp_patches/paddleformers_finetune.py (gloo): the
+    script runs as a file (our paddleformers.py must not shadow the package), plain data parallel on CPU
+    (PaddleFormers' default optimizer sharding fuses buffers on GPU/NPU/XPU only), a checkpoint from each
+    rank, and rank 0's final model loads; a resume on several CPU processes (Paddle's flex load reshards
+    through CUDA) is refused on both ranks before any step."""
+    res, logs = _launch(tmp_path, "log")
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:] + logs[0][-3000:] + logs[1][-3000:]
+    assert "Traceback" not in logs[0] + logs[1]
+    assert "Total train batch size (w. parallel, distributed & accumulation) = 8" in logs[0]  # 2 ranks x 4 rows
+    assert logs[0].count(" - loss: ") == 2
+    ck = tmp_path / "out" / "checkpoint-3"
+    assert (ck / "saved_signal_0").is_file() and (ck / "saved_signal_1").is_file()
+    from paddleformers.transformers.llama.modeling import LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(str(tmp_path / "out"))
+    assert model.config.num_hidden_layers == 2
+
+    res, logs = _launch(tmp_path, "log_resume", "--resume_from_checkpoint", "true")
+    assert res.returncode != 0
+    for log in logs:
+        assert "resume_from_checkpoint with 2 CPU processes" in log and " - loss: " not in log
+
+
+@pytest.mark.parametrize("key", ["context_parallel_size", "sep_parallel_size"])
+def test_context_parallel_keys_are_refused_with_a_clear_error(tmp_path, key):
+    with pytest.raises(ValueError, match=f"{key}=2: context parallel runs through the PaddleNLP runner"):
+        run("sft", tmp_path, max_steps=1, **{key: 2})
