@@ -324,3 +324,74 @@ def test_local_layout_on_short_sequences_gives_every_rank_rows(S, W):
         rows = [plan.local_rows(r) for r in range(W)]
         np.testing.assert_array_equal(np.sort(np.concatenate(rows)), np.arange(S))
         assert all(r.size > 0 for r in rows)
+
+
+def _assign_exhaustive(work, lens, world_size, token_cap):
+    """plan._assign with every move and every swap of the refinement listed (|a| x |b| candidates):
+    the reference its sorted search must match, chunk for chunk."""
+    n = work.size
+    load = np.zeros(world_size)
+    tokens = np.zeros(world_size, dtype=np.int64)
+    owner = np.empty(n, dtype=np.int64)
+    for c in np.argsort(-work, kind="stable"):
+        room = tokens + lens[c] <= token_cap
+        if not room.any():
+            room = tokens == tokens.min()
+        r = int(np.flatnonzero(room)[np.argmin(load[room])])
+        owner[c], load[r], tokens[r] = r, load[r] + work[c], tokens[r] + lens[c]
+    target = load.mean() * (1 + plan_mod.REFINE_TOLERANCE)
+    for _ in range(4 * n):
+        hi = int(np.argmax(load))
+        if load[hi] <= target:
+            break
+        gap, a, best = load[hi] - load, np.flatnonzero(owner == hi), None
+        for lo in np.argsort(load):
+            lo = int(lo)
+            if gap[lo] <= 0:
+                break
+            b = np.flatnonzero(owner == lo)
+            delta = np.concatenate([work[a], (work[a][:, None] - work[b][None, :]).ravel()])
+            dtok = np.concatenate([lens[a], (lens[a][:, None] - lens[b][None, :]).ravel()])
+            ok = (delta > 0) & (delta < gap[lo]) & (tokens[lo] + dtok <= token_cap) & (tokens[hi] - dtok <= token_cap)
+            if not ok.any():
+                continue
+            new_max = np.where(ok, np.maximum(load[hi] - delta, load[lo] + delta), np.inf)
+            k = int(np.argmin(new_max))
+            best = (lo, k, b)
+            break
+        if best is None:
+            break
+        lo, k, b = best
+        if k < a.size:
+            owner[a[k]], moved, mtok = lo, work[a[k]], lens[a[k]]
+        else:
+            ca, cb = a[(k - a.size) // b.size], b[(k - a.size) % b.size]
+            owner[ca], owner[cb] = lo, hi
+            moved, mtok = work[ca] - work[cb], lens[ca] - lens[cb]
+        load[hi], load[lo] = load[hi] - moved, load[lo] + moved
+        tokens[hi], tokens[lo] = tokens[hi] - mtok, tokens[lo] + mtok
+    return owner
+
+
+def test_assign_matches_the_exhaustive_search():
+    """Ties, skewed and empty chunks, mixed lengths, token caps from tighter than possible to loose,
+    and heavy-tailed chunks under an exact token cap (moves blocked: the refinement swaps)."""
+    rng = np.random.default_rng(11)
+    for i in range(180):
+        n, W = int(rng.integers(1, 400)), int(rng.integers(2, 9))
+        work = rng.random(n)
+        kind = i % 6
+        if kind == 0:
+            work = np.round(work * 3)
+        elif kind == 1:
+            work = np.sort(work) ** 3
+        elif kind == 2:
+            work[rng.random(n) < 0.5] = 0.0
+        elif kind >= 4:  # a few heavy chunks, equal lengths, no token slack
+            n = W * int(rng.integers(2, 40))
+            work = rng.pareto(1.5, n)
+            work = np.round(work * 2) if kind == 5 else work
+        lens = rng.choice([64, 128, 2048], n) if kind == 3 else np.full(n, 128)
+        cap = int(np.ceil(lens.sum() / W * (1.0 if kind >= 4 else rng.choice([0.9, 1.0, 1.08, 2.0]))))
+        np.testing.assert_array_equal(plan_mod._assign(work, lens, W, cap), _assign_exhaustive(work, lens, W, cap),
+                                      err_msg=f"case {i}: n={n} W={W} cap={cap}")
