@@ -19,6 +19,7 @@ except ImportError as e:  # not installed, or installed next to paddlenlp's aist
     pytest.skip(f"paddleformers is not importable: {e}", allow_module_level=True)
 
 import paddle_flashmask  # noqa: E402
+from checkpoint_damage import damaged_copy  # noqa: E402
 from paddlenlp_patches import paddleformers as pfp  # noqa: E402
 from paddlenlp_patches import paddleformers_finetune as pff  # noqa: E402
 
@@ -181,23 +182,7 @@ def flex_checkpoint(tmp_path_factory):
 def test_partial_or_corrupt_flex_checkpoint_is_an_error(tmp_path, flex_checkpoint, damage, match, op_calls):
     """Before this check PaddleFormers 1.2.0 restarted at step 1 without trainer_state.bin, and failed
     deep in unpickling on a truncated shard; now every damage stops the run before any step."""
-    import shutil
-
-    bad = str(tmp_path / "checkpoint-5")
-    shutil.copytree(flex_checkpoint, bad)
-    verb, name = damage.split(" ", 1)
-    path = os.path.join(bad, name)
-    if verb == "truncate":
-        with open(path, "r+b") as f:
-            f.truncate(os.path.getsize(path) // 3)
-    elif verb == "remove":
-        os.remove(path)
-    elif verb == "garble":
-        with open(path, "w") as f:
-            f.write("not a pickle")
-    else:
-        for f in os.listdir(path):
-            os.remove(os.path.join(path, f))
+    bad = damaged_copy(flex_checkpoint, str(tmp_path / "checkpoint-5"), damage)
     with pytest.raises(ValueError, match=match):
         _resume_run("sft", str(tmp_path / "out"), resume_from_checkpoint=bad)
     assert not op_calls  # stopped before the first step

@@ -3,11 +3,11 @@ loss curve as an uninterrupted one; a partial or corrupt checkpoint stops the ru
 error naming the piece, before any step (never a silent restart from scratch)."""
 
 import os
-import shutil
 
 import numpy as np
 import pytest
 
+from checkpoint_damage import damaged_copy  # noqa: E402
 from paddlenlp_test_env import cfg, require_paddlenlp  # noqa: E402
 
 require_paddlenlp()
@@ -79,18 +79,7 @@ def checkpoint(tmp_path_factory):
     ("remove model_state.pdparams", "no model weights"),
 ])
 def test_partial_or_corrupt_checkpoint_is_an_error(tmp_path, checkpoint, damage, match):
-    bad = str(tmp_path / "checkpoint-8")
-    shutil.copytree(checkpoint, bad)
-    verb, name = damage.split(" ", 1)
-    path = os.path.join(bad, name)
-    if verb == "truncate":
-        with open(path, "r+b") as f:
-            f.truncate(os.path.getsize(path) // 3)
-    elif verb == "remove":
-        os.remove(path)
-    else:
-        with open(path, "w") as f:
-            f.write("{not json")
+    bad = damaged_copy(checkpoint, str(tmp_path / "checkpoint-8"), damage)
     with pytest.raises(ValueError, match=match):
         finetune.run(CFG, dict(RUN, output_dir=str(tmp_path / "out"), resume_from_checkpoint=bad))
 
