@@ -140,9 +140,16 @@ def _import_installed(name):
 
 
 def _not_to_static(fn):
-    # Dynamic-to-static must call this as plain Python, not transform it.
+    # Dynamic-to-static must call this as plain Python, not transform it: in AST mode and in
+    # Paddle 3.x's default SOT mode (bytecode simulation), which `not_to_static` does not reach
+    # (SOT simulated the checks and failed inside Paddle with an UnboundLocalError): `unified`.
+    # Paddle 2.6 has no such marker, and its SOT mis-calls this function's keyword-only arguments
+    # there: on 2.6, to_static needs full_graph=True (AST).
     import paddle
 
+    unified = getattr(getattr(paddle.jit, "marker", None), "unified", None)
+    if unified is not None:
+        return unified(fn, for_sot=True, for_ast=True)
     marker = getattr(paddle.jit, "not_to_static", None)
     return marker(fn) if marker else fn
 
