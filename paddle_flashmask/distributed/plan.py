@@ -208,10 +208,10 @@ def _best_swap(work, lens, a, b, load_hi, load_lo, tokens_hi, tokens_lo, token_c
                 delta = wa[in_a] - sorted_wb[near]
                 ok = valid & (delta > 0) & (delta < gap)
                 new_max = np.where(ok, np.maximum(load_hi - delta, load_lo + delta), np.inf)
-                for k in np.flatnonzero(new_max == new_max.min()) if ok.any() else ():
-                    cand = (float(new_max[k]), int(in_a[k]), int(in_b[near[k]]))
-                    if best is None or cand < best:
-                        best = cand
+                k = int(np.argmin(new_max))  # in_a ascends: among equal maxima the first i
+                cand = (float(new_max[k]), int(in_a[k]), int(in_b[near[k]]))
+                if ok[k] and (best is None or cand < best):
+                    best = cand
     return best
 
 
