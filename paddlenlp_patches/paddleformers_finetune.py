@@ -166,7 +166,7 @@ def parse_args(cfg: Dict[str, Any], base_dir: str):
             raise ValueError(f"{key}={cfg[key]}: context parallel runs through the PaddleNLP runner "
                              "(python -m paddlenlp_patches.finetune with context_parallel_degree / "
                              "sep_parallel_degree), not yet through PaddleFormers")
-    if "sharding" not in cfg and _runs_on_cpu(cfg):
+    if "sharding" not in cfg and _is_cpu(cfg.get("device")):
         # PaddleFormers' default ("stage1") shards the optimizer over data-parallel ranks through
         # fused communication buffers that exist for gpu/npu/xpu only: plain data parallel on CPU
         cfg["sharding"] = ""
@@ -180,13 +180,20 @@ def parse_args(cfg: Dict[str, Any], base_dir: str):
     return model_args, data_args, targs, ours
 
 
-def _runs_on_cpu(cfg):
-    device = cfg.get("device")
+def _is_cpu(device):
+    """Whether a config's ``device`` (None: Paddle's current one) is the CPU."""
     if device is None:
         import paddle
 
         device = paddle.device.get_device()
     return str(device).lower().startswith("cpu")
+
+
+def _several_cpu_processes(targs):
+    """Data parallel over gloo: where PaddleFormers' flex checkpoints go through CUDA."""
+    import paddle
+
+    return paddle.distributed.get_world_size() > 1 and _is_cpu(targs.device)
 
 
 def build_model(model_args, data_args, targs, model_config, dpo_config=None, seed=42):
@@ -278,7 +285,7 @@ def resume_checkpoint(targs):
     world = paddle.distributed.get_world_size()
     path = resolve_resume(targs.resume_from_checkpoint, targs.output_dir,
                           check=lambda path: check_flex_checkpoint(path, world))
-    if path is not None and world > 1 and _runs_on_cpu({"device": targs.device}):
+    if path is not None and _several_cpu_processes(targs):
         # every rank decides alike, so every rank raises: none waits in a collective
         raise ValueError(f"resume_from_checkpoint with {world} CPU processes: Paddle's flex-checkpoint load "
                          "reshards through CUDA there (paddle.distributed.flex_checkpoint); resume on GPUs, "
@@ -426,14 +433,11 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
     if ours.get("save_final_model", True):
         # save_pretrained, not trainer.save_model(): the Trainer's default flex checkpoint has no
         # config.json, so a later config could not start from it with model_name_or_path
-        if paddle.distributed.get_world_size() > 1 and _runs_on_cpu({"device": targs.device}):
-            # PaddleFormers' default (flex) save gathers parameters through CUDA with several
-            # processes; data-parallel ranks hold whole replicas: rank 0 writes its own
-            if paddle.distributed.get_rank() == 0:
-                model.save_pretrained(targs.output_dir, save_checkpoint_format=None)
-                tokenizer.save_pretrained(targs.output_dir)
-        else:
-            model.save_pretrained(targs.output_dir)
+        # PaddleFormers' default (flex) save gathers parameters through CUDA with several CPU
+        # processes; data-parallel ranks hold whole replicas there: rank 0 writes its own
+        on_gloo = _several_cpu_processes(targs)
+        if not on_gloo or paddle.distributed.get_rank() == 0:
+            model.save_pretrained(targs.output_dir, **({"save_checkpoint_format": None} if on_gloo else {}))
             tokenizer.save_pretrained(targs.output_dir)
     if losses:
         print(f"[paddleformers_finetune] done in {wall:.1f}s: loss {losses[0][1]:.4f} (step {losses[0][0]}) -> "
