@@ -228,14 +228,12 @@ def _choices(allowed):
     return ", ".join(repr(a) for a in allowed)
 
 
-# Head dims the CUDA kernels take. The FA2-class kernels are also built for 96
-# (custom_ops/flashmask/cuda/*hdim96*), not yet run on a GPU: 96 joins this list once
-# tests/test_gpu.py passes with it on the device (NOTES.md, "Head dim 96").
-GPU_HEAD_DIMS = (32, 64, 128)
+# Head dims the CUDA kernels take; 96 runs on the FA2-class kernels only (NOTES.md, "Head dim 96").
+GPU_HEAD_DIMS = (32, 64, 96, 128)
 
 
 def check_device_support(query, head_dim, value_head_dim=None):
-    """The CUDA kernels take fp16/bf16 with head_dim 32, 64 or 128, value's the same (the CPU
+    """The CUDA kernels take fp16/bf16 with head_dim 32, 64, 96 or 128, value's the same (the CPU
     kernel takes any)."""
     if not paddle.in_dynamic_mode() or not query.place.is_gpu_place():
         return  # static graphs are checked by the op when they run

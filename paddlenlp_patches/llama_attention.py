@@ -12,7 +12,7 @@ replaces the attention function with :func:`flashmask_attn_func`:
   ``use_flash_attention=True``);
 - no indices and no dense mask, or a dense mask that is exactly causal -> our op, plain causal;
 - any other dense mask (padding masks, block masks, ALiBi) -> an exact dense fp32-softmax path;
-- on GPU, a dtype/head_dim the CUDA kernels do not take (they take fp16/bf16, head_dim 32/64/128)
+- on GPU, a dtype/head_dim the CUDA kernels do not take (they take fp16/bf16, head_dim 32/64/96/128)
   -> the same dense path with the indices expanded on device (warned once; O(S^2) memory);
 - under an active context-parallel batch (``paddlenlp_patches.context_parallel``): q/k/v hold this
   rank's rows -> ``paddle_flashmask.distributed.flashmask_attention`` with the batch's plan and
@@ -133,7 +133,7 @@ def _dense_attention(q, k, v, mask, alibi=None):
 
 
 def _op_supports(q) -> bool:
-    """The CPU kernel takes any dtype/head_dim; the CUDA kernels fp16/bf16 with head_dim 32/64/128."""
+    """The CPU kernel takes any dtype/head_dim; the CUDA kernels fp16/bf16 with head_dim 32/64/96/128."""
     place = q.place
     if not (hasattr(place, "is_gpu_place") and place.is_gpu_place()):
         return True

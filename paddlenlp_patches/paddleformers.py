@@ -20,7 +20,7 @@ Contract (from PaddleFormers' sources): q ``[B, H, Sq, Dq]``, k ``[B, Hk, Sk, Dq
   any other dense mask (padding, custom) -> the exact dense path.
 - Dense path (exact, fp32 softmax, O(S^2) memory; warned once) for what the op cannot express:
   attention sinks (GPT-OSS ``sink``), ``softcap``, ``dropout > 0``, and on GPU a dtype/head dim
-  the CUDA kernels do not take (they take fp16/bf16 with head dim 32/64/128).
+  the CUDA kernels do not take (they take fp16/bf16 with head dim 32/64/96/128).
 - ``Dv != Dq`` (MLA): the CPU kernel takes v's own head dim; on GPU, whose kernels take one
   head dim, the narrower of v and q/k is zero-padded to the wider one (exact: zero columns add
   nothing to q.k or to the output) and the output sliced back to ``Dv``.

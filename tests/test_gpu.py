@@ -32,7 +32,7 @@ FORMS = [(True, 0), (True, 1), (True, 2), (False, 0), (False, 2), (False, 4)]
 
 # Head dims the sm90 kernels take (flashmask_api_cuda.cu refuses others when forced).
 SM90_HEAD_DIMS = (64, 128)
-# Head dims with GPU kernels: 96 runs once validation.GPU_HEAD_DIMS takes it (NOTES.md, "Head dim 96").
+# Head dims with GPU kernels (96: the FA2-class ones only).
 DIMS = [d for d in (32, 64, 96, 128) if d in validation.GPU_HEAD_DIMS]
 
 
@@ -372,7 +372,6 @@ def test_sm90_helper_recognises_hopper():
         assert is_sm90(), f"{name} reports compute capability {device_capability()}"
 
 
-@pytest.mark.skipif(96 not in DIMS, reason="head dim 96 is not enabled on GPU yet (validation.GPU_HEAD_DIMS)")
 @pytest.mark.parametrize("causal,cols", [(True, 0), (True, 1), (False, 4)])
 def test_auto_takes_head_dim_96(causal, cols):
     # "auto" on any GPU: the FA2-class kernels (the Hopper ones take 64 and 128 only).

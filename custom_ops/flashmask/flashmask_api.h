@@ -23,7 +23,7 @@ int32_t check_indices_cpu(const int32_t* indices, int64_t num_columns,
                           int num_cols, bool causal, int seqlen_q);
 
 // ---- CUDA (built only with a CUDA toolchain; see custom_ops/flashmask/cuda) ----
-// `stream` is a cudaStream_t. Inputs fp16/bf16, head_dim 32, 64 or 128; the
+// `stream` is a cudaStream_t. Inputs fp16/bf16, head_dim 32, 64, 96 or 128; the
 // workspaces in the params (block_bounds; for backward also dq/dk/dv_accum and
 // softmax_d) must be allocated by the caller: sizes below and in the params.
 bool cuda_supports(DType dtype, int head_dim);

@@ -98,11 +98,11 @@ bool use_sm90(const Params& p, bool kernel_available) {
 
 }  // namespace
 
-// The head dims the op takes on GPU. dispatch() also has 96 (the FA2-class
-// kernels are built for it); the op takes it once it has run on a GPU
-// (NOTES.md, "Head dim 96"; Python's validation.GPU_HEAD_DIMS alike).
+// The head dims the op takes on GPU (Python's validation.GPU_HEAD_DIMS alike):
+// 96 runs on the FA2-class kernels only (NOTES.md, "Head dim 96").
 bool cuda_supports(DType dtype, int head_dim) {
-  return dtype != DType::kFloat32 && (head_dim == 32 || head_dim == 64 || head_dim == 128);
+  return dtype != DType::kFloat32 &&
+         (head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128);
 }
 
 void run_fwd_cuda(const FwdParams& params, void* stream) {
