@@ -47,6 +47,14 @@ def main():
         q = to_gpu(rng.standard_normal((1, seqlen, 2, 64)).astype(np.float32))
         pfm.flashmask_attention(q, q, q, window_size=window, causal=False)
         print(f"ok window {window}", flush=True)
+    # Several tiles per CTA of the persistent Hopper forward (the slots' hand-over, a GQA
+    # group's heads side by side): 512 tiles, forward only.
+    idx, causal = masks.example_mask("causal_document", 1024, batch_size=2, num_heads=1, seed=0, place="numpy")
+    q = to_gpu(rng.standard_normal((2, 1024, 32, 128)).astype(np.float32))
+    k = to_gpu(rng.standard_normal((2, 1024, 8, 128)).astype(np.float32))
+    out = pfm.flashmask_attention(q, k, k, paddle.to_tensor(idx, place=GPU), causal=causal)
+    assert np.isfinite(out._copy_to(paddle.CPUPlace(), True).astype("float32").numpy()).all()
+    print("ok many tiles per CTA", flush=True)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,12 @@ def test_cuda_sources_compile_for_sm80_and_sm90a(compiled):
     assert any("sm90" in os.path.basename(s) and "_fwd_" in s for s in sources)
     failures = [(s, log) for s, _, rc, log in compiled if rc != 0]
     assert not failures, "\n\n".join(f"{s}:\n{log[-3000:]}" for s, log in failures)
+    # ptxas serialises every wgmma of a kernel (a wait after each) where one GEMM's
+    # accumulators are read in flight or a GEMM stays in flight across a branch; it says
+    # so (C7514/C7520) and the kernel silently loses its overlap (NOTES.md, sm90 v12).
+    serialized = [os.path.basename(s) for s, _, _, log in compiled
+                  if "wgmma.mma_async instructions are serialized" in log]
+    assert not serialized, f"ptxas serialised the wgmmas of: {serialized}"
     # Register budget guard (one report line per kernel and arch): head dims 32 and 64
     # must not spill; 128 runs at the 255-register limit and may spill a few words
     # (custom_ops/flashmask/cuda/NOTES.md records each version's figures).

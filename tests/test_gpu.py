@@ -341,6 +341,58 @@ def test_sm90_fwd_schedules_fully_masked_rows(sm90_fwd_schedule):
     run_gpu_case(seed_of("pp-empty"), 1, 300, 300, 8, 2, 128, False, idx)
 
 
+FWD_GQA_TILES_ENV = "PADDLE_FLASHMASK_SM90_FWD_GQA_TILES"
+
+
+@pytest.mark.parametrize("gqa_tiles", [0, 1])
+@pytest.mark.parametrize("heads,heads_k,hm", [(8, 2, 1), (8, 2, 8), (6, 3, 3), (4, 4, 1)])
+@pytest.mark.parametrize("causal,cols", [(True, 0), (True, 1), (False, 2)])
+def test_sm90_fwd_tile_orders(monkeypatch, gqa_tiles, heads, heads_k, hm, causal, cols):
+    # The persistent forward's tile order: a GQA group's query heads side by side (1, the
+    # default) or one head's query blocks side by side (0); every tile exactly once either way.
+    if not is_sm90():
+        pytest.skip(f"the sm90 kernels need compute capability 9.0, GPU 0 is {device_capability()}")
+    monkeypatch.setenv(FWD_GQA_TILES_ENV, str(gqa_tiles))
+    old = pfm.set_gpu_kernel("sm90")
+    try:
+        rng = np.random.default_rng(seed_of("tiles-idx", heads, heads_k, hm, causal, cols))
+        idx = None if cols == 0 else random_indices(rng, 3, hm, 517, 517, causal, cols)
+        run_gpu_case(seed_of("tiles", gqa_tiles, heads, heads_k, hm, causal, cols), 3, 517, 517, heads, heads_k,
+                     128, causal, idx)
+    finally:
+        pfm.set_gpu_kernel(old)
+
+
+def _short_documents(rng, seqlen):
+    """Causal-document indices (C=1) of 100-300-token documents: tiles of 1-3 live key blocks."""
+    ends = np.zeros(seqlen, dtype=np.int32)
+    start = 0
+    while start < seqlen:
+        end = min(seqlen, start + int(rng.integers(100, 301)))
+        ends[start:end] = end
+        start = end
+    return ends
+
+
+@pytest.mark.parametrize("sm90_fwd_schedule", list(FWD_SCHEDULES), indirect=True)
+@pytest.mark.parametrize("dim", [64, 128])
+@pytest.mark.parametrize("mask", ["causal", "short_documents", "empty_query_blocks"])
+def test_sm90_fwd_many_tiles_per_cta(sm90_fwd_schedule, dim, mask):
+    # 512 tiles, about 4 per CTA of the persistent forward (the tests above give each CTA
+    # one): tiles back to back in one CTA, tiles of no live block (rows 512..767 see
+    # nothing) between them, a GQA group's heads side by side.
+    batch, seqlen, heads, heads_k = 2, 2048, 16, 4
+    rng = np.random.default_rng(seed_of("many-tiles", mask))
+    causal, idx = True, None
+    if mask == "short_documents":
+        idx = np.broadcast_to(_short_documents(rng, seqlen)[None, None, :, None], (batch, 1, seqlen, 1)).copy()
+    elif mask == "empty_query_blocks":  # causal, every column masks rows [512, 768)
+        idx = np.zeros((batch, 1, seqlen, 2), dtype=np.int32)
+        idx[..., 0], idx[..., 1] = 512, 768
+    run_gpu_case(seed_of("many-tiles", sm90_fwd_schedule, dim, mask), batch, seqlen, seqlen, heads, heads_k, dim,
+                 causal, idx, use_cpu_reference=True)
+
+
 REPRO_CASES = {
     # name: (heads, heads_k, seqlen, causal, mask builder or None)
     "gqa8to1_causal_document": (8, 1, 2048, True, "causal_document"),

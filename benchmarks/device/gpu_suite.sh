@@ -2,7 +2,9 @@
 # Device call 2 (after `bash .gpu1/device-install.sh` in call 1): installs the Paddle GPU
 # runtime (../shared/tools/paddle-gpu-runtime), builds the op for sm_90a, runs the GPU
 # tests, compute-sanitizer on small cases and our benchmark. Logs and results go to $OUT.
-#   STAGES="tests sanitize bench"  BENCH_BUDGET_S=150
+#   STAGES="harness tests sanitize bench"  TEST_SELECT="<pytest -k expression>"  BENCH_BUDGET_S=150
+# (harness: the Paddle-free check of every case, then --time-fwd, the sm90 forward's
+# schedules timed interleaved; needs .gpu_objs/flashmask_harness from harness/build.sh)
 # Carry .gpu_objs (benchmarks/device/harness/build.sh: the CUDA objects prebuilt on the
 # CPU machine, plus cutlass-include.tar.xz, the CuTe headers) to skip most of the build;
 # objects that do not match the sources are rebuilt here, in parallel.
@@ -11,15 +13,24 @@ OUT=${OUT:-/tmp/pfm_out}; mkdir -p "$OUT"
 STAGES=${STAGES:-"tests sanitize bench"}
 source benchmarks/device/runtime_env.sh
 
+if [[ " $STAGES " == *" harness "* ]]; then
+  timeout "${HARNESS_TIMEOUT_S:-120}" .gpu_objs/flashmask_harness > "$OUT/harness_check.log" 2>&1
+  echo "harness exit $?: $(tail -1 "$OUT/harness_check.log")"
+  timeout "${HARNESS_TIME_TIMEOUT_S:-300}" .gpu_objs/flashmask_harness --time-fwd > "$OUT/harness_time_fwd.log" 2>&1
+  echo "harness --time-fwd exit $?"; grep -E "failures|FAIL" "$OUT/harness_time_fwd.log" | head -5
+  stamp "harness done"
+fi
+
 if [[ " $STAGES " == *" tests "* ]]; then
-  timeout "${TEST_TIMEOUT_S:-420}" python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py > "$OUT/gpu_tests.log" 2>&1
+  timeout "${TEST_TIMEOUT_S:-420}" python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py ${TEST_SELECT:+-k "$TEST_SELECT"} \
+    > "$OUT/gpu_tests.log" 2>&1
   echo "gpu tests exit $?"; grep -E "passed|failed|Error|error:|assert" "$OUT/gpu_tests.log" | tail -25
   stamp "tests done"
 fi
 
 if [[ " $STAGES " == *" sanitize "* ]]; then
   for tool in memcheck racecheck synccheck; do
-    timeout 300 compute-sanitizer --tool $tool --kernel-name kns=flashmask --error-exitcode 9 \
+    timeout "${SANITIZE_TIMEOUT_S:-300}" compute-sanitizer --tool $tool --kernel-name kns=flashmask --error-exitcode 9 \
       python3 tests/gpu_sanitize_cases.py > "$OUT/sanitize_$tool.log" 2>&1
     echo "compute-sanitizer $tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
   done

@@ -99,6 +99,25 @@ Buffers random_buffer(size_t n, std::mt19937& rng) {
   return b;
 }
 
+// Timing inputs: standard normal bf16 drawn on the device (a hash of the
+// element's index, Box-Muller), so that 128K-token cases cost no host time.
+__global__ void fill_normal_kernel(__nv_bfloat16* x, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 0x9E3779B9u ^ uint32_t(i >> 32) * 0x85EBCA6Bu ^ seed;
+    h ^= h >> 16, h *= 0x7FEB352Du, h ^= h >> 15, h *= 0x846CA68Bu, h ^= h >> 16;
+    const uint32_t h2 = h * 0x2C1B3C6Du + 0x297A2D39u;
+    const float u1 = (float(h >> 8) + 1.f) * (1.f / 16777217.f), u2 = float(h2 >> 8) * (1.f / 16777216.f);
+    x[i] = __float2bfloat16(sqrtf(-2.f * logf(u1)) * cospif(2.f * u2));
+  }
+}
+Buffers device_random_buffer(size_t n, std::mt19937& rng) {
+  Buffers b;
+  CHECK(cudaMalloc(&b.dev, n * 2));
+  fill_normal_kernel<<<1024, 256>>>(b.dev, n, uint32_t(rng()));
+  CHECK(cudaGetLastError());
+  return b;
+}
+
 std::vector<float> download(const __nv_bfloat16* dev, size_t n) {
   std::vector<__nv_bfloat16> tmp(n);
   CHECK(cudaMemcpy(tmp.data(), dev, n * 2, cudaMemcpyDeviceToHost));
@@ -290,8 +309,8 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
                int max_steps = -1) {
   Case c{name, 1, s, s, h, hk, d, true, 0, nullptr};
   const size_t nq = size_t(s) * h * d, nk = size_t(s) * hk * d;
-  Buffers q = random_buffer(nq, rng), k = random_buffer(nk, rng), v = random_buffer(nk, rng),
-          dout = random_buffer(nq, rng);
+  Buffers q = device_random_buffer(nq, rng), k = device_random_buffer(nk, rng), v = device_random_buffer(nk, rng),
+          dout = device_random_buffer(nq, rng);
   FwdParams p;
   fill_params(p, c);
   p.dtype = DType::kBFloat16, p.gpu_kernel = kernel;
@@ -365,20 +384,28 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
 
 int main(int argc, char** argv) {
   const bool timing = argc > 1 && std::string(argv[1]) == "--time";
-  // --time-fwd: the sm90 forward's schedules (serial, intra-warpgroup
-  // overlap, pingpong; sm90_launch.cuh reads them from the
-  // environment at each launch) checked on every case, then timed
-  // interleaved, case by case, so that clock drift hits all alike.
+  // --time-fwd: the sm90 forward's schedules (sm90_launch.cuh reads them
+  // from the environment at each launch): the default (intra-warpgroup
+  // overlap, a GQA group's heads side by side), the same with one head's
+  // query blocks side by side, the serial loop and pingpong, checked on every
+  // case, then all but pingpong (slower, NOTES.md v8a/v11) timed interleaved,
+  // case by case, so that clock drift hits all alike.
   const bool time_fwd = argc > 1 && std::string(argv[1]) == "--time-fwd";
   struct Schedule {
     const char* name;
     const char* overlap;
     const char* pingpong;
+    const char* gqa_tiles;
   };
-  const Schedule schedules[] = {{"serial", "0", "0"}, {"overlap", "1", "0"}, {"pingpong", "0", "1"}};
+  const Schedule schedules[] = {{"default", "1", "0", "1"},
+                                {"head_tiles", "1", "0", "0"},
+                                {"serial", "0", "0", "1"},
+                                {"pingpong", "0", "1", "1"}};
+  const int timed_schedules = 3;
   auto use_schedule = [](const Schedule& sc) {
     setenv("PADDLE_FLASHMASK_SM90_FWD_OVERLAP", sc.overlap, 1);
     setenv("PADDLE_FLASHMASK_SM90_FWD_PINGPONG", sc.pingpong, 1);
+    setenv("PADDLE_FLASHMASK_SM90_FWD_GQA_TILES", sc.gqa_tiles, 1);
   };
   std::mt19937 rng(1234);
   cudaDeviceProp prop;
@@ -415,37 +442,36 @@ int main(int argc, char** argv) {
     for (const Schedule& sc : schedules) {
       use_schedule(sc);
       for (const Case& c : cases) failures += !check_case(c, GpuKernel::kSm90, false, 1, 0, rng);
+      // About 4 tiles per CTA (the cases above give each CTA one): tiles back to back.
+      failures += !check_case({"causal_doc", 2, 2048, 2048, 16, 4, 128, true, 1, doc_mask}, GpuKernel::kSm90,
+                              false, 1, 0, rng);
       std::printf("%s: checked\n", sc.name);
     }
     std::printf("%d failures\n", failures);
     std::printf("| schedule | kernel | mask | S | H:Hk | D | bwd heads/CTA / max steps | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | fwd+bwd TFLOP/s | bwd prep+finish ms |\n"
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    // Two passes: the spread between them is the run-to-run noise.
+    auto time_schedules = [&](const char* name, int s, int d, const std::vector<int32_t>& mask) {
+      for (int i = 0; i < timed_schedules; ++i) {
+        use_schedule(schedules[i]);
+        std::printf("| %s ", schedules[i].name);
+        time_case(name, s, 32, 8, d, GpuKernel::kSm90, rng, mask);
+      }
+    };
+    // Two passes: the spread between them is the run-to-run noise. 128K:
+    // masked calls only (where K/V outgrow L2 and the tile order matters).
     for (int pass = 0; pass < 2; ++pass)
-    for (int s : {8192, 16384, 32768}) {
+    for (int s : {8192, 16384, 32768, 131072}) {
       std::mt19937 mask_rng(s);
       const std::vector<int32_t> docs = timing_docs(s, mask_rng), short_docs = timing_short_docs(s, mask_rng),
                                  window = timing_window(s);
-      for (const Schedule& sc : schedules) {
-        use_schedule(sc);
-        std::printf("| %s ", sc.name);
-        time_case("causal", s, 32, 8, 128, GpuKernel::kSm90, rng);
-      }
+      if (s != 131072) time_schedules("causal", s, 128, {});
       if (s == 16384) {
-        for (const Schedule& sc : schedules) {
-          use_schedule(sc);
-          std::printf("| %s ", sc.name);
-          time_case("causal", s, 32, 8, 64, GpuKernel::kSm90, rng);
-        }
+        time_schedules("causal", s, 64, {});
         continue;
       }
       for (const auto& [name, mask] : {std::pair{"causal_document", &docs}, std::pair{"short_documents", &short_docs},
                                        std::pair{"sliding_window", &window}}) {
-        for (const Schedule& sc : schedules) {
-          use_schedule(sc);
-          std::printf("| %s ", sc.name);
-          time_case(name, s, 32, 8, 128, GpuKernel::kSm90, rng, *mask);
-        }
+        time_schedules(name, s, 128, *mask);
       }
     }
     return failures ? 1 : 0;

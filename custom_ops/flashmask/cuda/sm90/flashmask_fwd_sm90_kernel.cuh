@@ -33,6 +33,11 @@
 namespace flashmask {
 namespace sm90 {
 
+// The consumer's lambdas are inlined whatever their number of call sites:
+// one left out of line takes the wgmma accumulators it touches to local
+// memory, and ptxas then serialises every wgmma of the kernel.
+#define FLASHMASK_INLINE __attribute__((always_inline))
+
 template <typename Traits>
 struct FwdKernelParams {
   typename Traits::TmaQ tma_q;
@@ -40,6 +45,7 @@ struct FwdKernelParams {
   typename Traits::TmaKV tma_v;
   FwdParams p;
   int* tile_counter;  // zeroed before the launch: tiles handed out so far past the first wave
+  int heads_together;  // query heads handed out side by side (fwd_tile_of): H / Hk or 1
 };
 
 // Masks a partially masked tile (query rows from r0, key columns from c0) of
@@ -132,13 +138,22 @@ struct FwdTile {
   int m_block, head, batch;
 };
 
-// Tile t: query blocks fastest, so the CTAs running at once share one head's
-// K/V in L2, and in reverse, so the heaviest blocks under causal masks start
-// first (handed out in order, the light ones fill the gaps at the end).
-__device__ __forceinline__ FwdTile fwd_tile_of(int t, int query_blocks, int num_heads) {
-  const int m = t % query_blocks;
-  const int rest = t / query_blocks;
-  return FwdTile{query_blocks - 1 - m, rest % num_heads, rest / num_heads};
+// Tile t: `heads_together` query heads of one GQA group fastest, then query
+// blocks in reverse, then head groups and batch. The heads of a group read the
+// same K/V blocks, so tiles handed out side by side fetch each block from HBM
+// once; query blocks next, so the CTAs running at once share one head's K/V in
+// L2 (which covers it only at short lengths or where neighbouring query blocks
+// see the same key blocks), and in reverse, so the heaviest blocks under
+// causal masks start first (handed out in order, the light ones fill the gaps
+// at the end).
+__device__ __forceinline__ FwdTile fwd_tile_of(int t, int query_blocks, int num_heads, int heads_together) {
+  const int head_in_group = t % heads_together;
+  const int rest = t / heads_together;
+  const int m = rest % query_blocks;
+  const int groups = num_heads / heads_together;
+  const int group_batch = rest / query_blocks;
+  return FwdTile{query_blocks - 1 - m, (group_batch % groups) * heads_together + head_in_group,
+                 group_batch / groups};
 }
 
 // Named barriers (id 0 is __syncthreads): each consumer warpgroup's staging
@@ -261,7 +276,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         const bool done = t >= num_tiles;
         int num_live = 0;
         if (!done) {
-          const FwdTile tile = fwd_tile_of(t, query_blocks, p.num_heads);
+          const FwdTile tile = fwd_tile_of(t, query_blocks, p.num_heads, kp.heads_together);
           num_live = build_live_key_blocks<Traits::kListThreads, kBlockM, kBlockN>(
               p, tile.batch, tile.head, tile.m_block, live_list(slot), ss.warp_counts, tid, sync);
         }
@@ -284,7 +299,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       wait_published(ss.list_full[slot], (k / 2) % 2);
       const int t = ss.tile_index[slot];
       if (t >= num_tiles) break;
-      const FwdTile tile = fwd_tile_of(t, query_blocks, p.num_heads);
+      const FwdTile tile = fwd_tile_of(t, query_blocks, p.num_heads, kp.heads_together);
       const int head_k = tile.head / (p.num_heads / p.num_heads_k);
       const int num_live = ss.num_live_blocks[slot];
       const uint16_t* list = live_list(slot);
@@ -359,182 +374,221 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const int wg = mma_tid / 128;
   const int wg_tid = mma_tid % 128;
   int partial_tiles = 0;
-  if (kPingPong && wg == 1) scheduler_pass_turn(wg);
-  for (int k = 0;; ++k) {
-    const int slot = k % 2;
-    wait_published(ss.list_full[slot], (k / 2) % 2);
-    const int t = ss.tile_index[slot];
-    if (t >= num_tiles) break;
-    const FwdTile tile = fwd_tile_of(t, query_blocks, p.num_heads);
-    const int r0 = tile.m_block * kBlockM;
-    const int32_t* columns = kColumnMask ? mask_columns(p, tile.batch, tile.head) : nullptr;
-    float row_max[kRows], row_sum[kRows];  // row_max in the scaled log2 domain
+  // Stages a partial key block's column bounds (column-mask calls), one column
+  // per thread of this warpgroup; read back after this warpgroup's barrier.
+  auto stage_columns = [&](const int32_t* columns, int c0) FLASHMASK_INLINE -> MaskedRows* {
+    MaskedRows* staged = ss.col_bounds[wg][partial_tiles % 2];
+    const int col = c0 + wg_tid;
+    const ColumnBounds b = col < p.seqlen_k ? load_column_bounds(columns + int64_t(col) * p.mask.col_stride,
+                                                                 p.mask.num_cols, p.mask.causal, p.seqlen_q)
+                                            : ColumnBounds{0, 0, 0, 0};
+    staged[wg_tid] = masked_rows(b, col, p.mask.causal, p.seqlen_k - p.seqlen_q, p.seqlen_k);
+    ++partial_tiles;
+    return staged;
+  };
+  auto mask_tile = [&](auto& scores, const MaskedRows* staged, int r0, int c0) FLASHMASK_INLINE {
+    if constexpr (kColumnMask) {  // this warpgroup's columns are staged
+      asm volatile("bar.sync %0, 128;\n" ::"r"(int(FwdBarrier::kStagedColumnsWG0) + wg) : "memory");
+      mask_partial_tile(scores, tScS_rc, staged, r0);
+    } else {
+      mask_partial_tile(scores, tScS_rc, p, r0, c0);
+    }
+  };
+  float row_max[kRows], row_sum[kRows], alpha[kRows];  // row_max in the scaled log2 domain
+  auto start_rows = [&]() FLASHMASK_INLINE {
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < kRows; ++r) {
       row_max[r] = -CUDART_INF_F;
       row_sum[r] = 0.f;
     }
     clear(tOrO);
-
-    ss.barrier_q[slot].wait((k / 2) % 2);  // Q landed (or nothing is live)
-    const int num_live = ss.num_live_blocks[slot];
-    const uint16_t* list = live_list(slot);
-
-    // Stages a partial tile's column bounds (column-mask calls), one column
-    // per thread of this warpgroup; read back after this warpgroup's barrier.
-    auto stage_columns = [&](int c0) -> MaskedRows* {
-      MaskedRows* staged = ss.col_bounds[wg][partial_tiles % 2];
-      const int col = c0 + wg_tid;
-      const ColumnBounds b = col < p.seqlen_k ? load_column_bounds(columns + int64_t(col) * p.mask.col_stride,
-                                                                   p.mask.num_cols, p.mask.causal, p.seqlen_q)
-                                              : ColumnBounds{0, 0, 0, 0};
-      staged[wg_tid] = masked_rows(b, col, p.mask.causal, p.seqlen_k - p.seqlen_q, p.seqlen_k);
-      ++partial_tiles;
-      return staged;
-    };
-    auto mask_tile = [&](auto& scores, const MaskedRows* staged, int c0) {
-      if constexpr (kColumnMask) {  // this warpgroup's columns are staged
-        asm volatile("bar.sync %0, 128;\n" ::"r"(int(FwdBarrier::kStagedColumnsWG0) + wg) : "memory");
-        mask_partial_tile(scores, tScS_rc, staged, r0);
-      } else {
-        mask_partial_tile(scores, tScS_rc, p, r0, c0);
-      }
-    };
-    float alpha[kRows];
-
-    if constexpr (!kOverlap) {
-      for (int i = 0; i < num_live; ++i) {
-        const uint16_t entry = list[i];
-        const bool partial = live_block_partial(entry);
-        const int c0 = live_block_index(entry) * kBlockN;
-        MaskedRows* staged = (kColumnMask && partial) ? stage_columns(c0) : nullptr;
-        Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
-        pipeline_k.consumer_wait(read);
-        if constexpr (kPingPong) {
-          scheduler_wait_turn(wg);
-          warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_qk, tSrQ(_, _, _, slot), tSrK(_, _, _, read.index()),
-                                                          tSrS);
-          scheduler_pass_turn(wg);
-          warpgroup_wait<0>();
-          warpgroup_fence_operand(tSrS);  // S is read only after the wait
-        } else {
-          warpgroup_gemm</*zero_init=*/true, /*wait=*/0>(mma_qk, tSrQ(_, _, _, slot), tSrK(_, _, _, read.index()),
-                                                         tSrS);
-        }
-        pipeline_k.consumer_release(read);
-
-        Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
-        if (partial) mask_tile(scores, staged, c0);
-        online_softmax_step(scores, row_max, row_sum, alpha, scale_log2);
-        rescale_rows(tOrO_rc, alpha);
-
-        auto tSrP = convert_tensor<Element>(tSrS);
-        Tensor tOrP = make_tensor(tSrP.data(), acc_as_a_operand(tSrP.layout()));
-        pipeline_v.consumer_wait(read);
-        warpgroup_gemm</*zero_init=*/false, /*wait=*/0>(mma_pv, tOrP, tOrV(_, _, _, read.index()), tOrO);
-        pipeline_v.consumer_release(read);
-        ++read;
-      }
-    } else {
-      // Intra-warpgroup overlap (FA3): step i issues S_i = Q K_i^T, rescales
-      // O by step i-1's factor while that GEMM runs, issues
-      // O += P_{i-1} V_{i-1}, waits for S_i alone and runs S_i's mask and
-      // softmax while the P V GEMM is still on the tensor cores; only then
-      // does it wait for that GEMM and turn S_i into P_i, which the next
-      // step multiplies by V_i. The first step (no P yet) is peeled off, so
-      // that every wgmma of the loop is issued on a uniform path. P lives
-      // across steps in packed 16-bit pairs, written only after the GEMM
-      // that reads it has retired.
-      const auto s_layout = partition_fragment_C(mma_qk, select<0, 1>(TileShape{})).layout();
-      uint32_t p_packed[decltype(size(s_layout))::value / 2];
-      Tensor tOrP = make_tensor(make_rmem_ptr<Element>(reinterpret_cast<Element*>(p_packed)),
-                                acc_as_a_operand(s_layout));
-      PipelineState read_v = read;  // the stage of V_{i-1}
-      const uint32_t softmax_pin = uint32_t(__cvta_generic_to_shared(&ss.softmax_pin[mma_tid]));
-      auto step = [&](int c0, auto first, auto partial) {
-        constexpr bool kFirst = decltype(first)::value, kPartial = decltype(partial)::value;
-        MaskedRows* staged = (kColumnMask && kPartial) ? stage_columns(c0) : nullptr;
-        Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
-        pipeline_k.consumer_wait(read);
-        warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_qk, tSrQ(_, _, _, slot), tSrK(_, _, _, read.index()),
-                                                        tSrS);
-        if constexpr (!kFirst) {
-          rescale_rows(tOrO_rc, alpha);  // step i-1's factor, before P_{i-1} V_{i-1} lands in O
-          warpgroup_fence_operand(tOrO);
-          pipeline_v.consumer_wait(read_v);
-          warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), tOrO);
-        }
-        warpgroup_wait<kFirst ? 0 : 1>();
-        warpgroup_fence_operand(tSrS);  // S is read only after the wait
-        pipeline_k.consumer_release(read);
-
-        Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
-        if constexpr (kPartial) mask_tile(scores, staged, c0);
-        online_softmax_step(scores, row_max, row_sum, alpha, scale_log2);
-
-        if constexpr (!kFirst) {
-          // The row sums depend on every exp of the step; storing them (to
-          // a slot of this thread's that nothing reads) pins the wait below
-          // after the softmax: ptxas keeps memory operations and wgmma waits
-          // in order, but would otherwise hoist the wait above the exps.
-          static_assert(kRows == 2);
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(softmax_pin), "f"(row_sum[0]), "f"(row_sum[1])
-                       : "memory");
-          warpgroup_wait<0>();
-          warpgroup_fence_operand(tOrO);
-          pipeline_v.consumer_release(read_v);
-        }
-        pack_pairs<Element>(tSrS, p_packed);
-        read_v = read;
-        ++read;
-      };
-      // A step with and one without the partial tile's mask, each issued on
-      // a path of its own: with both in one body, ptxas puts the wait for
-      // the P V GEMM at the join after the mask, ahead of the softmax.
-      auto step_at = [&](int i, auto first) {
-        const uint16_t entry = list[i];
-        const int c0 = live_block_index(entry) * kBlockN;
-        if (live_block_partial(entry)) {
-          step(c0, first, cute::true_type{});
-        } else {
-          step(c0, first, cute::false_type{});
-        }
-      };
-      if (num_live > 0) {
-        step_at(0, cute::true_type{});
-        for (int i = 1; i < num_live; ++i) step_at(i, cute::false_type{});
-        rescale_rows(tOrO_rc, alpha);
-        warpgroup_fence_operand(tOrO);
-        pipeline_v.consumer_wait(read_v);  // the last block's P V
-        warpgroup_gemm</*zero_init=*/false, /*wait=*/0>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), tOrO);
-        pipeline_v.consumer_release(read_v);
-      }
-    }
-    // This thread no longer reads the slot's Q or list: the producer may refill it.
-    arrive_published(ss.tile_empty[slot]);
-
-    // Normalise and write O and the LSE (natural log). Empty rows: O = 0, LSE = -inf.
+  };
+  // Normalises O and writes it and the LSE (natural log) of a finished tile.
+  // Empty rows: O = 0, LSE = -inf.
+  auto store_tile = [&](const FwdTile& tile) FLASHMASK_INLINE {
+    const int r0 = tile.m_block * kBlockM;
     Element* out = static_cast<Element*>(p.out) + tile.batch * p.o_batch_stride + tile.head * p.o_head_stride;
     float* lse = p.softmax_lse + (int64_t(tile.batch) * p.num_heads + tile.head) * p.seqlen_q;
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < kRows; ++r) {
       const float total = quad_allreduce_sum(row_sum[r]);
       const int row = r0 + get<0>(tOcO_rc(r, 0));
-      if (row >= p.seqlen_q) continue;
+      // Rows past the end store nothing (predicated stores, no branch: the
+      // next tile's first GEMM may be in flight here).
+      const bool in_range = row < p.seqlen_q;
       const bool empty = !(total > 0.f);
-      const float inv = empty ? 0.f : 1.f / total;
+      // A reciprocal without the division's slow-path call (total >= 1 on a
+      // row with anything visible: its maximum contributes exp2(0)).
+      const float inv = empty ? 0.f : __frcp_rn(total);
       Element* out_row = out + int64_t(row) * p.o_row_stride;
       CUTLASS_PRAGMA_UNROLL
       for (int c = 0; c < size<1>(tOrO_rc); c += 2) {
         // Columns c and c + 1 of this thread are adjacent: one 4-byte store.
         const uint32_t lo = Element(tOrO_rc(r, c) * inv).raw();
         const uint32_t hi = Element(tOrO_rc(r, c + 1) * inv).raw();
-        *reinterpret_cast<uint32_t*>(out_row + get<1>(tOcO_rc(r, c))) = lo | (hi << 16);
+        if (in_range) *reinterpret_cast<uint32_t*>(out_row + get<1>(tOcO_rc(r, c))) = lo | (hi << 16);
       }
-      if (get<1>(tOcO_rc(r, 0)) == 0) {
+      if (in_range && get<1>(tOcO_rc(r, 0)) == 0) {
         lse[row] = empty ? -CUDART_INF_F : (row_max[r] + log2f(total)) * 0.6931471805599453f;
       }
     }
+  };
+
+  // Intra-warpgroup overlap (FA3), the kOverlap schedules: step i issues
+  // S_i = Q K_i^T, rescales O by step i-1's factor while that GEMM runs,
+  // issues O += P_{i-1} V_{i-1}, waits for S_i alone and runs S_i's mask and
+  // softmax while the P V GEMM is still on the tensor cores; only then does it
+  // wait for that GEMM and turn S_i into P_i, which the next step multiplies
+  // by V_i. A tile's first step (no P yet) is peeled off, so that every wgmma
+  // of the loop is issued on a uniform path. P lives across steps in packed
+  // 16-bit pairs, written only after the GEMM that reads it has retired.
+  const auto s_layout = partition_fragment_C(mma_qk, select<0, 1>(TileShape{})).layout();
+  uint32_t p_packed[decltype(size(s_layout))::value / 2];
+  Tensor tOrP = make_tensor(make_rmem_ptr<Element>(reinterpret_cast<Element*>(p_packed)),
+                            acc_as_a_operand(s_layout));
+  PipelineState read_v = read;  // the stage of V_{i-1}
+  const uint32_t softmax_pin = uint32_t(__cvta_generic_to_shared(&ss.softmax_pin[mma_tid]));
+  // Step i > 0 of a tile whose Q is in `slot` (first steps: first_step below).
+  auto overlap_step = [&](int slot, int r0, const int32_t* columns, int c0, auto partial) FLASHMASK_INLINE {
+    constexpr bool kPartial = decltype(partial)::value;
+    MaskedRows* staged = (kColumnMask && kPartial) ? stage_columns(columns, c0) : nullptr;
+    Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
+    pipeline_k.consumer_wait(read);
+    warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_qk, tSrQ(_, _, _, slot), tSrK(_, _, _, read.index()),
+                                                    tSrS);
+    rescale_rows(tOrO_rc, alpha);  // step i-1's factor, before P_{i-1} V_{i-1} lands in O
+    warpgroup_fence_operand(tOrO);
+    pipeline_v.consumer_wait(read_v);
+    warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), tOrO);
+    warpgroup_wait<1>();
+    warpgroup_fence_operand(tSrS);  // S is read only after the wait
+    pipeline_k.consumer_release(read);
+
+    Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
+    if constexpr (kPartial) mask_tile(scores, staged, r0, c0);
+    online_softmax_step(scores, row_max, row_sum, alpha, scale_log2);
+    // The row sums depend on every exp of the step; storing them (to a slot
+    // of this thread's that nothing reads) pins the wait below after the
+    // softmax: ptxas keeps memory operations and wgmma waits in order, but
+    // would otherwise hoist the wait above the exps.
+    static_assert(kRows == 2);
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(softmax_pin), "f"(row_sum[0]), "f"(row_sum[1])
+                 : "memory");
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tOrO);
+    pipeline_v.consumer_release(read_v);
+    pack_pairs<Element>(tSrS, p_packed);
+    read_v = read;
+    ++read;
+  };
+  // Steps 1 .. num_live - 1 of a tile, each with and without the partial
+  // block's mask on a path of its own: with both in one body, ptxas puts the
+  // wait for the P V GEMM at the join after the mask, ahead of the softmax.
+  auto overlap_steps = [&](int slot, int r0, const int32_t* columns, const uint16_t* list, int num_live) FLASHMASK_INLINE {
+    for (int i = 1; i < num_live; ++i) {
+      const uint16_t entry = list[i];
+      const int c0 = live_block_index(entry) * kBlockN;
+      if (live_block_partial(entry)) {
+        overlap_step(slot, r0, columns, c0, cute::true_type{});
+      } else {
+        overlap_step(slot, r0, columns, c0, cute::false_type{});
+      }
+    }
+  };
+  // A tile's first step: S_0 = Q K_0^T (its columns staged first if
+  // partial), waited for at once (no P V is in flight yet), and its softmax.
+  auto first_step = [&](int slot, int r0, const int32_t* columns, uint16_t entry) FLASHMASK_INLINE {
+    const bool partial = live_block_partial(entry);
+    const int c0 = live_block_index(entry) * kBlockN;
+    MaskedRows* staged = (kColumnMask && partial) ? stage_columns(columns, c0) : nullptr;
+    Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
+    pipeline_k.consumer_wait(read);
+    warpgroup_gemm</*zero_init=*/true, /*wait=*/0>(mma_qk, tSrQ(_, _, _, slot), tSrK(_, _, _, read.index()), tSrS);
+    pipeline_k.consumer_release(read);
+    Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
+    if (partial) mask_tile(scores, staged, r0, c0);
+    online_softmax_step(scores, row_max, row_sum, alpha, scale_log2);
+    pack_pairs<Element>(tSrS, p_packed);
+    read_v = read;
+    ++read;
+  };
+  // The last block's P V, after the last step's softmax.
+  auto last_pv = [&]() FLASHMASK_INLINE {
+    rescale_rows(tOrO_rc, alpha);
+    warpgroup_fence_operand(tOrO);
+    pipeline_v.consumer_wait(read_v);
+    warpgroup_gemm</*zero_init=*/false, /*wait=*/0>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), tOrO);
+    pipeline_v.consumer_release(read_v);
+  };
+
+  // The tile in slot k % 2 once its list is published: false past the last one.
+  struct OpenTile {
+    FwdTile tile;
+    int r0, num_live;
+    const uint16_t* list;
+    const int32_t* columns;
+  };
+  auto open_tile = [&](int k, OpenTile& o) FLASHMASK_INLINE -> bool {
+    const int slot = k % 2;
+    wait_published(ss.list_full[slot], (k / 2) % 2);
+    const int t = ss.tile_index[slot];
+    if (t >= num_tiles) return false;
+    o.tile = fwd_tile_of(t, query_blocks, p.num_heads, kp.heads_together);
+    o.r0 = o.tile.m_block * kBlockM;
+    o.columns = kColumnMask ? mask_columns(p, o.tile.batch, o.tile.head) : nullptr;
+    ss.barrier_q[slot].wait((k / 2) % 2);  // Q landed (or nothing is live)
+    o.num_live = ss.num_live_blocks[slot];
+    o.list = live_list(slot);
+    return true;
+  };
+
+  if (kPingPong && wg == 1) scheduler_pass_turn(wg);
+  for (int k = 0;; ++k) {
+    const int slot = k % 2;
+    OpenTile o;
+    if (!open_tile(k, o)) break;
+    start_rows();
+    if constexpr (!kOverlap) {
+      for (int i = 0; i < o.num_live; ++i) {
+        const uint16_t entry = o.list[i];
+        const bool partial = live_block_partial(entry);
+        const int c0 = live_block_index(entry) * kBlockN;
+        MaskedRows* staged = (kColumnMask && partial) ? stage_columns(o.columns, c0) : nullptr;
+        Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
+        pipeline_k.consumer_wait(read);
+        if constexpr (kPingPong) {
+          scheduler_wait_turn(wg);
+          warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_qk, tSrQ(_, _, _, slot),
+                                                          tSrK(_, _, _, read.index()), tSrS);
+          scheduler_pass_turn(wg);
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(tSrS);  // S is read only after the wait
+        } else {
+          warpgroup_gemm</*zero_init=*/true, /*wait=*/0>(mma_qk, tSrQ(_, _, _, slot),
+                                                         tSrK(_, _, _, read.index()), tSrS);
+        }
+        pipeline_k.consumer_release(read);
+
+        Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
+        if (partial) mask_tile(scores, staged, o.r0, c0);
+        online_softmax_step(scores, row_max, row_sum, alpha, scale_log2);
+        rescale_rows(tOrO_rc, alpha);
+
+        auto tSrP = convert_tensor<Element>(tSrS);
+        Tensor tOrP_serial = make_tensor(tSrP.data(), acc_as_a_operand(tSrP.layout()));
+        pipeline_v.consumer_wait(read);
+        warpgroup_gemm</*zero_init=*/false, /*wait=*/0>(mma_pv, tOrP_serial, tOrV(_, _, _, read.index()), tOrO);
+        pipeline_v.consumer_release(read);
+        ++read;
+      }
+    } else if (o.num_live > 0) {
+      first_step(slot, o.r0, o.columns, o.list[0]);
+      overlap_steps(slot, o.r0, o.columns, o.list, o.num_live);
+      last_pv();
+    }
+    // This thread no longer reads the slot's Q or list: the producer may refill it.
+    arrive_published(ss.tile_empty[slot]);
+    store_tile(o.tile);
   }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }

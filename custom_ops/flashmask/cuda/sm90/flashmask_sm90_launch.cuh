@@ -64,6 +64,12 @@ inline bool fwd_overlap() { return env_switch("PADDLE_FLASHMASK_SM90_FWD_OVERLAP
 // causal 16K on the H100 (not reproduced), so the combination is not built.
 inline bool fwd_pingpong() { return env_switch("PADDLE_FLASHMASK_SM90_FWD_PINGPONG", false); }
 
+// The forward's tile order (fwd_tile_of): the query heads of a GQA group side
+// by side, so the CTAs that read the same K/V blocks run at once and fetch
+// them from HBM once (PADDLE_FLASHMASK_SM90_FWD_GQA_TILES=0: one head's
+// query blocks side by side, as before).
+inline bool fwd_gqa_tiles() { return env_switch("PADDLE_FLASHMASK_SM90_FWD_GQA_TILES", true); }
+
 template <typename Traits>
 using FwdKernel = void (*)(FwdKernelParams<Traits>);
 
@@ -112,6 +118,7 @@ void launch_fwd(const FwdParams& p, cudaStream_t stream) {
   // Persistent: one CTA per SM; after the first wave the CTAs take tiles
   // from a counter in the caller's workspace, zeroed here on the stream.
   kp.tile_counter = cuda::tile_counters(p);
+  kp.heads_together = fwd_gqa_tiles() ? p.num_heads / p.num_heads_k : 1;
   FLASHMASK_CUDA_CHECK(cudaMemsetAsync(kp.tile_counter, 0, sizeof(int), stream));
   const int64_t tiles = int64_t(fwd_query_blocks<Traits>(p)) * p.num_heads * p.batch;
   const dim3 grid(unsigned(std::min<int64_t>(tiles, sm_count())));
