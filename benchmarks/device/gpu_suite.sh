@@ -2,7 +2,9 @@
 # Device call 2 (after `bash .gpu1/device-install.sh` in call 1): installs the Paddle GPU
 # runtime (../shared/tools/paddle-gpu-runtime), builds the op for sm_90a, runs the GPU
 # tests, compute-sanitizer on small cases and our benchmark. Logs and results go to $OUT.
-#   STAGES="harness tests sanitize bench"  TEST_SELECT="<pytest -k expression>"  BENCH_BUDGET_S=150
+#   STAGES="harness tests sanitize bench peers"  TEST_SELECT="<pytest -k expression>"  BENCH_BUDGET_S=150
+#   BENCH_KERNELS="sm90 fa2"  (peers: benchmarks/device/peers.sh in the same call, outside the
+#   Paddle runtime's environment: ours and FlexAttention measured in one call)
 # (harness: the Paddle-free check of every case, then --time-fwd, the sm90 forward's
 # schedules timed interleaved; needs .gpu_objs/flashmask_harness from harness/build.sh)
 # Carry .gpu_objs (benchmarks/device/harness/build.sh: the CUDA objects prebuilt on the
@@ -10,7 +12,7 @@
 # objects that do not match the sources are rebuilt here, in parallel.
 set -uo pipefail
 OUT=${OUT:-/tmp/pfm_out}; mkdir -p "$OUT"
-STAGES=${STAGES:-"tests sanitize bench"}
+STAGES=${STAGES-"tests sanitize bench"}  # set but empty: none (only the runtime and the op build)
 source benchmarks/device/runtime_env.sh
 
 if [[ " $STAGES " == *" harness "* ]]; then
@@ -38,11 +40,17 @@ if [[ " $STAGES " == *" sanitize "* ]]; then
 fi
 
 if [[ " $STAGES " == *" bench "* ]]; then
-  python3 benchmarks/bench_gpu.py --lengths 8192 32768 --kv-heads 8 --repeats 3 --gpu-kernels sm90 fa2 \
+  python3 benchmarks/bench_gpu.py --lengths 8192 32768 --kv-heads 8 --repeats 3 --gpu-kernels ${BENCH_KERNELS:-sm90 fa2} \
     --budget-s "${BENCH_BUDGET_S:-300}" --out "$OUT/gpu_results.jsonl" 2>&1 | grep -v -E "^W|^I[0-9]" | tee "$OUT/bench_ours.log" | grep "^| sm90"
-  python3 benchmarks/bench_gpu.py --lengths 16384 --kv-heads 8 32 --masks causal --repeats 5 --gpu-kernels sm90 fa2 \
+  python3 benchmarks/bench_gpu.py --lengths 16384 --kv-heads 8 32 --masks causal --repeats 5 --gpu-kernels ${BENCH_KERNELS:-sm90 fa2} \
     --out "$OUT/gpu_results.jsonl" 2>&1 | grep "^|" | tail -4
   python3 benchmarks/bench_gpu.py --lengths 131072 --kv-heads 8 --masks causal_document share_question sliding_window \
     --repeats 1 --gpu-kernels sm90 --budget-s 60 --out "$OUT/gpu_results.jsonl" 2>&1 | grep "^|" | tail -3
   stamp "bench done"
+fi
+
+if [[ " $STAGES " == *" peers "* ]]; then
+  # The device's plain python3 with PyTorch: none of the Paddle runtime's paths.
+  env -u PYTHONPATH -u LD_LIBRARY_PATH bash benchmarks/device/peers.sh
+  stamp "peers done"
 fi

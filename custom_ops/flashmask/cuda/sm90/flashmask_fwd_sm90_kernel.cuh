@@ -413,8 +413,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     for (int r = 0; r < kRows; ++r) {
       const float total = quad_allreduce_sum(row_sum[r]);
       const int row = r0 + get<0>(tOcO_rc(r, 0));
-      // Rows past the end store nothing (predicated stores, no branch: the
-      // next tile's first GEMM may be in flight here).
+      // Rows past the end store nothing (predicated stores: the epilogue
+      // stays one straight block of code).
       const bool in_range = row < p.seqlen_q;
       const bool empty = !(total > 0.f);
       // A reciprocal without the division's slow-path call (total >= 1 on a
