@@ -363,15 +363,12 @@ def test_sm90_fwd_tile_orders(monkeypatch, gqa_tiles, heads, heads_k, hm, causal
         pfm.set_gpu_kernel(old)
 
 
-def _short_documents(rng, seqlen):
-    """Causal-document indices (C=1) of 100-300-token documents: tiles of 1-3 live key blocks."""
-    ends = np.zeros(seqlen, dtype=np.int32)
-    start = 0
-    while start < seqlen:
-        end = min(seqlen, start + int(rng.integers(100, 301)))
-        ends[start:end] = end
-        start = end
-    return ends
+def _short_document_lengths(rng, seqlen):
+    """Documents of 100-300 tokens filling `seqlen` (the last cut short): tiles of 1-3 live key blocks."""
+    lens = []
+    while sum(lens) < seqlen:
+        lens.append(min(int(rng.integers(100, 301)), seqlen - sum(lens)))
+    return lens
 
 
 @pytest.mark.parametrize("sm90_fwd_schedule", list(FWD_SCHEDULES), indirect=True)
@@ -385,7 +382,7 @@ def test_sm90_fwd_many_tiles_per_cta(sm90_fwd_schedule, dim, mask):
     rng = np.random.default_rng(seed_of("many-tiles", mask))
     causal, idx = True, None
     if mask == "short_documents":
-        idx = np.broadcast_to(_short_documents(rng, seqlen)[None, None, :, None], (batch, 1, seqlen, 1)).copy()
+        idx = masks.causal_document_mask(_short_document_lengths(rng, seqlen), seqlen, batch, place="numpy")
     elif mask == "empty_query_blocks":  # causal, every column masks rows [512, 768)
         idx = np.zeros((batch, 1, seqlen, 2), dtype=np.int32)
         idx[..., 0], idx[..., 1] = 512, 768
