@@ -361,11 +361,11 @@ def bench(args, place):
 
 
 def single_device_step(q, k, v, do, it, causal, kernel):
-    """One GPU's fwd+bwd of the whole sequence: the op's kernels in one call up to 2^19 tokens,
-    beyond that the op's long-sequence path (Hopper kernels on pieces, merged exactly) rather
+    """One GPU's fwd+bwd of the whole sequence: the op's kernels in one call up to 2^19 tokens
+    (2^18 at head dim 256), beyond that the op's long-sequence path (Hopper kernels on pieces, merged exactly) rather
     than the FA2-class kernels one call would fall back to."""
     scale = int(q.shape[3]) ** -0.5
-    if int(q.shape[1]) <= long_sequence.SM90_MAX_SEQLEN:
+    if int(q.shape[1]) <= long_sequence.sm90_max_seqlen(int(q.shape[3])):
         def step():
             o, lse = tensor_ops.attention_fwd(q, k, v, it, scale, causal, kernel, False)
             return tensor_ops.attention_bwd(q, k, v, it, o, lse, do, scale, causal, kernel, False)

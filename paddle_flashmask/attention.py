@@ -66,6 +66,29 @@ def _default_deterministic():
         return False
 
 
+def _resolve_deterministic(deterministic):
+    """The call's deterministic argument as a bool: None follows the Paddle flag."""
+    if deterministic is None:
+        return _default_deterministic()
+    return validation.check_flag("deterministic", deterministic)
+
+
+def gpu_supports(query, head_dim, deterministic=None):
+    """Whether flashmask_attention takes a call of ``query``'s dtype and ``head_dim`` on
+    ``query``'s GPU with the current kernel family and this ``deterministic`` (None: the
+    default), without raising; True off the GPU (the CPU kernel takes every call). For callers
+    with a fallback of their own (paddlenlp_patches): head_dim 256 runs on the Hopper kernels
+    only and not in deterministic mode, so it is taken on some GPUs and calls only."""
+    gpu_kernel_name = get_gpu_kernel()  # a bad setting raises: it is no reason to fall back
+    deterministic = _resolve_deterministic(deterministic)
+    try:
+        validation.check_device_support(query, head_dim, None, gpu_kernel_name)
+        validation.check_deterministic_support(query, head_dim, deterministic)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def set_index_validation(enabled):
     """Enables/disables the value check of startend_row_indices (default on;
     env PADDLE_FLASHMASK_VALIDATE_INDICES=0 turns it off). Returns the old setting.
@@ -152,6 +175,9 @@ def flashmask_attention(
 
     Args:
         query (Tensor): ``[batch, seqlen_q, num_heads, head_dim]``, float32, float16 or bfloat16.
+            The CPU kernel takes any head_dim; on GPU float16/bfloat16 with head_dim 32, 64, 96
+            or 128, and 256 on the Hopper (sm90) kernels only (a compute capability 9.0 GPU, a
+            build with them, gpu_kernel not ``"fa2"``) and not with ``deterministic``.
         key (Tensor): ``[batch, seqlen_k, num_heads_k, head_dim]``; ``num_heads`` must be a
             multiple of ``num_heads_k`` (GQA/MQA).
         value (Tensor): ``[batch, seqlen_k, num_heads_k, head_dim_v]``, the shape of ``key`` except
@@ -180,8 +206,9 @@ def flashmask_attention(
         deterministic (bool, optional): makes the GPU backward bit-reproducible: dQ is computed
             query-major without atomics and the GQA group's dK/dV are reduced in a fixed order
             (somewhat slower). ``None`` follows Paddle's ``FLAGS_cudnn_deterministic`` where this
-            Paddle has that flag (as Paddle's own flash attention does), else False. The CPU
-            backward is always deterministic (and independent of the thread count).
+            Paddle has that flag (as Paddle's own flash attention does), else False. On GPU it
+            does not take head_dim 256 (a ValueError: pass False). The CPU backward is always
+            deterministic (and independent of the thread count).
         block_mask (Tensor, optional): int32 ``[batch or 1, Hm, ceil(seqlen_q / 128),
             ceil(seqlen_k / 128)]`` of 0/1, as Paddle's: 0 masks a whole 128 x 128 block of
             (query rows, key columns) on top of the column mask (Hm: the indices' mask heads, or
@@ -198,13 +225,13 @@ def flashmask_attention(
         gradient.
     """
     batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim = validation.check_qkv(query, key, value)
-    validation.check_device_support(query, head_dim, int(value.shape[3]))
+    gpu_kernel_name = get_gpu_kernel()
+    validation.check_device_support(query, head_dim, int(value.shape[3]), gpu_kernel_name)
     validation.check_scalar_args(dropout, softmax_scale, training)
     causal = validation.check_flag("causal", causal)
     return_softmax_lse = validation.check_flag("return_softmax_lse", return_softmax_lse)
-    deterministic = _default_deterministic() if deterministic is None else \
-        validation.check_flag("deterministic", deterministic)
-    gpu_kernel_name = get_gpu_kernel()
+    deterministic = _resolve_deterministic(deterministic)
+    validation.check_deterministic_support(query, head_dim, deterministic)
     validation.check_sm90_forced(query, head_dim, gpu_kernel_name)
     validation.check_sm90_env()
     gpu_kernel = GPU_KERNELS[gpu_kernel_name]
@@ -240,6 +267,7 @@ def flashmask_attention(
         # beyond what one Hopper kernel call takes: pieces, merged exactly (long_sequence.py)
         out, lse = long_sequence.attention(q, k, v, indices, causal, scale, gpu_kernel, deterministic)
     else:
+        validation.check_sm90_only_length(query, head_dim, seqlen_q, seqlen_k, "query/key")
         left, right = window if window is not None else (-1, -1)
         out, lse = ops.pfm_flashmask_attention(
             q,

@@ -1,21 +1,22 @@
 """Attention over sequences longer than one Hopper kernel call takes.
 
-The Hopper kernels take at most 2^19 query rows and keys per call (their live-block lists
-must fit in shared memory); a longer self-attention call would otherwise run on the
-FA2-class kernels at a fraction of the speed. Here the call is cut into query pieces and
-key parts of at most ``split_seqlen()`` tokens. Every (piece, part) pair runs the
-single-device kernels on the GLOBAL mask through the remap op (its masked rows in the
-piece's row numbers, for the part's keys), so tiles are skipped exactly as in one call; a
-piece's partial results over the key parts merge by their LSE, and the pieces are put
-back together with our concat op. Backward: every pair's backward with the merged out and
-LSE (P and rowsum(dO * O) are those of all keys), dQ summed over the key parts and dK/dV
-over the query pieces. Every data movement is one of our ops (the runtimes this project
-is tested in run no Paddle GPU kernel).
+The Hopper kernels take at most 2^19 query rows and keys per call, 2^18 at head dim 256
+(their live-block lists must fit in shared memory next to the tiles: ``sm90_max_seqlen``);
+a longer self-attention call would otherwise run on the FA2-class kernels at a fraction of
+the speed, or not at all (head dim 256 has no FA2-class kernel). Here the call is cut into
+query pieces and key parts of at most ``split_seqlen(head_dim)`` tokens. Every (piece,
+part) pair runs the single-device kernels on the GLOBAL mask through the remap op (its
+masked rows in the piece's row numbers, for the part's keys), so tiles are skipped exactly
+as in one call; a piece's partial results over the key parts merge by their LSE, and the
+pieces are put back together with our concat op. Backward: every pair's backward with the
+merged out and LSE (P and rowsum(dO * O) are those of all keys), dQ summed over the key
+parts and dK/dV over the query pieces. Every data movement is one of our ops (the runtimes
+this project is tested in run no Paddle GPU kernel).
 
 Taken for self-attention (Sq == Sk) without ``window_size`` or ``block_mask``, on a GPU of
-compute capability 9.0 whose Hopper kernels take the dtype and head dim, beyond 2^19
-tokens; ``PADDLE_FLASHMASK_SPLIT_SEQLEN=N`` splits every such call longer than N tokens,
-on any device (CPU included, for tests).
+compute capability 9.0 whose Hopper kernels take the dtype and head dim, beyond
+``sm90_max_seqlen(head_dim)`` tokens; ``PADDLE_FLASHMASK_SPLIT_SEQLEN=N`` splits every such
+call longer than N tokens, on any device (CPU included, for tests).
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from paddle.autograd import PyLayer
 
 from . import validation
 
-# The Hopper kernels' longest sequence (flashmask_sm90_api.cu, kMaxSeqlen).
+# The Hopper kernels' longest sequence (flashmask_sm90_api.cu, kMaxSeqlen) at head dims 64
+# and 128; head dim 256 takes half (its larger tiles leave less shared memory for the lists).
 SM90_MAX_SEQLEN = 1 << 19
+SM90_MAX_SEQLEN_HD256 = 1 << 18
 _ENV = "PADDLE_FLASHMASK_SPLIT_SEQLEN"
 _ROW_ALIGN = 128  # pieces start on whole kernel tiles
 
@@ -47,12 +50,17 @@ class _TensorOps:
 tensor_ops = _TensorOps()
 
 
-def split_seqlen():
+def sm90_max_seqlen(head_dim):
+    """The longest sequence (query rows and keys) one Hopper kernel call takes at ``head_dim``."""
+    return SM90_MAX_SEQLEN_HD256 if head_dim == 256 else SM90_MAX_SEQLEN
+
+
+def split_seqlen(head_dim):
     """(longest piece, forced): from PADDLE_FLASHMASK_SPLIT_SEQLEN if set (pieces are whole
-    128-row tiles, so at least 128 tokens), else the Hopper limit."""
+    128-row tiles, so at least 128 tokens), else the Hopper limit at ``head_dim``."""
     env = os.environ.get(_ENV, "")
     if not env:
-        return SM90_MAX_SEQLEN, False
+        return sm90_max_seqlen(head_dim), False
     try:
         value = int(env)
     except ValueError:
@@ -75,7 +83,7 @@ def should_split(query, key, window, block_mask, gpu_kernel_name, head_dim, sm90
 def splits(query, fa2_forced, head_dim, sm90_head_dims):
     """Whether a self-attention of ``query``'s length runs in pieces here."""
     S = int(query.shape[1])
-    limit, forced = split_seqlen()
+    limit, forced = split_seqlen(head_dim)
     if S <= limit:
         return False
     if forced:
@@ -164,7 +172,8 @@ def pieces_forward(q, k, v, indices, causal, scale, gpu_kernel, deterministic):
     """(out, lse, state) of the single-device op computed in pieces, outside autograd; ``state``
     is what :func:`pieces_backward` needs besides q/k/v/out (the pieces' LSEs: the outputs
     are taken back from ``out``, not kept twice)."""
-    limit, _ = split_seqlen()
+    # the limit splits() decided with: both take the head dim of q (the op's head_dim)
+    limit, _ = split_seqlen(int(q.shape[3]))
     pieces = _Pieces(int(q.shape[1]), int(q.shape[0]), q.place, limit)
     masks = _masks(pieces, indices, causal)
     ks = [pieces.take(k, j) for j in range(pieces.n)]

@@ -228,13 +228,23 @@ def _choices(allowed):
     return ", ".join(repr(a) for a in allowed)
 
 
-# Head dims the CUDA kernels take; 96 runs on the FA2-class kernels only (NOTES.md, "Head dim 96").
-GPU_HEAD_DIMS = (32, 64, 96, 128)
+# Head dims the CUDA kernels take; 96 runs on the FA2-class kernels only (NOTES.md, "Head dim 96"),
+# 256 on the Hopper ones only (SM90_ONLY_HEAD_DIMS).
+GPU_HEAD_DIMS = (32, 64, 96, 128, 256)
+
+# What the Hopper kernels take (custom_ops/flashmask/cuda/sm90).
+SM90_HEAD_DIMS = (64, 128, 256)
+
+# Head dims with no FA2-class kernel: on GPU they need the Hopper kernels (compute capability
+# 9.0, a build that has them, a kernel family other than "fa2"), and the deterministic
+# backward (its query-major dQ pass is FA2-class) cannot take them.
+SM90_ONLY_HEAD_DIMS = (256,)
 
 
-def check_device_support(query, head_dim, value_head_dim=None):
-    """The CUDA kernels take fp16/bf16 with head_dim 32, 64, 96 or 128, value's the same (the CPU
-    kernel takes any)."""
+def check_device_support(query, head_dim, value_head_dim=None, gpu_kernel_name="auto"):
+    """The CUDA kernels take fp16/bf16 with head_dim 32, 64, 96, 128 or (on the Hopper kernels
+    only) 256, value's the same (the CPU kernel takes any). ``gpu_kernel_name`` is the call's
+    kernel family (attention.get_gpu_kernel())."""
     if not paddle.in_dynamic_mode() or not query.place.is_gpu_place():
         return  # static graphs are checked by the op when they run
     if query.dtype not in (paddle.float16, paddle.bfloat16):
@@ -244,10 +254,57 @@ def check_device_support(query, head_dim, value_head_dim=None):
     if value_head_dim is not None and value_head_dim != head_dim:
         raise ValueError(f"value head_dim on GPU must equal the query/key head_dim {head_dim}, got "
                          f"{value_head_dim} (the CPU kernel takes a value head_dim of its own)")
+    if head_dim in SM90_ONLY_HEAD_DIMS:
+        why_not = sm90_unavailable_reason(query, gpu_kernel_name)
+        if why_not is not None:
+            raise ValueError(
+                f"head_dim {head_dim} on GPU runs on the Hopper (sm90) kernels only: needs a compute "
+                f"capability 9.0 GPU (H100/H200), a build of the op with the sm90 kernels and gpu_kernel "
+                f"'auto' or 'sm90'; got {why_not} (the CPU kernel takes any head_dim)")
 
 
-# What the Hopper kernels take (custom_ops/flashmask/cuda/sm90).
-SM90_HEAD_DIMS = (64, 128)
+def sm90_unavailable_reason(query, gpu_kernel_name):
+    """Why a call on ``query``'s GPU cannot take the Hopper kernels, or None when it can.
+    Cheapest checks first: this runs on every call of a Hopper-only head dim."""
+    if gpu_kernel_name == "fa2":
+        return "gpu_kernel 'fa2' (set_gpu_kernel / PADDLE_FLASHMASK_GPU_KERNEL)"
+    major, minor = compute_capability(query.place.gpu_device_id())
+    if (major, minor) != (9, 0):
+        return f"a compute capability {major}.{minor} GPU"
+    if _op_sources.sm90_built() is False:
+        return ("a build of the op without the sm90 kernels (it needs 90a in PADDLE_FLASHMASK_CUDA_ARCHS and "
+                "the CUTLASS headers, `pip install --no-deps nvidia-cutlass==4.2.0.0`)")
+    return None
+
+
+def check_sm90_only_length(query, head_dim, seqlen_q, seqlen_k, what):
+    """A head dim only the Hopper kernels take, in one kernel call longer than they take (no
+    FA2-class kernel to fall back on): a ValueError here rather than the op's C++ error, which
+    Paddle 2.6 cannot carry back. Self-attention without window_size/block_mask never gets here
+    (long_sequence cuts it into pieces)."""
+    if head_dim not in SM90_ONLY_HEAD_DIMS or not paddle.in_dynamic_mode() or not query.place.is_gpu_place():
+        return
+    from .long_sequence import sm90_max_seqlen
+
+    limit = sm90_max_seqlen(head_dim)
+    if max(seqlen_q, seqlen_k) > limit:
+        raise ValueError(
+            f"head_dim {head_dim} on GPU takes at most {limit} query rows and keys per kernel call, got "
+            f"{what} of {seqlen_q} and {seqlen_k} (self-attention without window_size or block_mask is cut "
+            f"into pieces automatically; otherwise shorten the call or use the CPU)")
+
+
+def check_deterministic_support(query, head_dim, deterministic):
+    """deterministic=True (given, or the FLAGS_cudnn_deterministic default) on GPU with a head dim
+    its backward lacks: the query-major dQ pass is FA2-class, and those kernels have no 256.
+    The CPU backward takes any head dim and is always deterministic."""
+    if not deterministic or head_dim not in SM90_ONLY_HEAD_DIMS:
+        return
+    if not paddle.in_dynamic_mode() or not query.place.is_gpu_place():
+        return  # static graphs are checked by the op when they run
+    raise ValueError(
+        f"deterministic=True with head_dim {head_dim} on GPU: the deterministic backward has no head_dim "
+        f"{head_dim} kernel; pass deterministic=False (deterministic=None follows FLAGS_cudnn_deterministic)")
 
 
 # The sm90 kernels' tuning switches (environment, read by the op at each call), checked

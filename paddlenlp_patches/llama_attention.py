@@ -37,7 +37,7 @@ import paddle
 import paddle.nn.functional as F
 
 import paddle_flashmask
-import paddle_flashmask.validation
+import paddle_flashmask.attention
 from paddlenlp.transformers.llama import fusion_ops
 from paddlenlp.transformers.llama import modeling as llama_modeling
 
@@ -133,12 +133,12 @@ def _dense_attention(q, k, v, mask, alibi=None):
 
 
 def _op_supports(q) -> bool:
-    """The CPU kernel takes any dtype/head_dim; the CUDA kernels fp16/bf16 with head_dim 32/64/96/128."""
+    """The CPU kernel takes any dtype/head_dim; the CUDA kernels fp16/bf16 with head_dim 32/64/96/128,
+    and 256 where the Hopper kernels run it (not with a deterministic backward)."""
     place = q.place
     if not (hasattr(place, "is_gpu_place") and place.is_gpu_place()):
         return True
-    dims = getattr(paddle_flashmask.validation, "GPU_HEAD_DIMS", (64, 128))
-    return q.dtype in (paddle.float16, paddle.bfloat16) and q.shape[-1] in dims
+    return paddle_flashmask.attention.gpu_supports(q, int(q.shape[-1]))
 
 
 _warned = set()

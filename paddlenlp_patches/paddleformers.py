@@ -42,7 +42,7 @@ import paddle.nn.functional as F
 from paddleformers.nn.attention.interface import AttentionInterface
 
 import paddle_flashmask
-from paddle_flashmask.validation import GPU_HEAD_DIMS
+from paddle_flashmask.attention import gpu_supports
 
 from .indices import as_bhsc_int32
 
@@ -149,7 +149,9 @@ def _op_supports(q, head_dim):
     place = q.place
     if not (hasattr(place, "is_gpu_place") and place.is_gpu_place()):
         return True  # the CPU kernel takes every dtype and head dim
-    return q.dtype in (paddle.float16, paddle.bfloat16) and head_dim in GPU_HEAD_DIMS
+    # fp16/bf16 and the kernels' head dims; 256 (Gemma3) only where the Hopper kernels run it
+    # and the backward is not deterministic
+    return gpu_supports(q, head_dim)
 
 
 _warned = set()

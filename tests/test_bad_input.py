@@ -22,6 +22,7 @@ import paddle
 import pytest
 
 import paddle_flashmask as pfm
+from paddle_flashmask import validation
 from reference import attention_fwd_bwd, keep_mask
 
 attention_mod = sys.modules["paddle_flashmask.attention"]
@@ -812,3 +813,157 @@ def test_bad_sm90_env_switch(spy, monkeypatch, name, value):
     monkeypatch.setenv(name, value)
     q, k, v = qkv()
     assert_rejected(spy, ValueError, name, q, k, v, causal=True)
+
+
+# --------------------------------------------------------------------------------------
+# head_dim 256 on GPU: the Hopper (sm90) kernels only, not deterministic. The checks read
+# the query's place, dtype and the GPU's compute capability; here a small fake query on a
+# fake GPU place stands in (no GPU on the CI machine), the GPU tests repeat them for real.
+# --------------------------------------------------------------------------------------
+
+HOPPER_ONLY = r"head_dim 256 on GPU runs on the Hopper \(sm90\) kernels only"
+
+
+class _FakeGpuPlace:
+    def is_gpu_place(self):
+        return True
+
+    def gpu_device_id(self):
+        return 0
+
+
+class _FakeGpuQuery:
+    """What the device checks read of a query on GPU 0."""
+
+    def __init__(self, dtype=paddle.bfloat16):
+        self.place, self.dtype = _FakeGpuPlace(), dtype
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """A bf16 query on a fake GPU 0; ``fake_gpu(capability, sm90_built)`` sets what the checks
+    find (defaults: a compute capability 9.0 GPU and a build with the sm90 kernels)."""
+
+    def make(capability=(9, 0), sm90_built=True):
+        monkeypatch.setattr(validation, "compute_capability", lambda device_id: capability)
+        monkeypatch.setattr(validation._op_sources, "sm90_built", lambda: sm90_built)
+        return _FakeGpuQuery()
+
+    return make
+
+
+@pytest.mark.parametrize("capability", [(8, 0), (8, 9), (10, 0), (9, 1)])
+def test_head_dim_256_needs_a_hopper_gpu(fake_gpu, capability):
+    q = fake_gpu(capability=capability)
+    with pytest.raises(ValueError, match=rf"{HOPPER_ONLY}: needs a compute capability 9.0 GPU.*got a compute "
+                                         rf"capability {capability[0]}\.{capability[1]} GPU"):
+        validation.check_device_support(q, 256, 256, "auto")
+
+
+def test_head_dim_256_not_on_forced_fa2_kernels(fake_gpu):
+    q = fake_gpu()
+    with pytest.raises(ValueError, match=rf"{HOPPER_ONLY}: .*got gpu_kernel 'fa2'"):
+        validation.check_device_support(q, 256, 256, "fa2")
+
+
+def test_head_dim_256_needs_a_build_with_the_sm90_kernels(fake_gpu):
+    q = fake_gpu(sm90_built=False)
+    with pytest.raises(ValueError, match=rf"{HOPPER_ONLY}: .*got a build of the op without the sm90 kernels"):
+        validation.check_device_support(q, 256, 256, "auto")
+
+
+@pytest.mark.parametrize("kernel", ["auto", "sm90"])
+@pytest.mark.parametrize("sm90_built", [True, None])  # None: an op installed without its sources
+def test_head_dim_256_taken_on_hopper(fake_gpu, kernel, sm90_built):
+    q = fake_gpu(sm90_built=sm90_built)
+    validation.check_device_support(q, 256, 256, kernel)
+    validation.check_sm90_forced(q, 256, kernel)
+    validation.check_deterministic_support(q, 256, False)
+
+
+@pytest.mark.parametrize("dim", [32, 64, 96, 128])
+def test_other_head_dims_keep_their_kernels_anywhere(fake_gpu, dim):
+    # the FA2-class kernels take these on every GPU, whatever the family and build
+    q = fake_gpu(capability=(8, 0), sm90_built=False)
+    validation.check_device_support(q, dim, dim, "fa2")
+    validation.check_deterministic_support(q, dim, True)
+
+
+def test_head_dim_256_value_head_dim_must_match(fake_gpu):
+    with pytest.raises(ValueError, match="value head_dim on GPU must equal the query/key head_dim 256, got 128"):
+        validation.check_device_support(fake_gpu(), 256, 128, "auto")
+
+
+@pytest.mark.parametrize("dim", [192, 512])
+def test_gpu_head_dim_list_names_256(fake_gpu, dim):
+    with pytest.raises(ValueError, match=rf"head_dim on GPU must be one of \(32, 64, 96, 128, 256\), got {dim}"):
+        validation.check_device_support(fake_gpu(), dim, dim, "auto")
+
+
+def test_head_dim_256_rejects_deterministic_on_gpu(fake_gpu):
+    with pytest.raises(ValueError, match=r"deterministic=True with head_dim 256 on GPU: the deterministic "
+                                         r"backward has no head_dim 256 kernel; pass deterministic=False"):
+        validation.check_deterministic_support(fake_gpu(), 256, True)
+
+
+def test_head_dim_256_runs_on_cpu_with_any_kernel_setting_and_deterministic(default_gpu_kernel):
+    # the CPU kernel takes any head dim and is always deterministic: none of the GPU rules apply
+    pfm.set_gpu_kernel("fa2")
+    q, k, v = qkv(d=256)
+    validation.check_device_support(q, 256, 256, "fa2")
+    validation.check_deterministic_support(q, 256, True)
+    check_against_reference(q, k, v, None, True, deterministic=True)
+
+
+def test_attention_passes_kernel_family_and_deterministic_to_the_device_checks(default_gpu_kernel, monkeypatch):
+    # the checks above only act on GPU: here (CPU) the call must still hand them what they need
+    seen = {}
+    real_device, real_det = validation.check_device_support, validation.check_deterministic_support
+    monkeypatch.setattr(validation, "check_device_support",
+                        lambda *a: (seen.__setitem__("device", a), real_device(*a))[1])
+    monkeypatch.setattr(validation, "check_deterministic_support",
+                        lambda *a: (seen.__setitem__("deterministic", a), real_det(*a))[1])
+    monkeypatch.setattr(attention_mod, "_has_deterministic_flag", True)
+    monkeypatch.setattr(paddle, "get_flags", lambda flags: {"FLAGS_cudnn_deterministic": True})
+    pfm.set_gpu_kernel("fa2")
+    q, k, v = qkv(d=256)
+    F(q, k, v, causal=True)  # deterministic=None: follows the (patched) flag
+    assert seen["device"][1:] == (256, 256, "fa2")
+    assert seen["deterministic"][1:] == (256, True)
+
+
+def test_context_parallel_passes_kernel_family_and_deterministic_to_the_device_checks(default_gpu_kernel,
+                                                                                      monkeypatch):
+    from paddle_flashmask.distributed import ContextParallelPlan
+    from paddle_flashmask.distributed import flashmask_attention as cp_attention
+
+    seen = []
+    real_device, real_det = validation.check_device_support, validation.check_deterministic_support
+    monkeypatch.setattr(validation, "check_device_support",
+                        lambda *a: (seen.append(("device",) + a[1:]), real_device(*a))[1])
+    monkeypatch.setattr(validation, "check_deterministic_support",
+                        lambda *a: (seen.append(("deterministic",) + a[1:]), real_det(*a))[1])
+    pfm.set_gpu_kernel("fa2")
+    q, k, v = qkv(d=256)
+    cp_attention(q, k, v, None, causal=True, plan=ContextParallelPlan(None, True, 1, seqlen=S), deterministic=True)
+    # its own checks first (then the single-device op's, for a group of one rank)
+    assert seen[:2] == [("device", 256, 256, "fa2"), ("deterministic", 256, True)]
+
+
+def test_gpu_supports_tells_where_head_dim_256_runs(default_gpu_kernel, fake_gpu, monkeypatch):
+    from paddle_flashmask.attention import gpu_supports
+
+    monkeypatch.setattr(attention_mod, "_has_deterministic_flag", False)  # deterministic=None: False
+    assert gpu_supports(fake_gpu(), 256)
+    assert not gpu_supports(fake_gpu(), 256, deterministic=True)
+    assert not gpu_supports(fake_gpu(capability=(8, 0)), 256)
+    assert gpu_supports(fake_gpu(capability=(8, 0)), 128, deterministic=True)
+    assert not gpu_supports(fake_gpu(), 192)
+    assert not gpu_supports(_FakeGpuQuery(paddle.float32), 128)
+    pfm.set_gpu_kernel("fa2")
+    assert not gpu_supports(fake_gpu(), 256)
+    assert gpu_supports(qkv(d=256)[0], 256, deterministic=True)  # CPU: every call
+    pfm.set_gpu_kernel(None)
+    monkeypatch.setattr(attention_mod, "_has_deterministic_flag", True)
+    monkeypatch.setattr(paddle, "get_flags", lambda flags: {"FLAGS_cudnn_deterministic": True})
+    assert not gpu_supports(fake_gpu(), 256)  # the default follows FLAGS_cudnn_deterministic

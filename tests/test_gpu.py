@@ -31,9 +31,11 @@ FORMS = [(True, 0), (True, 1), (True, 2), (False, 0), (False, 2), (False, 4)]
 
 
 # Head dims the sm90 kernels take (flashmask_api_cuda.cu refuses others when forced).
-SM90_HEAD_DIMS = (64, 128)
-# Head dims with GPU kernels (96: the FA2-class ones only).
+SM90_HEAD_DIMS = (64, 128, 256)
+# Head dims with kernels in both families, for the tests run per family (96: the FA2-class
+# ones only). 256 (the Hopper kernels only, no deterministic backward) has its own tests below.
 DIMS = [d for d in (32, 64, 96, 128) if d in validation.GPU_HEAD_DIMS]
+HOPPER_ONLY_DIM = 256
 
 
 def gpu():
@@ -62,8 +64,12 @@ def gpu_kernel(request):
 
 
 def skip_unsupported(dim):
-    if pfm.get_gpu_kernel() == "sm90" and dim not in SM90_HEAD_DIMS:
+    kernel = pfm.get_gpu_kernel()
+    if kernel == "sm90" and dim not in SM90_HEAD_DIMS:
         pytest.skip(f"the sm90 kernels take head dims {SM90_HEAD_DIMS}, not {dim}")
+    if dim == HOPPER_ONLY_DIM and (kernel == "fa2" or not is_sm90()):
+        pytest.skip(f"head dim {dim} runs on the sm90 kernels only (gpu_kernel {kernel!r}, GPU 0 is "
+                    f"{device_capability()})")
 
 
 def to_gpu(array, dtype):
@@ -423,7 +429,7 @@ def test_sm90_helper_recognises_hopper():
 
 @pytest.mark.parametrize("causal,cols", [(True, 0), (True, 1), (False, 4)])
 def test_auto_takes_head_dim_96(causal, cols):
-    # "auto" on any GPU: the FA2-class kernels (the Hopper ones take 64 and 128 only).
+    # "auto" on any GPU: the FA2-class kernels (the Hopper ones take 64, 128 and 256 only).
     old = pfm.set_gpu_kernel("auto")
     try:
         idx = None if cols == 0 else random_indices(np.random.default_rng(96), 2, 2, 333, 333, causal, cols)
@@ -451,6 +457,143 @@ def test_bad_indices_rejected_on_gpu():
     bad = np.full((1, 1, 64, 1), 65, dtype=np.int32)
     with pytest.raises(ValueError, match="startend_row_indices"):
         pfm.flashmask_attention(q, q, q, paddle.to_tensor(bad, place=gpu()), causal=True)
+
+
+# --------------------------------------------------------------------------------------
+# head dim 256: the Hopper kernels only (compute capability 9.0; skipped for "fa2" and on
+# other GPUs by run_gpu_case), non-deterministic backward only. Few sizes: the float64
+# reference grows with the head dim.
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def hopper_only_dim():
+    """The sm90 kernels forced, for head dim 256 (skipped where they do not run)."""
+    if not is_sm90():
+        pytest.skip(f"head dim {HOPPER_ONLY_DIM} needs compute capability 9.0, GPU 0 is {device_capability()}")
+    old = pfm.set_gpu_kernel("sm90")
+    yield HOPPER_ONLY_DIM
+    pfm.set_gpu_kernel(old)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("causal,cols", FORMS)
+@pytest.mark.parametrize("seqlen", [77, 1000])
+def test_head_dim_256_forms(hopper_only_dim, dtype, causal, cols, seqlen):
+    idx = None if cols == 0 else random_indices(np.random.default_rng(seqlen), 2, 2, seqlen, seqlen, causal, cols)
+    run_gpu_case(seed_of("hd256", dtype, causal, cols, seqlen), 2, seqlen, seqlen, 4, 2, hopper_only_dim, causal,
+                 idx, dtype=dtype, deterministic=False)
+
+
+@pytest.mark.parametrize("causal,cols", FORMS)
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(100, 300), (300, 100)])
+def test_head_dim_256_unequal_lengths(hopper_only_dim, causal, cols, seqlen_q, seqlen_k):
+    rng = np.random.default_rng(seqlen_q * 7 + seqlen_k)
+    idx = None if cols == 0 else random_indices(rng, 1, 1, seqlen_q, seqlen_k, causal, cols)
+    run_gpu_case(seed_of("hd256", causal, cols, seqlen_q, seqlen_k), 1, seqlen_q, seqlen_k, 4, 1, hopper_only_dim,
+                 causal, idx, deterministic=False)
+
+
+@pytest.mark.parametrize("heads,heads_k,hm", [(8, 2, 1), (8, 2, 8), (8, 1, 8)])
+def test_head_dim_256_gqa_mask_heads(hopper_only_dim, heads, heads_k, hm):
+    idx = random_indices(np.random.default_rng(heads * 10 + hm), 2, hm, 333, 333, False, 4)
+    run_gpu_case(seed_of("hd256", heads, heads_k, hm), 2, 333, 333, heads, heads_k, hopper_only_dim, False, idx,
+                 deterministic=False)
+
+
+@pytest.mark.parametrize("name", ["causal_document", "share_question"])
+@pytest.mark.parametrize("heads_k", [1, 2])
+def test_head_dim_256_packed_masks(hopper_only_dim, name, heads_k):
+    idx, causal = masks.example_mask(name, 1000, batch_size=2, num_heads=1, seed=1000, place=paddle.CPUPlace())
+    run_gpu_case(seed_of("hd256", name, heads_k), 2, 1000, 1000, 4, heads_k, hopper_only_dim, causal, idx.numpy(),
+                 deterministic=False)
+
+
+def test_head_dim_256_fully_masked_rows(hopper_only_dim):
+    idx = np.zeros((1, 1, 300, 4), dtype=np.int32)
+    idx[..., 1] = 130  # rows [0, 130) see nothing
+    idx[..., 2], idx[..., 3] = 200, 260
+    run_gpu_case(seed_of("hd256-empty"), 1, 300, 300, 4, 2, hopper_only_dim, False, idx, deterministic=False)
+
+
+@pytest.mark.parametrize("sm90_fwd_schedule", list(FWD_SCHEDULES), indirect=True)
+@pytest.mark.parametrize("causal,cols", [(True, 0), (True, 1), (False, 4)])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(1000, 1000), (300, 517)])
+def test_head_dim_256_fwd_schedules(sm90_fwd_schedule, causal, cols, seqlen_q, seqlen_k):
+    rng = np.random.default_rng(seed_of("pp-idx", causal, cols, seqlen_q, seqlen_k))
+    idx = None if cols == 0 else random_indices(rng, 2, 2, seqlen_q, seqlen_k, causal, cols)
+    run_gpu_case(seed_of("pp", HOPPER_ONLY_DIM, causal, cols, seqlen_q, seqlen_k), 2, seqlen_q, seqlen_k, 4, 2,
+                 HOPPER_ONLY_DIM, causal, idx, deterministic=False)
+
+
+@pytest.mark.parametrize("mask", ["causal", "short_documents", "empty_query_blocks"])
+def test_head_dim_256_many_tiles_per_cta(hopper_only_dim, mask):
+    # about 4 tiles per CTA of the persistent forward, as test_sm90_fwd_many_tiles_per_cta
+    # (default schedule only): the next tile's Q waits on the last one's GEMMs at this head dim
+    batch, seqlen, heads, heads_k = 2, 2048, 16, 4
+    rng = np.random.default_rng(seed_of("many-tiles", mask))
+    causal, idx = True, None
+    if mask == "short_documents":
+        idx = masks.causal_document_mask(_short_document_lengths(rng, seqlen), seqlen, batch, place="numpy")
+    elif mask == "empty_query_blocks":  # causal, every column masks rows [512, 768)
+        idx = np.zeros((batch, 1, seqlen, 2), dtype=np.int32)
+        idx[..., 0], idx[..., 1] = 512, 768
+    run_gpu_case(seed_of("many-tiles-hd256", mask), batch, seqlen, seqlen, heads, heads_k, hopper_only_dim, causal,
+                 idx, use_cpu_reference=True, deterministic=False)
+
+
+def test_auto_takes_head_dim_256_on_hopper():
+    # "auto" on compute capability 9.0: the Hopper kernels (no FA2-class kernel to fall back to)
+    if not is_sm90():
+        pytest.skip(f"head dim {HOPPER_ONLY_DIM} needs compute capability 9.0, GPU 0 is {device_capability()}")
+    old = pfm.set_gpu_kernel("auto")
+    try:
+        idx = random_indices(np.random.default_rng(256), 2, 2, 333, 333, True, 2)
+        run_gpu_case(seed_of("auto256"), 2, 333, 333, 8, 2, HOPPER_ONLY_DIM, True, idx, deterministic=False)
+    finally:
+        pfm.set_gpu_kernel(old)
+
+
+def _head_dim_256_inputs():
+    return gpu_inputs(seed_of("hd256-raise"), 1, 64, 64, 2, 2, HOPPER_ONLY_DIM, "bfloat16")[:3]
+
+
+@pytest.mark.parametrize("how", ["argument", "flag"])
+def test_head_dim_256_deterministic_raises(monkeypatch, how):
+    q, k, v = _head_dim_256_inputs()
+    kwargs = {"deterministic": True}
+    if how == "flag":  # deterministic=None follows FLAGS_cudnn_deterministic
+        monkeypatch.setattr(pfm.attention, "_has_deterministic_flag", True)
+        monkeypatch.setattr(paddle, "get_flags", lambda flags: {"FLAGS_cudnn_deterministic": True})
+        kwargs = {}
+    # elsewhere than compute capability 9.0 the head dim itself is refused first
+    match = "deterministic=True with head_dim 256" if is_sm90() else "head_dim 256 on GPU runs on the Hopper"
+    with pytest.raises(ValueError, match=match):
+        pfm.flashmask_attention(q, k, v, causal=True, **kwargs)
+
+
+def test_head_dim_256_on_forced_fa2_raises():
+    q, k, v = _head_dim_256_inputs()
+    old = pfm.set_gpu_kernel("fa2")
+    try:
+        with pytest.raises(ValueError, match=r"head_dim 256 on GPU runs on the Hopper \(sm90\) kernels only: .*"
+                                             r"got gpu_kernel 'fa2'"):
+            pfm.flashmask_attention(q, k, v, causal=True, deterministic=False)
+    finally:
+        pfm.set_gpu_kernel(old)
+
+
+def test_head_dim_256_on_other_gpus_raises():
+    if is_sm90():
+        pytest.skip("a compute capability 9.0 GPU runs head dim 256")
+    q, k, v = _head_dim_256_inputs()
+    old = pfm.set_gpu_kernel("auto")
+    try:
+        with pytest.raises(ValueError, match=r"head_dim 256 on GPU runs on the Hopper \(sm90\) kernels only: .*"
+                                             r"got a compute capability"):
+            pfm.flashmask_attention(q, k, v, causal=True, deterministic=False)
+    finally:
+        pfm.set_gpu_kernel(old)
 
 
 # --------------------------------------------------------------------------------------
@@ -491,14 +634,16 @@ def test_block_mask(gpu_kernel, causal, cols, seqlen_q, seqlen_k, deterministic)
         assert rel_err(got[name], ref[name], ref.get(name + "_mag")) < TOL, name
 
 
-# Self-attention cut into pieces (paddle_flashmask/long_sequence.py: beyond 2^19 tokens on Hopper),
-# forced here at 512 tokens: the remap, merge, sum and concat ops around the kernels, on the GPU.
+# Self-attention cut into pieces (paddle_flashmask/long_sequence.py: beyond 2^19 tokens on Hopper,
+# 2^18 at head dim 256), forced here at 512 tokens: the remap, merge, sum and concat ops around
+# the kernels, on the GPU.
+@pytest.mark.parametrize("dim", [64, HOPPER_ONLY_DIM])
 @pytest.mark.parametrize("causal,cols", [(True, 0), (True, 1), (False, 0), (False, 4)])
-def test_long_sequence_pieces(gpu_kernel, monkeypatch, causal, cols):
+def test_long_sequence_pieces(gpu_kernel, monkeypatch, dim, causal, cols):
     monkeypatch.setenv("PADDLE_FLASHMASK_SPLIT_SEQLEN", "512")
     S = 1300
     idx = None if cols == 0 else random_indices(np.random.default_rng(S + cols), 1, 2, S, S, causal, cols)
-    run_gpu_case(seed_of("pieces", causal, cols), 1, S, S, 8, 2, 64, causal, idx)
+    run_gpu_case(seed_of("pieces", causal, cols), 1, S, S, 8, 2, dim, causal, idx)
 
 
 def test_value_head_dim_of_its_own_rejected_on_gpu():

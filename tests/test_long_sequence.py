@@ -111,3 +111,67 @@ def test_piece_boundaries_exact(monkeypatch, S, limit):
     monkeypatch.setenv("PADDLE_FLASHMASK_SPLIT_SEQLEN", limit)
     rng = np.random.default_rng(S)
     check(rng, S, True, random_indices(rng, 1, 1, S, S, True, 2), B=1, H=2, Hk=1)
+
+
+# --------------------------------------------------------------------------------------
+# The Hopper kernels' longest sequence per call depends on the head dim (2^18 at 256: its
+# tiles leave less shared memory for the live lists); the cut must follow it.
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("head_dim,limit", [(64, 1 << 19), (128, 1 << 19), (256, 1 << 18)])
+def test_sm90_longest_sequence_per_head_dim(monkeypatch, head_dim, limit):
+    monkeypatch.delenv("PADDLE_FLASHMASK_SPLIT_SEQLEN", raising=False)
+    assert long_sequence.sm90_max_seqlen(head_dim) == limit
+    assert long_sequence.split_seqlen(head_dim) == (limit, False)
+    monkeypatch.setenv("PADDLE_FLASHMASK_SPLIT_SEQLEN", "1000")  # forced: the same for every head dim
+    assert long_sequence.split_seqlen(head_dim) == (1000, True)
+
+
+class _FakeHopperQuery:
+    """What splits() reads of a bf16 query on GPU 0 (no tensor of 2^18 rows needed)."""
+
+    class place:
+        @staticmethod
+        def is_gpu_place():
+            return True
+
+        @staticmethod
+        def gpu_device_id():
+            return 0
+
+    dtype = paddle.bfloat16
+
+    def __init__(self, seqlen, head_dim):
+        self.shape = [1, seqlen, 8, head_dim]
+
+
+@pytest.mark.parametrize("head_dim,seqlen,cut", [(256, 1 << 18, False), (256, (1 << 18) + 1, True),
+                                                 (128, (1 << 18) + 1, False), (128, (1 << 19) + 1, True),
+                                                 (64, 1 << 19, False)])
+def test_hopper_splits_beyond_the_head_dims_limit(monkeypatch, head_dim, seqlen, cut):
+    monkeypatch.delenv("PADDLE_FLASHMASK_SPLIT_SEQLEN", raising=False)
+    monkeypatch.setattr(long_sequence.validation, "compute_capability", lambda device_id: (9, 0))
+    q = _FakeHopperQuery(seqlen, head_dim)
+    assert long_sequence.splits(q, False, head_dim, (64, 128, 256)) is cut
+
+
+@pytest.mark.parametrize("head_dim,pieces", [(256, 3), (64, 2)])
+def test_pieces_cut_at_the_limit_splits_decided_with(monkeypatch, head_dim, pieces):
+    # Both limits scaled down (CPU-sized), no PADDLE_FLASHMASK_SPLIT_SEQLEN: the unforced cut
+    # must take the head dim's limit, as splits() does, and stay exact.
+    monkeypatch.delenv("PADDLE_FLASHMASK_SPLIT_SEQLEN", raising=False)
+    monkeypatch.setattr(long_sequence, "SM90_MAX_SEQLEN", 256)
+    monkeypatch.setattr(long_sequence, "SM90_MAX_SEQLEN_HD256", 128)
+    rng = np.random.default_rng(head_dim)
+    S = 300
+    q, k, v = (paddle.to_tensor(rng.standard_normal((1, S, h, head_dim)).astype(np.float32)) for h in (2, 1, 1))
+    idx = paddle.to_tensor(random_indices(rng, 1, 1, S, S, True, 1))
+    scale = head_dim ** -0.5
+    out, lse, state = long_sequence.pieces_forward(q, k, v, idx, True, scale, 0, False)
+    assert state[0].n == pieces and max(np.diff(state[0].bounds)) <= long_sequence.sm90_max_seqlen(head_dim)
+    ref_out, ref_lse = pfm.flashmask_attention(q, k, v, idx, causal=True, return_softmax_lse=True)
+    assert rel_err(out.numpy(), ref_out.numpy()) < 1e-5
+    finite = np.isfinite(ref_lse.numpy())  # rows that see no key: -inf in both
+    np.testing.assert_array_equal(np.isfinite(lse.numpy()), finite)
+    assert rel_err(lse.numpy()[finite], ref_lse.numpy()[finite]) < 1e-5

@@ -5,6 +5,9 @@
 #   STAGES="harness tests sanitize bench peers"  TEST_SELECT="<pytest -k expression>"  BENCH_BUDGET_S=150
 #   BENCH_KERNELS="sm90 fa2"  (peers: benchmarks/device/peers.sh in the same call, outside the
 #   Paddle runtime's environment: ours and FlexAttention measured in one call)
+#   BENCH_DIM=256 BENCH_MASKS="causal causal_document"  (one head dim / fewer masks: the 8K/32K
+#   sweep only; peers.sh takes the same two variables)
+#   HARNESS_ARGS="--time-hd256"  (the harness timing mode; default --time-fwd)
 # (harness: the Paddle-free check of every case, then --time-fwd, the sm90 forward's
 # schedules timed interleaved; needs .gpu_objs/flashmask_harness from harness/build.sh)
 # Carry .gpu_objs (benchmarks/device/harness/build.sh: the CUDA objects prebuilt on the
@@ -18,8 +21,9 @@ source benchmarks/device/runtime_env.sh
 if [[ " $STAGES " == *" harness "* ]]; then
   timeout "${HARNESS_TIMEOUT_S:-120}" .gpu_objs/flashmask_harness > "$OUT/harness_check.log" 2>&1
   echo "harness exit $?: $(tail -1 "$OUT/harness_check.log")"
-  timeout "${HARNESS_TIME_TIMEOUT_S:-300}" .gpu_objs/flashmask_harness --time-fwd > "$OUT/harness_time_fwd.log" 2>&1
-  echo "harness --time-fwd exit $?"; grep -E "failures|FAIL" "$OUT/harness_time_fwd.log" | head -5
+  harness_mode=${HARNESS_ARGS:---time-fwd}
+  timeout "${HARNESS_TIME_TIMEOUT_S:-300}" .gpu_objs/flashmask_harness $harness_mode > "$OUT/harness_time${harness_mode//-/_}.log" 2>&1
+  echo "harness $harness_mode exit $?"; grep -E "failures|FAIL" "$OUT/harness_time${harness_mode//-/_}.log" | head -5
   stamp "harness done"
 fi
 
@@ -41,7 +45,10 @@ fi
 
 if [[ " $STAGES " == *" bench "* ]]; then
   python3 benchmarks/bench_gpu.py --lengths 8192 32768 --kv-heads 8 --repeats 3 --gpu-kernels ${BENCH_KERNELS:-sm90 fa2} \
+    --dim "${BENCH_DIM:-128}" ${BENCH_MASKS:+--masks $BENCH_MASKS} \
     --budget-s "${BENCH_BUDGET_S:-300}" --out "$OUT/gpu_results.jsonl" 2>&1 | grep -v -E "^W|^I[0-9]" | tee "$OUT/bench_ours.log" | grep "^| sm90"
+fi
+if [[ " $STAGES " == *" bench "* && -z "${BENCH_DIM:-}${BENCH_MASKS:-}" ]]; then
   python3 benchmarks/bench_gpu.py --lengths 16384 --kv-heads 8 32 --masks causal --repeats 5 --gpu-kernels ${BENCH_KERNELS:-sm90 fa2} \
     --out "$OUT/gpu_results.jsonl" 2>&1 | grep "^|" | tail -4
   python3 benchmarks/bench_gpu.py --lengths 131072 --kv-heads 8 --masks causal_document share_question sliding_window \

@@ -160,7 +160,8 @@ void set_block_mask(flashmask::FwdParams& p, const paddle::optional<paddle::Tens
 #if defined(FLASHMASK_WITH_CUDA)
 void check_cuda_config(const flashmask::FwdParams& p) {
   PD_CHECK(flashmask::cuda_supports(p.dtype, p.head_dim),
-           "flashmask_attention on GPU takes float16/bfloat16 inputs with head_dim 32, 64, 96 or 128");
+           "flashmask_attention on GPU takes float16/bfloat16 inputs with head_dim 32, 64, 96, 128 or 256 "
+           "(256 on the Hopper kernels only)");
   PD_CHECK(p.value_head_dim() == p.head_dim,
            "flashmask_attention on GPU takes value with the head_dim of query and key (the CPU kernel "
            "takes any)");

@@ -22,10 +22,12 @@ import weakref
 import numpy as np
 from paddle.autograd import PyLayer
 
+from ..long_sequence import sm90_max_seqlen
 from . import comm, tensor_ops
 from .spec import CallSpec
 
-# Keys of one kernel call at most (the Hopper kernels take sequences up to 2^19).
+# Keys of one kernel call at most, on top of what the Hopper kernels take at the call's head
+# dim (Spec.keys_per_part); tests and benchmarks set 1 for one ring distance per group.
 KEYS_PER_PART = 1 << 19
 # PADDLE_FLASHMASK_CP_SPARSE=0 sends every key to every rank (for comparisons).
 SPARSE_EXCHANGE = os.environ.get("PADDLE_FLASHMASK_CP_SPARSE", "1") != "0"
@@ -34,10 +36,18 @@ SPARSE_EXCHANGE = os.environ.get("PADDLE_FLASHMASK_CP_SPARSE", "1") != "0"
 class Spec(CallSpec):
     method = "allgather"
 
+    def keys_per_part(self):
+        """Keys of one kernel call at most: what the Hopper kernels take at this head dim."""
+        return min(KEYS_PER_PART, sm90_max_seqlen(self.head_dim))
+
+    def index(self, name, build):
+        # the grouping (groups()) follows the head dim: cached per part size
+        return super().index((self.keys_per_part(), name), build)
+
     def groups(self):
         """Ring distances in groups, the same on every rank (sized by the largest rank)."""
         most = max(self.plan.num_local_rows(x) for x in range(self.W))
-        per = max(1, KEYS_PER_PART // most)
+        per = max(1, self.keys_per_part() // most)
         dists = list(range(1, self.W))
         return [dists[i:i + per] for i in range(0, len(dists), per)]
 
@@ -69,7 +79,7 @@ class Spec(CallSpec):
         if self.indices is None and not self.causal:
             return [None] * (1 + len(groups))  # full attention: nothing to mask
         key = ("masks", self.rank, id(self.indices) if self.indices is not None else None, str(self.place),
-               SPARSE_EXCHANGE)
+               SPARSE_EXCHANGE, self.keys_per_part())
         hit = self.plan._device_cache.get(key)
         if hit is not None and (self.indices is None or hit[0]() is self.indices):
             return hit[1]

@@ -9,7 +9,7 @@ import numpy as np
 import paddle
 
 from .. import validation
-from ..attention import GPU_KERNELS, _check_index_values, _contiguous, _default_deterministic, get_gpu_kernel
+from ..attention import GPU_KERNELS, _check_index_values, _contiguous, _resolve_deterministic, get_gpu_kernel
 from .._loader import load_ops
 from . import allgather, comm, ulysses
 from .plan import ContextParallelPlan, mask_fingerprint
@@ -155,11 +155,11 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, causal=
                          f"query heads {H}, got {int(startend_row_indices.shape[1])}")
     if startend_row_indices is not None:
         validation.check_on_query_device("startend_row_indices", startend_row_indices, query)
-    validation.check_device_support(query, D, int(value.shape[3]))
     gpu_kernel_name = get_gpu_kernel()
+    validation.check_device_support(query, D, int(value.shape[3]), gpu_kernel_name)
     validation.check_sm90_forced(query, D, gpu_kernel_name)
-    deterministic = _default_deterministic() if deterministic is None else \
-        validation.check_flag("deterministic", deterministic)
+    deterministic = _resolve_deterministic(deterministic)
+    validation.check_deterministic_support(query, D, deterministic)
     if startend_row_indices is not None:
         from ..attention import _validate_indices
 
@@ -172,8 +172,10 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, causal=
         return single(query, key, value, startend_row_indices, causal=causal, return_softmax_lse=return_softmax_lse,
                       softmax_scale=softmax_scale, deterministic=deterministic, dropout=dropout, training=training)
     layer, spec_cls = _METHODS[plan.method]
+    validation.check_sm90_only_length(query, D, plan.num_local_rows(rank), plan.num_local_rows(rank),
+                                      "this rank's rows (context parallel)")
     spec = spec_cls(plan, rank, group, startend_row_indices, causal, scale, GPU_KERNELS[gpu_kernel_name],
-                    deterministic, B, query.place)
+                    deterministic, B, query.place, D)
     out, lse = layer.apply(_contiguous(query), _contiguous(key), _contiguous(value), spec)
     if return_softmax_lse:
         lse.stop_gradient = True

@@ -6,8 +6,10 @@ from __future__ import annotations
 class CallSpec:
     method = ""  # the method's name keys its cached index tensors
 
-    def __init__(self, plan, rank, group, indices, causal, scale, gpu_kernel, deterministic, batch, place):
+    def __init__(self, plan, rank, group, indices, causal, scale, gpu_kernel, deterministic, batch, place,
+                 head_dim):
         self.plan, self.rank, self.group = plan, rank, group
+        self.head_dim = head_dim  # the longest kernel call depends on it (long_sequence.sm90_max_seqlen)
         self.indices, self.causal, self.scale = indices, causal, scale
         self.gpu_kernel, self.deterministic = gpu_kernel, deterministic
         self.batch, self.place = batch, place

@@ -1,6 +1,7 @@
 // Paddle-free device check of the CUDA kernels: random inputs, the CPU kernel
 // (fp32, on the same bf16-rounded inputs) as the reference for out, LSE and
-// dq/dk/dv, for both kernel families; then timings of a few large cases.
+// dq/dk/dv, for both kernel families (head dim 256: the Hopper ones only);
+// then timings of a few large cases.
 // Built on a CPU machine (benchmarks/device/harness/build.sh) and run on the
 // device without the Paddle GPU runtime: a quick first look at a new kernel.
 // The Paddle-level GPU tests (tests/test_gpu.py) remain the full check.
@@ -382,6 +383,31 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
     if (ptr) CHECK(cudaFree(ptr));
 }
 
+// One case on the sm90 kernels, the backward once per divisor of the GQA group
+// as its query heads per CTA: every key block grouped alike (0), and fitted
+// per key block: 12 steps mixes grouped and one-head key blocks in these small
+// cases; -1 is the default (every key block of these fits in 80). Returns the
+// failures.
+int check_sm90_head_groups(const Case& c, bool deterministic, std::mt19937& rng) {
+  int failures = 0;
+  const int group = c.h / c.hk;
+  for (int hg = 1; hg <= group; ++hg) {
+    if (group % hg != 0) continue;
+    for (int steps : {0, 12, -1}) {
+      // the plan ignores the steps there (head dim 256: uniform groups only)
+      if (steps != 0 && (deterministic || hg == 1 || c.d == 256)) continue;
+      failures += !check_case(c, GpuKernel::kSm90, deterministic, hg, steps, rng);
+    }
+  }
+  return failures;
+}
+
+// The table time_case's rows belong to (--time, --time-hd256).
+void print_time_header() {
+  std::printf("| kernel | mask | S | H:Hk | D | bwd heads/CTA / max steps | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | fwd+bwd TFLOP/s | bwd prep+finish ms |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+}
+
 int main(int argc, char** argv) {
   const bool timing = argc > 1 && std::string(argv[1]) == "--time";
   // --time-fwd: the sm90 forward's schedules (sm90_launch.cuh reads them
@@ -391,6 +417,10 @@ int main(int argc, char** argv) {
   // case, then all but pingpong (slower, NOTES.md v8a/v11) timed interleaved,
   // case by case, so that clock drift hits all alike.
   const bool time_fwd = argc > 1 && std::string(argv[1]) == "--time-fwd";
+  // --time-hd256: head dim 256 (the Hopper kernels only, non-deterministic
+  // backward): its cases checked, then causal, causal document and sliding
+  // window at 8K and 32K timed (bf16, 32:8 heads).
+  const bool time_hd256 = argc > 1 && std::string(argv[1]) == "--time-hd256";
   struct Schedule {
     const char* name;
     const char* overlap;
@@ -436,7 +466,30 @@ int main(int argc, char** argv) {
       {"causal_doc", 1, 777, 777, 2, 1, 96, true, 1, doc_mask},
       {"random4+empty", 1, 333, 333, 4, 4, 96, false, 4, random4_mask},
   };
+  // Head dim 256: the Hopper kernels only, and no deterministic backward (its
+  // query-major dQ pass is FA2-class, which stops at 128). The D=128 cases of
+  // the list above, causal_doc with GQA.
+  const Case sm90_only_cases[] = {
+      {"causal", 1, 1000, 1000, 4, 2, 256, true, 0, nullptr},
+      {"causal_sq<sk", 1, 300, 517, 4, 1, 256, true, 0, nullptr},
+      {"causal_doc", 2, 1000, 1000, 4, 2, 256, true, 1, doc_mask},
+      {"window128", 1, 1000, 1000, 4, 2, 256, true, 2, window_mask},
+      {"random4+empty", 1, 333, 333, 4, 4, 256, false, 4, random4_mask},
+  };
   int failures = 0;
+  if (time_hd256) {
+    for (const Case& c : sm90_only_cases) failures += check_sm90_head_groups(c, false, rng);
+    std::printf("%d failures\n", failures);
+    print_time_header();
+    for (int s : {8192, 32768}) {
+      std::mt19937 mask_rng(s);
+      const std::vector<int32_t> docs = timing_docs(s, mask_rng), window = timing_window(s);
+      time_case("causal", s, 32, 8, 256, GpuKernel::kSm90, rng);
+      time_case("causal_document", s, 32, 8, 256, GpuKernel::kSm90, rng, docs);
+      time_case("sliding_window", s, 32, 8, 256, GpuKernel::kSm90, rng, window);
+    }
+    return failures ? 1 : 0;
+  }
   if (time_fwd) {
     g_forward_only = true;
     for (const Schedule& sc : schedules) {
@@ -479,26 +532,16 @@ int main(int argc, char** argv) {
   for (const Case& c : cases) {
     for (bool det : {false, true}) {
       failures += !check_case(c, GpuKernel::kFA2, det, 1, 0, rng);
-      // Every divisor of the GQA group as the sm90 backward's head group,
-      // every key block grouped alike (0), and fitted per key block: 12 steps
-      // mixes grouped and one-head key blocks in these small cases; -1 is the
-      // default (every key block of these fits in 80).
-      for (int hg = 1; hg <= c.h / c.hk; ++hg) {
-        if ((c.h / c.hk) % hg != 0) continue;
-        for (int steps : {0, 12, -1}) {
-          if (steps != 0 && (det || hg == 1)) continue;  // the plan ignores it there
-          failures += !check_case(c, GpuKernel::kSm90, det, hg, steps, rng);
-        }
-      }
+      failures += check_sm90_head_groups(c, det, rng);
     }
   }
   for (const Case& c : fa2_only_cases) {
     for (bool det : {false, true}) failures += !check_case(c, GpuKernel::kFA2, det, 1, 0, rng);
   }
+  for (const Case& c : sm90_only_cases) failures += check_sm90_head_groups(c, false, rng);
   std::printf("%d failures\n", failures);
   if (timing) {
-    std::printf("| kernel | mask | S | H:Hk | D | bwd heads/CTA / max steps | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | fwd+bwd TFLOP/s | bwd prep+finish ms |\n"
-                "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    print_time_header();
     for (int s : {8192, 16384}) {
       for (GpuKernel kernel : {GpuKernel::kFA2, GpuKernel::kSm90}) time_case("causal", s, 32, 8, 128, kernel, rng);
     }

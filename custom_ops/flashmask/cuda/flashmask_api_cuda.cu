@@ -39,8 +39,13 @@ void dispatch(const Params& p, const Launcher& launcher) {
       return bf16 ? launcher.template run<128, __nv_bfloat16>()
                   : launcher.template run<128, __half>();
     default:
-      throw std::invalid_argument("flashmask_attention on GPU supports head_dim 32, 64, 96 or 128, got " +
-                                  std::to_string(p.head_dim));
+      throw std::invalid_argument(
+          "flashmask_attention: the FA2-class GPU kernels take head_dim 32, 64, 96 or 128, got " +
+          std::to_string(p.head_dim) +
+          (p.head_dim == 256 ? " (head_dim 256 runs on the Hopper kernels only: a compute capability 9.0 "
+                               "GPU, a build with sm_90a, 16-byte aligned strides, sequences up to 2^18, "
+                               "and not in deterministic mode)"
+                             : ""));
   }
 }
 
@@ -91,7 +96,7 @@ bool use_sm90(const Params& p, bool kernel_available) {
     throw std::invalid_argument(
         "flashmask_attention: gpu_kernel='sm90' needs a compute capability 9.0 GPU, a build with "
         "sm_90a (PADDLE_FLASHMASK_CUDA_ARCHS containing 90a, CUTLASS headers installed), "
-        "head_dim 64 or 128, float16/bfloat16 and 16-byte aligned strides");
+        "head_dim 64, 128 or 256, float16/bfloat16 and 16-byte aligned strides");
   }
   return takes && kernel_available;
 }
@@ -99,10 +104,11 @@ bool use_sm90(const Params& p, bool kernel_available) {
 }  // namespace
 
 // The head dims the op takes on GPU (Python's validation.GPU_HEAD_DIMS alike):
-// 96 runs on the FA2-class kernels only (NOTES.md, "Head dim 96").
+// 96 runs on the FA2-class kernels only (NOTES.md, "Head dim 96"), 256 on the
+// Hopper ones only (dispatch says so where a call cannot take them).
 bool cuda_supports(DType dtype, int head_dim) {
   return dtype != DType::kFloat32 &&
-         (head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128);
+         (head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256);
 }
 
 void run_fwd_cuda(const FwdParams& params, void* stream) {

@@ -1,6 +1,7 @@
 // FlashMask backward for Hopper (sm90a), FA3 style.
 //
-// One CTA per (key block of 128, group of query heads, batch); the group is
+// One CTA per (key block of 128, or 64 at head dim 256, group of query heads,
+// batch); the group is
 // `bwd_head_group` consecutive heads of one GQA group, which share K/V and the
 // mask, so the CTA loads K/V, lists the live query blocks and writes dK/dV
 // once for all of them. With fitted grouping (bwd_group_max_steps) the group
@@ -18,6 +19,10 @@
 //     from registers); dQ goes through shared memory to the dQ writer warp
 //     of warpgroup 0, which adds it to its tile of the fp32 dq_accum with
 //     bulk reduce-adds, while the dK GEMM runs.
+//   Head dim 256 (BwdTraits::kSplitHeadDim): the two warpgroups share 64 keys
+//     and split the head dim of dK/dV/dQ instead; S = Q K^T and dP = dO V^T
+//     are split over the keys, P and dS pass through shared memory, and dQ
+//     goes to dq_accum with vector atomics from the consumers.
 // dK/dV stay in registers for the whole CTA (summed over its heads) and go to
 // the slot of the plan (BwdParams::accum_heads_k): stored where the CTA is
 // the slot's one writer, added with atomics where the GQA group spans several
@@ -58,8 +63,10 @@ struct BwdKernelParams {
 
 // Named barriers (id 0 is __syncthreads): the consumers' dS hand-over, and
 // per consumer warpgroup the dQ half-tile hand-over with the dQ writer warp
-// (kdQFull + wg: stored, kdQEmpty + wg: read out).
-enum BwdBarrier : int { kdS = 1, kdQFull = 2, kdQEmpty = 2 + 2 };
+// (kdQFull + wg: stored, kdQEmpty + wg: read out). Split head dim
+// (BwdTraits::kSplitHeadDim): kdS also hands P over, and kPdSFree says that
+// both warpgroups' GEMMs of the last step have read P and dS.
+enum BwdBarrier : int { kdS = 1, kdQFull = 2, kdQEmpty = 2 + 2, kPdSFree = 6 };
 static_assert(kdQEmpty >= kdQFull + 2, "one full barrier per consumer warpgroup");
 // Threads at a dQ hand-over: one consumer warpgroup and the writer warp.
 constexpr int kdQHandOverThreads = 128 + 32;
@@ -112,6 +119,21 @@ __device__ __forceinline__ void bulk_copy_g2s(void* smem, const void* gmem, int 
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(saddr),
       "l"(gmem), "r"(bytes), "r"(baddr)
       : "memory");
+}
+
+// Adds a thread's dQ accumulators (split head dim: its warpgroup's half of the
+// step's tile) to the tile of dq_accum in accumulator order, the order
+// dq_tiles_to_dq_kernel reads back: float4 k of thread t at k x 128 + t.
+template <typename Accum>
+__device__ __forceinline__ void add_dq_half(float* half, const Accum& dq, int wg_tid) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // float4 atomics are sm90+
+  static_assert(decltype(size(dq))::value % 4 == 0, "whole float4s");
+  float4* dst = reinterpret_cast<float4*>(half);
+  CUTLASS_PRAGMA_UNROLL
+  for (int k = 0; k < size(dq) / 4; ++k) {
+    atomicAdd(dst + k * 128 + wg_tid, make_float4(dq(4 * k), dq(4 * k + 1), dq(4 * k + 2), dq(4 * k + 3)));
+  }
+#endif
 }
 
 // Adds (or stores, when this CTA is the element's only writer) a pair of
@@ -178,7 +200,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kDim = Traits::kHeadDim;
   static_assert(cuda::kBwdRowBlock == kBlockM, "padded rows: whole steps and dQ tiles");
-  static_assert(cuda::kDkvBlock == kBlockN, "one dK/dV flag per key block");
+  // One dK/dV flag per key block: fitted grouping (the flags) needs
+  // kBlockN == kDkvBlock, which launch_bwd checks.
+  static_assert(cuda::kDkvBlock % kBlockN == 0, "key blocks inside a flag's keys");
 
   extern __shared__ __align__(1024) char smem_raw[];
   SharedStorage& ss = *reinterpret_cast<SharedStorage*>(smem_raw);
@@ -254,7 +278,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   if (warp_group == 0) {
     // ---------------- producer ----------------
     cutlass::arch::warpgroup_reg_dealloc<Traits::kLoadRegisters>();
-    if (warp == 1 && !p.deterministic) {
+    if (warp == 1 && !p.deterministic && !Traits::kSplitHeadDim) {
       // dQ writer: each step's two half tiles, once their warpgroups stored
       // them, are added to the step's tile of dq_accum (same float order) with
       // one bulk reduce each; a half's buffer is handed back as soon as the
@@ -348,176 +372,288 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   auto thr_dkv = mma_dkv.get_thread_slice(mma_tid);
   auto thr_dq = mma_dq.get_thread_slice(mma_tid);
 
-  Tensor tSrK = thr_sdp.partition_fragment_A(sK);
-  Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);    // (MMA, N, K, stage)
-  Tensor tdPrV = thr_sdp.partition_fragment_A(sV);
-  Tensor tdPrdO = thr_sdp.partition_fragment_B(sdO);  // (MMA, N, K, stage)
-  Tensor tdVrdO = thr_dkv.partition_fragment_B(sdOt);
-  Tensor tdKrQ = thr_dkv.partition_fragment_B(sQt);
-  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);   // (MMA, M, K, buffer)
-  Tensor tdQrK = thr_dq.partition_fragment_B(sKt);
-  Tensor tdSsdS = thr_sdp.partition_C(sdSt);          // where this thread's dS^T goes
-  Tensor tdVrdV = partition_fragment_C(mma_dkv, make_shape(Int<kBlockN>{}, Int<kDim>{}));
-  Tensor tdKrdK = partition_fragment_C(mma_dkv, make_shape(Int<kBlockN>{}, Int<kDim>{}));
-  clear(tdVrdV);
-  clear(tdKrdK);
-
-  // (key, query) of every S^T element within the tile.
-  Tensor tScS = thr_sdp.partition_C(make_identity_tensor(make_shape(Int<kBlockN>{}, Int<kBlockM>{})));
-  Tensor tScS_rc = make_tensor(tScS.data(), acc_as_rows_cols(tScS.layout()));
-  constexpr int kRows = decltype(size<0>(tScS_rc))::value;  // this thread's keys (2)
-
-  const int c0 = n_block * kBlockN;
-  const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
-
-  if (num_live > 0) ss.barrier_kv.wait(0);
-  PipelineState read;
-  int step = 0;  // over heads and live blocks: the dS buffer and dQ hand-over
-  for (int head = first_head; head < first_head + ss.cta_heads; ++head) {
-    // The count is re-read from shared memory (the barriers' memory clobbers
-    // force it) rather than held in a register across the loop.
-    for (int i = 0; i < ss.num_live_blocks; ++i, ++step) {
-      const uint16_t entry = live_list[i];
-      const int m0 = live_block_index(entry) * kBlockM;
-      const int stage = read.index();
-      const int buf = step % 2;
-      Tensor tSrS = partition_fragment_C(mma_sdp, make_shape(Int<kBlockN>{}, Int<kBlockM>{}));
-      Tensor tdPrdP = partition_fragment_C(mma_sdp, make_shape(Int<kBlockN>{}, Int<kBlockM>{}));
-      Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
-      Tensor dp = make_tensor(tdPrdP.data(), acc_as_rows_cols(tdPrdP.layout()));
-      constexpr int kCols = decltype(size<1>(scores))::value;
-      pipeline.consumer_wait(read);
-      warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), tSrS);
-      warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), tdPrdP);
-      // LSE (x log2 e; +inf for rows that see no key and past the end, so P =
-      // 0 there) and delta of this thread's query columns: staged in shared
-      // memory with the stage's Q/dO (v9; loaded from global memory here, the
-      // LSE's latency stalled the step, 10% of the consumers' samples in v8).
-      const int col0 = get<1>(tScS_rc(0, 0));  // this thread's first query column
-      const float* stage_lse = ss.smem_lse.data() + stage * kBlockM + col0;
-      const float* stage_delta = ss.smem_delta.data() + stage * kBlockM + col0;
-      float lse_log2[kCols];
-      CUTLASS_PRAGMA_UNROLL
-      for (int c = 0; c < kCols; ++c) lse_log2[c] = stage_lse[acc_col_offset(c)];
-
-      warpgroup_wait<1>();  // S^T is ready
-      if (live_block_partial(entry)) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int r = 0; r < kRows; ++r) {
-          const MaskedRows key_rows = ss.key_rows[get<0>(tScS_rc(r, 0))];
-          CUTLASS_PRAGMA_UNROLL
-          for (int c = 0; c < kCols; ++c) {
-            // Branch-free (bitwise) so the mask adds no control flow per element.
-            if (row_masked(key_rows, m0 + col0 + acc_col_offset(c))) scores(r, c) = -CUDART_INF_F;
-          }
-        }
-      }
-      CUTLASS_PRAGMA_UNROLL
-      for (int r = 0; r < kRows; ++r) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int c = 0; c < kCols; ++c) scores(r, c) = exp2f(scores(r, c) * scale_log2 - lse_log2[c]);
-      }
-      warpgroup_wait<0>();  // dP^T is ready
-      CUTLASS_PRAGMA_UNROLL
-      for (int c = 0; c < kCols; ++c) {
-        const float row_delta = stage_delta[acc_col_offset(c)];
-        CUTLASS_PRAGMA_UNROLL
-        for (int r = 0; r < kRows; ++r) dp(r, c) = scores(r, c) * (dp(r, c) - row_delta);
-      }
-
-      auto rP = convert_tensor<Element>(tSrS);
-      auto rdS = convert_tensor<Element>(tdPrdP);
-      if (!p.deterministic) {
-        // dS^T to shared memory for dQ; the tensor cores read it next, through
-        // the async proxy. Two buffers: the one written here was last read by
-        // the dQ GEMM two steps ago, finished before the last barrier.
-        Tensor tdSsdS_buf = tdSsdS(_, _, _, buf);
-        cute::copy(rdS, tdSsdS_buf);
-        cutlass::arch::fence_view_async_shared();
-      }
-      Tensor tdVrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
-      Tensor tdKrdS = make_tensor(rdS.data(), acc_as_a_operand(rdS.layout()));
-      warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dkv, tdVrP, tdVrdO(_, _, _, stage), tdVrdV);
-      if (!p.deterministic) {
-        named_barrier<kdS, Traits::kNumMmaThreads>();  // both halves of dS^T stored
-        // dQ before dK, so dQ's trip to shared memory runs
-        // under the dK GEMM: wgmma groups retire in order, so waiting until
-        // one is left in flight means dV and dQ are done and only dK runs.
-        Tensor tdQrdQ = partition_fragment_C(mma_dq, make_shape(Int<kBlockM>{}, Int<kDim>{}));
-        warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_dq, tdQrdS(_, _, _, buf), tdQrK, tdQrdQ);
-        warpgroup_gemm</*zero_init=*/false, /*wait=*/1>(mma_dkv, tdKrdS, tdKrQ(_, _, _, stage), tdKrdK);
-        warpgroup_fence_operand(tdQrdQ);
-        // This warpgroup's half of dQ to shared memory in accumulator order,
-        // 16 bytes per thread and store (the writer warp drained the previous
-        // step's half before signalling kdQEmpty); dq_accum keeps that order.
-        static_assert(decltype(size(tdQrdQ))::value % 4 == 0, "whole float4s");
-        const bool second_wg = mma_tid >= 128;
-        float4* dq_half = reinterpret_cast<float4*>(ss.smem_dq.data() + (second_wg ? Traits::kDQHalfFloats : 0));
-        if (step > 0) dq_hand_over<kdQEmpty>(second_wg);
-        CUTLASS_PRAGMA_UNROLL
-        for (int k = 0; k < size(tdQrdQ) / 4; ++k) {
-          dq_half[k * 128 + mma_tid % 128] =
-              make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2), tdQrdQ(4 * k + 3));
-        }
-        cutlass::arch::fence_view_async_shared();  // the copy engine reads it next
-        dq_hand_over<kdQFull, /*kArrive=*/true>(second_wg);
-        warpgroup_wait<0>();  // dK has read Q
-        pipeline.consumer_release(read);  // Q and dO of this stage are no longer read
-      } else {
-        warpgroup_gemm</*zero_init=*/false, /*wait=*/0>(mma_dkv, tdKrdS, tdKrQ(_, _, _, stage), tdKrdK);
-        pipeline.consumer_release(read);
-      }
-      ++read;
+  // dK and dV of the CTA's keys, from this thread's accumulators (either
+  // layout: the coordinates come from the dK/dV GEMM's partition).
+  auto write_dkv = [&](auto& tdKrdK, auto& tdVrdV) FLASHMASK_INLINE {
+    const int c0 = n_block * kBlockN;
+    Tensor tdKVcdKV = thr_dkv.partition_C(make_identity_tensor(make_shape(Int<kBlockN>{}, Int<kDim>{})));
+    Tensor c_rc = make_tensor(tdKVcdKV.data(), acc_as_rows_cols(tdKVcdKV.layout()));
+    Tensor dk_rc = make_tensor(tdKrdK.data(), acc_as_rows_cols(tdKrdK.layout()));
+    Tensor dv_rc = make_tensor(tdVrdV.data(), acc_as_rows_cols(tdVrdV.layout()));
+    const int col0 = get<1>(c_rc(0, 0));
+    // Fitted grouping with one CTA for the whole GQA group: dK (scaled here) and
+    // dV go straight to dk/dv in the output dtype, and the key block's flag
+    // tells bwd_finish to leave it (no fp32 round trip through the
+    // accumulators). Every CTA of the key block computes the same flag.
+    const bool sole_writer = int64_t(p.accum_heads_k) * ss.cta_heads == p.num_heads;
+    const bool direct = kp.dkv_written != nullptr && sole_writer;
+    if (kp.dkv_written != nullptr && mma_tid == 0) {
+      const int key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
+      kp.dkv_written[(int64_t(batch) * p.num_heads_k + head_k) * key_blocks + n_block] = direct;
     }
-  }  // heads
-
-  // dK and dV.
-  Tensor tdKVcdKV = thr_dkv.partition_C(make_identity_tensor(make_shape(Int<kBlockN>{}, Int<kDim>{})));
-  Tensor c_rc = make_tensor(tdKVcdKV.data(), acc_as_rows_cols(tdKVcdKV.layout()));
-  Tensor dk_rc = make_tensor(tdKrdK.data(), acc_as_rows_cols(tdKrdK.layout()));
-  Tensor dv_rc = make_tensor(tdVrdV.data(), acc_as_rows_cols(tdVrdV.layout()));
-  const int col0 = get<1>(c_rc(0, 0));
-  // Fitted grouping with one CTA for the whole GQA group: dK (scaled here) and
-  // dV go straight to dk/dv in the output dtype, and the key block's flag
-  // tells bwd_finish to leave it (no fp32 round trip through the
-  // accumulators). Every CTA of the key block computes the same flag.
-  const bool sole_writer = int64_t(p.accum_heads_k) * ss.cta_heads == p.num_heads;
-  const bool direct = kp.dkv_written != nullptr && sole_writer;
-  if (kp.dkv_written != nullptr && mma_tid == 0) {
-    const int key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
-    kp.dkv_written[(int64_t(batch) * p.num_heads_k + head_k) * key_blocks + n_block] = direct;
-  }
-  if (direct) {
+    if (direct) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < size<0>(dk_rc); ++r) {
+        const int key = c0 + get<0>(c_rc(r, 0));
+        if (key >= p.seqlen_k) continue;
+        Element* dk = static_cast<Element*>(p.dk) + batch * p.dk_batch_stride + key * p.dk_row_stride +
+                      head_k * p.dk_head_stride + col0;
+        Element* dv = static_cast<Element*>(p.dv) + batch * p.dv_batch_stride + key * p.dv_row_stride +
+                      head_k * p.dv_head_stride + col0;
+        CUTLASS_PRAGMA_UNROLL
+        for (int c = 0; c < size<1>(dk_rc); c += 2) {
+          const int d = acc_col_offset(c);
+          store_pair(dk + d, dk_rc(r, c) * p.softmax_scale, dk_rc(r, c + 1) * p.softmax_scale);
+          store_pair(dv + d, dv_rc(r, c), dv_rc(r, c + 1));
+        }
+      }
+      return;
+    }
+    // Else to the plan's fp32 slot, unscaled (bwd_finish scales dK).
+    const int slot = first_head / (p.num_heads / p.accum_heads_k);
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < size<0>(dk_rc); ++r) {
       const int key = c0 + get<0>(c_rc(r, 0));
       if (key >= p.seqlen_k) continue;
-      Element* dk = static_cast<Element*>(p.dk) + batch * p.dk_batch_stride + key * p.dk_row_stride +
-                    head_k * p.dk_head_stride + col0;
-      Element* dv = static_cast<Element*>(p.dv) + batch * p.dv_batch_stride + key * p.dv_row_stride +
-                    head_k * p.dv_head_stride + col0;
+      const int64_t offset = ((int64_t(batch) * p.seqlen_k + key) * p.accum_heads_k + slot) * kDim + col0;
       CUTLASS_PRAGMA_UNROLL
       for (int c = 0; c < size<1>(dk_rc); c += 2) {
         const int d = acc_col_offset(c);
-        store_pair(dk + d, dk_rc(r, c) * p.softmax_scale, dk_rc(r, c + 1) * p.softmax_scale);
-        store_pair(dv + d, dv_rc(r, c), dv_rc(r, c + 1));
+        accumulate_pair(p.dk_accum + offset + d, dk_rc(r, c), dk_rc(r, c + 1), sole_writer);
+        accumulate_pair(p.dv_accum + offset + d, dv_rc(r, c), dv_rc(r, c + 1), sole_writer);
       }
     }
-    return;
-  }
-  // Else to the plan's fp32 slot, unscaled (bwd_finish scales dK).
-  const int slot = first_head / (p.num_heads / p.accum_heads_k);
-  CUTLASS_PRAGMA_UNROLL
-  for (int r = 0; r < size<0>(dk_rc); ++r) {
-    const int key = c0 + get<0>(c_rc(r, 0));
-    if (key >= p.seqlen_k) continue;
-    const int64_t offset = ((int64_t(batch) * p.seqlen_k + key) * p.accum_heads_k + slot) * kDim + col0;
-    CUTLASS_PRAGMA_UNROLL
-    for (int c = 0; c < size<1>(dk_rc); c += 2) {
-      const int d = acc_col_offset(c);
-      accumulate_pair(p.dk_accum + offset + d, dk_rc(r, c), dk_rc(r, c + 1), sole_writer);
-      accumulate_pair(p.dv_accum + offset + d, dv_rc(r, c), dv_rc(r, c + 1), sole_writer);
+  };
+
+  if constexpr (Traits::kSplitHeadDim) {
+    // S = Q K^T and dP = dO V^T, (queries, keys): this warpgroup's 32 keys.
+    Tensor tSrQ = thr_sdp.partition_fragment_A(sQ);     // (MMA, M, K, stage)
+    Tensor tSrK = thr_sdp.partition_fragment_B(sK);
+    Tensor tdPrdO = thr_sdp.partition_fragment_A(sdO);  // (MMA, M, K, stage)
+    Tensor tdPrV = thr_sdp.partition_fragment_B(sV);
+    // P and dS of the step, (queries, keys) as the accumulators write them and
+    // (keys, queries) as dV/dK read them (the same bytes).
+    Tensor sP = make_tensor(make_smem_ptr(ss.smem_p.data()), typename Traits::SmemLayoutdS{});
+    Tensor sPt = make_tensor(make_smem_ptr(ss.smem_p.data()), typename Traits::SmemLayoutPdSt{});
+    Tensor sdStK = make_tensor(make_smem_ptr(ss.smem_ds.data()), typename Traits::SmemLayoutPdSt{});
+    Tensor tPsP = thr_sdp.partition_C(sP);     // (MMA, M, N, 1)
+    Tensor tdSsdS = thr_sdp.partition_C(sdS);  // (MMA, M, N, 1)
+    Tensor tdVrPt = thr_dkv.partition_fragment_A(sPt);
+    Tensor tdKrdSt = thr_dkv.partition_fragment_A(sdStK);
+    Tensor tdVrdO = thr_dkv.partition_fragment_B(sdOt);  // (MMA, N, K, stage)
+    Tensor tdKrQ = thr_dkv.partition_fragment_B(sQt);
+    Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);   // (MMA, M, K, 1)
+    Tensor tdQrK = thr_dq.partition_fragment_B(sKt);
+    Tensor tdVrdV = partition_fragment_C(mma_dkv, make_shape(Int<kBlockN>{}, Int<kDim>{}));
+    Tensor tdKrdK = partition_fragment_C(mma_dkv, make_shape(Int<kBlockN>{}, Int<kDim>{}));
+    clear(tdVrdV);
+    clear(tdKrdK);
+    // (query, key) of every S element within the tile.
+    Tensor tScS = thr_sdp.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kBlockN>{})));
+    Tensor tScS_rc = make_tensor(tScS.data(), acc_as_rows_cols(tScS.layout()));
+    constexpr int kRows = decltype(size<0>(tScS_rc))::value;  // this thread's queries (2)
+    constexpr int kCols = decltype(size<1>(tScS_rc))::value;
+    const int wg_tid = mma_tid % 128;
+    const bool second_wg = mma_tid >= 128;
+    const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
+
+    if (num_live > 0) ss.barrier_kv.wait(0);
+    PipelineState read;
+    int step = 0;
+    for (int head = first_head; head < first_head + ss.cta_heads; ++head) {
+      float* const head_tiles = dq_head_tiles<kBlockM * kDim, kBlockM>(p, batch, head);
+      for (int i = 0; i < ss.num_live_blocks; ++i, ++step) {
+        const uint16_t entry = live_list[i];
+        const int m = live_block_index(entry);
+        const int stage = read.index();
+        Tensor tSrS = partition_fragment_C(mma_sdp, make_shape(Int<kBlockM>{}, Int<kBlockN>{}));
+        Tensor tdPrdP = partition_fragment_C(mma_sdp, make_shape(Int<kBlockM>{}, Int<kBlockN>{}));
+        Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
+        Tensor dp = make_tensor(tdPrdP.data(), acc_as_rows_cols(tdPrdP.layout()));
+        pipeline.consumer_wait(read);
+        warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_sdp, tSrQ(_, _, _, stage), tSrK, tSrS);
+        warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_sdp, tdPrdO(_, _, _, stage), tdPrV, tdPrdP);
+        const float* stage_lse = ss.smem_lse.data() + stage * kBlockM;
+        const float* stage_delta = ss.smem_delta.data() + stage * kBlockM;
+        float lse_log2[kRows];
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kRows; ++r) lse_log2[r] = stage_lse[get<0>(tScS_rc(r, 0))];
+
+        warpgroup_wait<1>();  // S is ready
+        if (live_block_partial(entry)) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int c = 0; c < kCols; ++c) {
+            const MaskedRows key_rows = ss.key_rows[get<1>(tScS_rc(0, c))];
+            CUTLASS_PRAGMA_UNROLL
+            for (int r = 0; r < kRows; ++r) {
+              if (row_masked(key_rows, m * kBlockM + get<0>(tScS_rc(r, c)))) scores(r, c) = -CUDART_INF_F;
+            }
+          }
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int c = 0; c < kCols; ++c) scores(r, c) = exp2f(scores(r, c) * scale_log2 - lse_log2[r]);
+        }
+        warpgroup_wait<0>();  // dP is ready
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+          const float row_delta = stage_delta[get<0>(tScS_rc(r, 0))];
+          CUTLASS_PRAGMA_UNROLL
+          for (int c = 0; c < kCols; ++c) dp(r, c) = scores(r, c) * (dp(r, c) - row_delta);
+        }
+        auto rP = convert_tensor<Element>(tSrS);
+        auto rdS = convert_tensor<Element>(tdPrdP);
+        // P and dS have one buffer each: both warpgroups' GEMMs of the last
+        // step (waited for at its end) must have read them.
+        if (step > 0) named_barrier<kPdSFree, Traits::kNumMmaThreads>();
+        Tensor tPsP_0 = tPsP(_, _, _, 0);
+        Tensor tdSsdS_0 = tdSsdS(_, _, _, 0);
+        cute::copy(rP, tPsP_0);
+        cute::copy(rdS, tdSsdS_0);
+        cutlass::arch::fence_view_async_shared();  // the tensor cores read them next
+        named_barrier<kdS, Traits::kNumMmaThreads>();  // both warpgroups' keys of P and dS stored
+
+        // dQ first: wgmma groups retire in order, so once two are left in
+        // flight dQ is done and its atomics run under the dV and dK GEMMs.
+        Tensor tdQrdQ = partition_fragment_C(mma_dq, make_shape(Int<kBlockM>{}, Int<kDim>{}));
+        warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_dq, tdQrdS(_, _, _, 0), tdQrK, tdQrdQ);
+        warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dkv, tdVrPt, tdVrdO(_, _, _, stage), tdVrdV);
+        warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dkv, tdKrdSt, tdKrQ(_, _, _, stage), tdKrdK);
+        warpgroup_wait<2>();
+        warpgroup_fence_operand(tdQrdQ);
+        float* tile = head_tiles + int64_t(m) * (kBlockM * kDim);
+        add_dq_half(tile + (second_wg ? Traits::kDQHalfFloats : 0), tdQrdQ, wg_tid);
+        warpgroup_wait<0>();  // dV and dK have read dO and Q
+        pipeline.consumer_release(read);
+        ++read;
+      }
     }
+    write_dkv(tdKrdK, tdVrdV);
+  } else {
+    Tensor tSrK = thr_sdp.partition_fragment_A(sK);
+    Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);    // (MMA, N, K, stage)
+    Tensor tdPrV = thr_sdp.partition_fragment_A(sV);
+    Tensor tdPrdO = thr_sdp.partition_fragment_B(sdO);  // (MMA, N, K, stage)
+    Tensor tdVrdO = thr_dkv.partition_fragment_B(sdOt);
+    Tensor tdKrQ = thr_dkv.partition_fragment_B(sQt);
+    Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);   // (MMA, M, K, buffer)
+    Tensor tdQrK = thr_dq.partition_fragment_B(sKt);
+    Tensor tdSsdS = thr_sdp.partition_C(sdSt);          // where this thread's dS^T goes
+    Tensor tdVrdV = partition_fragment_C(mma_dkv, make_shape(Int<kBlockN>{}, Int<kDim>{}));
+    Tensor tdKrdK = partition_fragment_C(mma_dkv, make_shape(Int<kBlockN>{}, Int<kDim>{}));
+    clear(tdVrdV);
+    clear(tdKrdK);
+
+    // (key, query) of every S^T element within the tile.
+    Tensor tScS = thr_sdp.partition_C(make_identity_tensor(make_shape(Int<kBlockN>{}, Int<kBlockM>{})));
+    Tensor tScS_rc = make_tensor(tScS.data(), acc_as_rows_cols(tScS.layout()));
+    constexpr int kRows = decltype(size<0>(tScS_rc))::value;  // this thread's keys (2)
+
+    const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
+
+    if (num_live > 0) ss.barrier_kv.wait(0);
+    PipelineState read;
+    int step = 0;  // over heads and live blocks: the dS buffer and dQ hand-over
+    for (int head = first_head; head < first_head + ss.cta_heads; ++head) {
+      // The count is re-read from shared memory (the barriers' memory clobbers
+      // force it) rather than held in a register across the loop.
+      for (int i = 0; i < ss.num_live_blocks; ++i, ++step) {
+        const uint16_t entry = live_list[i];
+        const int m0 = live_block_index(entry) * kBlockM;
+        const int stage = read.index();
+        const int buf = step % 2;
+        Tensor tSrS = partition_fragment_C(mma_sdp, make_shape(Int<kBlockN>{}, Int<kBlockM>{}));
+        Tensor tdPrdP = partition_fragment_C(mma_sdp, make_shape(Int<kBlockN>{}, Int<kBlockM>{}));
+        Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
+        Tensor dp = make_tensor(tdPrdP.data(), acc_as_rows_cols(tdPrdP.layout()));
+        constexpr int kCols = decltype(size<1>(scores))::value;
+        pipeline.consumer_wait(read);
+        warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), tSrS);
+        warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), tdPrdP);
+        // LSE (x log2 e; +inf for rows that see no key and past the end, so P =
+        // 0 there) and delta of this thread's query columns: staged in shared
+        // memory with the stage's Q/dO (v9; loaded from global memory here, the
+        // LSE's latency stalled the step, 10% of the consumers' samples in v8).
+        const int col0 = get<1>(tScS_rc(0, 0));  // this thread's first query column
+        const float* stage_lse = ss.smem_lse.data() + stage * kBlockM + col0;
+        const float* stage_delta = ss.smem_delta.data() + stage * kBlockM + col0;
+        float lse_log2[kCols];
+        CUTLASS_PRAGMA_UNROLL
+        for (int c = 0; c < kCols; ++c) lse_log2[c] = stage_lse[acc_col_offset(c)];
+
+        warpgroup_wait<1>();  // S^T is ready
+        if (live_block_partial(entry)) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int r = 0; r < kRows; ++r) {
+            const MaskedRows key_rows = ss.key_rows[get<0>(tScS_rc(r, 0))];
+            CUTLASS_PRAGMA_UNROLL
+            for (int c = 0; c < kCols; ++c) {
+              // Branch-free (bitwise) so the mask adds no control flow per element.
+              if (row_masked(key_rows, m0 + col0 + acc_col_offset(c))) scores(r, c) = -CUDART_INF_F;
+            }
+          }
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int c = 0; c < kCols; ++c) scores(r, c) = exp2f(scores(r, c) * scale_log2 - lse_log2[c]);
+        }
+        warpgroup_wait<0>();  // dP^T is ready
+        CUTLASS_PRAGMA_UNROLL
+        for (int c = 0; c < kCols; ++c) {
+          const float row_delta = stage_delta[acc_col_offset(c)];
+          CUTLASS_PRAGMA_UNROLL
+          for (int r = 0; r < kRows; ++r) dp(r, c) = scores(r, c) * (dp(r, c) - row_delta);
+        }
+
+        auto rP = convert_tensor<Element>(tSrS);
+        auto rdS = convert_tensor<Element>(tdPrdP);
+        if (!p.deterministic) {
+          // dS^T to shared memory for dQ; the tensor cores read it next, through
+          // the async proxy. Two buffers: the one written here was last read by
+          // the dQ GEMM two steps ago, finished before the last barrier.
+          Tensor tdSsdS_buf = tdSsdS(_, _, _, buf);
+          cute::copy(rdS, tdSsdS_buf);
+          cutlass::arch::fence_view_async_shared();
+        }
+        Tensor tdVrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
+        Tensor tdKrdS = make_tensor(rdS.data(), acc_as_a_operand(rdS.layout()));
+        warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dkv, tdVrP, tdVrdO(_, _, _, stage), tdVrdV);
+        if (!p.deterministic) {
+          named_barrier<kdS, Traits::kNumMmaThreads>();  // both halves of dS^T stored
+          // dQ before dK, so dQ's trip to shared memory runs
+          // under the dK GEMM: wgmma groups retire in order, so waiting until
+          // one is left in flight means dV and dQ are done and only dK runs.
+          Tensor tdQrdQ = partition_fragment_C(mma_dq, make_shape(Int<kBlockM>{}, Int<kDim>{}));
+          warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_dq, tdQrdS(_, _, _, buf), tdQrK, tdQrdQ);
+          warpgroup_gemm</*zero_init=*/false, /*wait=*/1>(mma_dkv, tdKrdS, tdKrQ(_, _, _, stage), tdKrdK);
+          warpgroup_fence_operand(tdQrdQ);
+          // This warpgroup's half of dQ to shared memory in accumulator order,
+          // 16 bytes per thread and store (the writer warp drained the previous
+          // step's half before signalling kdQEmpty); dq_accum keeps that order.
+          static_assert(decltype(size(tdQrdQ))::value % 4 == 0, "whole float4s");
+          const bool second_wg = mma_tid >= 128;
+          float4* dq_half = reinterpret_cast<float4*>(ss.smem_dq.data() + (second_wg ? Traits::kDQHalfFloats : 0));
+          if (step > 0) dq_hand_over<kdQEmpty>(second_wg);
+          CUTLASS_PRAGMA_UNROLL
+          for (int k = 0; k < size(tdQrdQ) / 4; ++k) {
+            dq_half[k * 128 + mma_tid % 128] =
+                make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2), tdQrdQ(4 * k + 3));
+          }
+          cutlass::arch::fence_view_async_shared();  // the copy engine reads it next
+          dq_hand_over<kdQFull, /*kArrive=*/true>(second_wg);
+          warpgroup_wait<0>();  // dK has read Q
+          pipeline.consumer_release(read);  // Q and dO of this stage are no longer read
+        } else {
+          warpgroup_gemm</*zero_init=*/false, /*wait=*/0>(mma_dkv, tdKrdS, tdKrQ(_, _, _, stage), tdKrdK);
+          pipeline.consumer_release(read);
+        }
+        ++read;
+      }
+    }  // heads
+
+    write_dkv(tdKrdK, tdVrdV);
   }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }

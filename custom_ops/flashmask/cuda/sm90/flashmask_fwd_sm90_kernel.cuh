@@ -9,9 +9,10 @@
 //       consumers: fully masked blocks never appear in it, partially masked
 //       ones are flagged and masked elementwise from the column bounds, the
 //       rest run with no mask work;
-//     warp 0 issues TMA bulk tensor copies of each tile's Q (two buffers) and
-//       of K/V for every live key block into a 2-stage mbarrier pipeline that
-//       runs on across tile boundaries;
+//     warp 0 issues TMA bulk tensor copies of each tile's Q (two buffers;
+//       one at head dim 256) and of K/V for every live key block (128 keys;
+//       64 at head dim 256) into a 2-stage mbarrier pipeline that runs on
+//       across tile boundaries;
 //   warpgroups 1-2 (consumers, 240 registers): 64 query rows each;
 //     S = Q K^T with wgmma from shared memory, online softmax in registers,
 //     O += P V with wgmma taking P straight from registers.
@@ -32,11 +33,6 @@
 
 namespace flashmask {
 namespace sm90 {
-
-// The consumer's lambdas are inlined whatever their number of call sites:
-// one left out of line takes the wgmma accumulators it touches to local
-// memory, and ptxas then serialises every wgmma of the kernel.
-#define FLASHMASK_INLINE __attribute__((always_inline))
 
 template <typename Traits>
 struct FwdKernelParams {
@@ -207,6 +203,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   using SharedStorage = typename Traits::SharedStorage;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kQBuffers = Traits::kQBuffers;
+  // The Q buffer of a slot: its own with two buffers, else the one buffer.
+  auto q_buffer = [](int slot) { return kQBuffers == 2 ? slot : 0; };
 
   extern __shared__ __align__(1024) char smem_raw[];
   SharedStorage& ss = *reinterpret_cast<SharedStorage*>(smem_raw);
@@ -313,21 +312,30 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
                                         group_modes<0, 2>(gK));
       auto [tVgV, tVsV] = tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
                                         group_modes<0, 2>(gV));
-      if (lane_predicate) {
-        // A tile with nothing live loads nothing; the arrive still completes
-        // the phase the consumers wait on.
-        if (num_live > 0) {
-          ss.barrier_q[slot].arrive_and_expect_tx(Traits::kTmaBytesQ);
-          copy(kp.tma_q.with(reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(
-                                 ss.barrier_q[slot]),
-                             0),
-               tQgQ, tQsQ(_, slot));
-        } else {
-          ss.barrier_q[slot].arrive();
+      // A tile with nothing live loads nothing; the arrive still completes
+      // the phase the consumers wait on. With one Q buffer, the consumers
+      // must be done with the previous tile (its slot's tile_empty, to which
+      // this warp has already arrived) before Q is overwritten.
+      auto load_q = [&](auto const& gq, auto& sq) {  // (structured bindings are not captured in C++17)
+        if (kQBuffers == 1 && k > 0) wait_published(ss.tile_empty[(k - 1) % 2], ((k - 1) / 2) % 2);
+        if (lane_predicate) {
+          if (num_live > 0) {
+            ss.barrier_q[slot].arrive_and_expect_tx(Traits::kTmaBytesQ);
+            copy(kp.tma_q.with(reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(
+                                   ss.barrier_q[slot]),
+                               0),
+                 gq, sq(_, q_buffer(slot)));
+          } else {
+            ss.barrier_q[slot].arrive();
+          }
         }
-      }
+      };
+      // Two Q buffers: Q first. One: the first K/V block first, which the
+      // pipeline takes while the consumers still finish the previous tile.
+      if (kQBuffers == 2 || num_live == 0) load_q(tQgQ, tQsQ);
       for (int i = 0; i < num_live; ++i) {
         const int n = live_block_index(list[i]);
+        if (kQBuffers == 1 && i == 1) load_q(tQgQ, tQsQ);
         pipeline_k.producer_acquire(write);
         if (lane_predicate) {
           copy(kp.tma_k.with(*pipeline_k.producer_get_barrier(write), 0), tKgK(_, n),
@@ -340,6 +348,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         }
         ++write;
       }
+      if (kQBuffers == 1 && num_live == 1) load_q(tQgQ, tQsQ);
       arrive_published(ss.tile_empty[slot]);  // this lane's last list read is done
     }
     return;
@@ -379,10 +388,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   auto stage_columns = [&](const int32_t* columns, int c0) FLASHMASK_INLINE -> MaskedRows* {
     MaskedRows* staged = ss.col_bounds[wg][partial_tiles % 2];
     const int col = c0 + wg_tid;
-    const ColumnBounds b = col < p.seqlen_k ? load_column_bounds(columns + int64_t(col) * p.mask.col_stride,
-                                                                 p.mask.num_cols, p.mask.causal, p.seqlen_q)
-                                            : ColumnBounds{0, 0, 0, 0};
-    staged[wg_tid] = masked_rows(b, col, p.mask.causal, p.seqlen_k - p.seqlen_q, p.seqlen_k);
+    if (kBlockN == 128 || wg_tid < kBlockN) {  // 64-key tiles: half of the warpgroup
+      const ColumnBounds b = col < p.seqlen_k ? load_column_bounds(columns + int64_t(col) * p.mask.col_stride,
+                                                                   p.mask.num_cols, p.mask.causal, p.seqlen_q)
+                                              : ColumnBounds{0, 0, 0, 0};
+      staged[wg_tid] = masked_rows(b, col, p.mask.causal, p.seqlen_k - p.seqlen_q, p.seqlen_k);
+    }
     ++partial_tiles;
     return staged;
   };
@@ -454,7 +465,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     MaskedRows* staged = (kColumnMask && kPartial) ? stage_columns(columns, c0) : nullptr;
     Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
     pipeline_k.consumer_wait(read);
-    warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_qk, tSrQ(_, _, _, slot), tSrK(_, _, _, read.index()),
+    warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_qk, tSrQ(_, _, _, q_buffer(slot)), tSrK(_, _, _, read.index()),
                                                     tSrS);
     rescale_rows(tOrO_rc, alpha);  // step i-1's factor, before P_{i-1} V_{i-1} lands in O
     warpgroup_fence_operand(tOrO);
@@ -503,7 +514,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     MaskedRows* staged = (kColumnMask && partial) ? stage_columns(columns, c0) : nullptr;
     Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
     pipeline_k.consumer_wait(read);
-    warpgroup_gemm</*zero_init=*/true, /*wait=*/0>(mma_qk, tSrQ(_, _, _, slot), tSrK(_, _, _, read.index()), tSrS);
+    warpgroup_gemm</*zero_init=*/true, /*wait=*/0>(mma_qk, tSrQ(_, _, _, q_buffer(slot)), tSrK(_, _, _, read.index()), tSrS);
     pipeline_k.consumer_release(read);
     Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
     if (partial) mask_tile(scores, staged, r0, c0);
@@ -558,13 +569,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         pipeline_k.consumer_wait(read);
         if constexpr (kPingPong) {
           scheduler_wait_turn(wg);
-          warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_qk, tSrQ(_, _, _, slot),
+          warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_qk, tSrQ(_, _, _, q_buffer(slot)),
                                                           tSrK(_, _, _, read.index()), tSrS);
           scheduler_pass_turn(wg);
           warpgroup_wait<0>();
           warpgroup_fence_operand(tSrS);  // S is read only after the wait
         } else {
-          warpgroup_gemm</*zero_init=*/true, /*wait=*/0>(mma_qk, tSrQ(_, _, _, slot),
+          warpgroup_gemm</*zero_init=*/true, /*wait=*/0>(mma_qk, tSrQ(_, _, _, q_buffer(slot)),
                                                          tSrK(_, _, _, read.index()), tSrS);
         }
         pipeline_k.consumer_release(read);

@@ -30,8 +30,9 @@ bool tma_friendly(const void* ptr, int64_t row, int64_t head, int64_t batch) {
 }
 
 // Longest sequences whose live-block lists still fit next to the tiles in
-// shared memory (and in the lists' 15-bit block index).
-constexpr int kMaxSeqlen = 1 << 19;
+// shared memory (and in the lists' 15-bit block index): head dim 256 has
+// 64-key tiles (twice the forward's list entries) and bigger tiles.
+int max_seqlen(int head_dim) { return head_dim == 256 ? 1 << 18 : 1 << 19; }
 // Tiles of a persistent forward (query blocks of 128 x heads x batch): int
 // indices handed out by an int counter.
 constexpr int64_t kMaxTiles = int64_t(1) << 30;
@@ -68,7 +69,9 @@ int bwd_head_group(const BwdParams& p, int requested) {
   // share their prologue and epilogue and heavy ones keep a CTA per head.
   // Deterministic runs need a fixed slot per CTA, hence uniform grouping,
   // and there the default stays 1 (NOTES.md, sm90 v7a/v8).
-  if (requested <= 0) requested = p.deterministic ? 1 : kDefaultBwdHeadGroup;
+  // Head dim 256: one head per CTA by default (its grouping is uniform, see
+  // bwd_group_max_steps, and uniform groups leave heavy key blocks as a tail).
+  if (requested <= 0) requested = p.deterministic || p.head_dim == 256 ? 1 : kDefaultBwdHeadGroup;
   const int group = shared_mask_heads(p);
   for (int g = std::min(requested, group); g > 1; --g) {
     if (group % g == 0) return g;
@@ -77,7 +80,9 @@ int bwd_head_group(const BwdParams& p, int requested) {
 }
 
 int bwd_group_max_steps(const BwdParams& p, int requested) {
-  if (p.deterministic || p.bwd_head_group <= 1) return 0;
+  // Head dim 256: no fitted grouping (its 64-key blocks are not the dK/dV
+  // flags' 128 keys, cuda::kDkvBlock).
+  if (p.deterministic || p.bwd_head_group <= 1 || p.head_dim == 256) return 0;
   if (requested >= 0) return requested;
   return kDefaultBwdGroupMaxSteps * std::max(1, p.seqlen_q / kBwdGroupStepsPerRows);
 }
@@ -93,8 +98,9 @@ bool compiled() {
 bool fwd_supported(const FwdParams& p) {
   // Causal with C = 4 (no public API makes it) does not fit MaskedRows.
   const bool mask_fits = !(p.mask.startend_row_indices != nullptr && p.mask.causal && p.mask.num_cols == 4);
-  return compiled() && mask_fits && p.dtype != DType::kFloat32 && (p.head_dim == 64 || p.head_dim == 128) &&
-         p.seqlen_k <= kMaxSeqlen && p.seqlen_q <= kMaxSeqlen &&
+  const bool head_dim_built = p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256;
+  return compiled() && mask_fits && p.dtype != DType::kFloat32 && head_dim_built &&
+         p.seqlen_k <= max_seqlen(p.head_dim) && p.seqlen_q <= max_seqlen(p.head_dim) &&
          int64_t((p.seqlen_q + 127) / 128) * p.num_heads * p.batch < kMaxTiles &&
          tma_friendly(p.q, p.q_row_stride, p.q_head_stride, p.q_batch_stride) &&
          tma_friendly(p.k, p.k_row_stride, p.k_head_stride, p.k_batch_stride) &&
@@ -109,7 +115,8 @@ bool pair_stores_aligned(const void* ptr, int64_t row, int64_t head, int64_t bat
 }
 
 bool bwd_supported(const BwdParams& p) {
-  return fwd_supported(p) && tma_friendly(p.dout, p.do_row_stride, p.do_head_stride, p.do_batch_stride) &&
+  // Head dim 256 has no deterministic dQ pass (the FA2-class dQ kernel stops at 128).
+  return fwd_supported(p) && !(p.deterministic && p.head_dim == 256) && tma_friendly(p.dout, p.do_row_stride, p.do_head_stride, p.do_batch_stride) &&
          pair_stores_aligned(p.dk, p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride) &&
          pair_stores_aligned(p.dv, p.dv_row_stride, p.dv_head_stride, p.dv_batch_stride);
 }
@@ -122,6 +129,9 @@ void run_fwd(const FwdParams& p, cudaStream_t stream) {
   }
   if (p.head_dim == 128) {
     return bf16 ? run_fwd_<128, __nv_bfloat16>(p, stream) : run_fwd_<128, __half>(p, stream);
+  }
+  if (p.head_dim == 256) {
+    return bf16 ? run_fwd_<256, __nv_bfloat16>(p, stream) : run_fwd_<256, __half>(p, stream);
   }
 #endif
   (void)p, (void)stream;
@@ -136,6 +146,9 @@ void run_bwd(const BwdParams& p, cudaStream_t stream) {
   }
   if (p.head_dim == 128) {
     return bf16 ? run_bwd_<128, __nv_bfloat16>(p, stream) : run_bwd_<128, __half>(p, stream);
+  }
+  if (p.head_dim == 256) {
+    return bf16 ? run_bwd_<256, __nv_bfloat16>(p, stream) : run_bwd_<256, __half>(p, stream);
   }
 #endif
   (void)p, (void)stream;

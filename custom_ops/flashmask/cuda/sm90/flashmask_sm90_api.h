@@ -13,7 +13,8 @@ namespace sm90 {
 // True when this library was built with the sm_90a kernels
 // (PADDLE_FLASHMASK_CUDA_ARCHS contains 90a).
 bool compiled();
-// True when the Hopper kernels take this call (dtype, head dim, strides).
+// True when the Hopper kernels take this call (dtype, head dim 64, 128 or 256,
+// strides, length; the backward at head dim 256 not in deterministic mode).
 bool fwd_supported(const FwdParams& p);
 bool bwd_supported(const BwdParams& p);
 // Query heads per backward CTA (BwdParams::bwd_head_group): a divisor of the

@@ -160,6 +160,12 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
     throw std::invalid_argument(
         "flashmask sm90 backward: dq_accum_tiled must be planned (plan_bwd_cuda): tiles unless deterministic");
   }
+  if constexpr (Traits::kSplitHeadDim) {
+    if (p.deterministic || kp.dkv_written != nullptr) {
+      throw std::invalid_argument(
+          "flashmask sm90 backward: head dim 256 has no deterministic mode and no fitted head grouping");
+    }
+  }
   if (p.row_stats == nullptr) {
     throw std::invalid_argument(
         "flashmask sm90 backward: row_stats is null (allocate bwd_row_stats_elems floats after plan_bwd_cuda)");

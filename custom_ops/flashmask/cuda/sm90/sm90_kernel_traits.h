@@ -3,6 +3,8 @@
 // TMA writes and wgmma reads, the two tiled wgmmas and the TMA pipelines.
 #pragma once
 
+#include <type_traits>
+
 #include <cute/tensor.hpp>
 #include <cute/atom/mma_atom.hpp>
 #include <cute/atom/copy_traits_sm90_tma.hpp>
@@ -24,7 +26,8 @@ struct FwdTraits {
   using Element = Element_;  // cutlass::bfloat16_t or cutlass::half_t
   using ElementAccum = float;
   static constexpr int kHeadDim = kHeadDim_;
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "sm90 forward: head dim 64 or 128");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
+                "sm90 forward: head dim 64, 128 or 256");
 
   // Warpgroup 0 loads (warp 0 issues TMA, warps 1-3 build the next tiles'
   // live lists), warpgroups 1 and 2 compute 64 query rows each.
@@ -33,7 +36,11 @@ struct FwdTraits {
   static constexpr int kNThreads = kNumMmaThreads + 128;
   static constexpr int kListThreads = 128 - 32;  // the producer warpgroup less the TMA warp
   static constexpr int kBlockM = 64 * kNumMmaWarpGroups;
-  static constexpr int kBlockN = 128;
+  // Head dim 256 fits 227 KB of shared memory only with 64-key tiles and one
+  // Q buffer (Q 64 KB + K/V 2 x 2 x 32 KB; NOTES.md, "Head dim 256"): the next
+  // tile's Q then lands only once this tile's last GEMM has read Q.
+  static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
+  static constexpr int kQBuffers = kHeadDim <= 128 ? 2 : 1;
   static constexpr int kStages = 2;
   // setmaxnreg budgets: 24 x 128 + 240 x 256 <= 64K registers of the SM.
   static constexpr int kLoadRegisters = 24;
@@ -61,9 +68,9 @@ struct FwdTraits {
   // 128-byte swizzle (64 x 16-bit per row): what TMA writes and wgmma reads
   // without bank conflicts.
   using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
-  // Two Q buffers: the next tile's Q lands while this one computes.
+  // kQBuffers Q buffers: with two, the next tile's Q lands while this one computes.
   using SmemLayoutQ = decltype(tile_to_shape(
-      SmemAtom{}, make_shape(Int<kBlockM>{}, Int<kHeadDim>{}, _2{})));
+      SmemAtom{}, make_shape(Int<kBlockM>{}, Int<kHeadDim>{}, Int<kQBuffers>{})));
   using SmemLayoutK = decltype(tile_to_shape(
       SmemAtom{}, make_shape(Int<kBlockN>{}, Int<kHeadDim>{}, Int<kStages>{})));
   using SmemLayoutV = SmemLayoutK;
@@ -88,7 +95,7 @@ struct FwdTraits {
   using PipelineState = cutlass::PipelineState<kStages>;
 
   // Tiles alternate between two slots (tile index, live list and its
-  // length, Q buffer). Per slot: list_full (the builders published the tile),
+  // length, Q buffer where there are two). Per slot: list_full (the builders published the tile),
   // barrier_q (its Q landed) and tile_empty (every consumer thread and every
   // lane of the TMA warp are done with the slot).
   struct SharedStorage {
@@ -114,38 +121,65 @@ struct FwdTraits {
   };
 };
 
-// Backward: one CTA per (key block of 128, query head, batch); warpgroup 0
-// streams Q/dO tiles of 64 query rows through TMA, warpgroups 1-2 own 64 keys
-// each and keep their dK/dV accumulators in registers for the whole CTA.
+// Backward: one CTA per (key block, query head, batch); warpgroup 0 streams
+// Q/dO tiles of 64 query rows through TMA, warpgroups 1-2 keep their dK/dV
+// accumulators in registers for the whole CTA. Two layouts of the work:
+// - head dim 64/128 (kSplitHeadDim false): 128 keys per CTA, 64 per
+//   warpgroup; S^T = K Q^T and dP^T = V dO^T per warpgroup, P^T/dS^T straight
+//   from registers into dV/dK, dQ = dS K with the head dim split;
+// - head dim 256 (kSplitHeadDim true): dK and dV of 64 keys x 256 would take
+//   256 registers a thread, so both warpgroups share 64 keys and split the
+//   head dim of dK/dV/dQ (64 registers each); S = Q K^T and dP = dO V^T are
+//   split over the keys (32 each), and P and dS reach the other warpgroup
+//   through shared memory. dQ goes from registers to dq_accum with vector
+//   atomics (no shared memory is left for its staging: K, V, two stages of
+//   Q and dO and P/dS take 208 KB).
 template <int kHeadDim_, typename Element_>
 struct BwdTraits {
   using Element = Element_;
   using ElementAccum = float;
   static constexpr int kHeadDim = kHeadDim_;
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "sm90 backward: head dim 64 or 128");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
+                "sm90 backward: head dim 64, 128 or 256");
+  static constexpr bool kSplitHeadDim = kHeadDim > 128;
 
   static constexpr int kNumMmaWarpGroups = 2;
   static constexpr int kNumMmaThreads = 128 * kNumMmaWarpGroups;
   static constexpr int kNThreads = kNumMmaThreads + 128;
-  static constexpr int kBlockN = 64 * kNumMmaWarpGroups;  // keys per CTA
-  static constexpr int kBlockM = 64;                      // query rows per step
+  static constexpr int kBlockN = kSplitHeadDim ? 64 : 64 * kNumMmaWarpGroups;  // keys per CTA
+  static constexpr int kBlockM = 64;                                           // query rows per step
   static constexpr int kStages = 2;
   static constexpr int kLoadRegisters = 24;
   static constexpr int kMmaRegisters = 240;
 
-  // S^T = K Q^T and dP^T = V dO^T: (keys, queries, D), keys split over the
-  // two warpgroups, both operands K-major in shared memory.
-  using TileShapeSdP = Shape<Int<kBlockN>, Int<kBlockM>, Int<kHeadDim>>;
+  // Not split: S^T = K Q^T and dP^T = V dO^T, (keys, queries, D), keys split
+  // over the two warpgroups. Split: S = Q K^T and dP = dO V^T, (queries,
+  // keys, D), keys split. Both operands K-major in shared memory.
+  using TileShapeSdP = std::conditional_t<kSplitHeadDim, Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>,
+                                          Shape<Int<kBlockN>, Int<kBlockM>, Int<kHeadDim>>>;
+  using AtomLayoutSdP = std::conditional_t<kSplitHeadDim, Layout<Shape<_1, Int<kNumMmaWarpGroups>, _1>>,
+                                           Layout<Shape<Int<kNumMmaWarpGroups>, _1, _1>>>;
   using TiledMmaSdP = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, ElementAccum, TileShapeSdP>(),
-      Layout<Shape<Int<kNumMmaWarpGroups>, _1, _1>>{}));
-  // dV += P^T dO and dK += dS^T Q: (keys, D, queries), P^T/dS^T from
-  // registers, dO/Q MN-major (D contiguous).
+      GMMA::ss_op_selector<Element, Element, ElementAccum,
+                           std::conditional_t<kSplitHeadDim,
+                                              Shape<Int<kBlockM>, Int<kBlockN / kNumMmaWarpGroups>, Int<kHeadDim>>,
+                                              TileShapeSdP>>(),
+      AtomLayoutSdP{}));
+  // dV += P^T dO and dK += dS^T Q: (keys, D, queries). Not split: keys split
+  // over the warpgroups, P^T/dS^T from registers; split: the head dim split,
+  // P^T/dS^T from shared memory (queries contiguous: K-major). dO/Q MN-major.
   using TileShapedKV = Shape<Int<kBlockN>, Int<kHeadDim>, Int<kBlockM>>;
-  using TiledMmadKV = decltype(make_tiled_mma(
-      GMMA::rs_op_selector<Element, Element, ElementAccum, TileShapedKV, GMMA::Major::K,
-                           GMMA::Major::MN>(),
-      Layout<Shape<Int<kNumMmaWarpGroups>, _1, _1>>{}));
+  using TiledMmadKV = std::conditional_t<
+      kSplitHeadDim,
+      decltype(make_tiled_mma(
+          GMMA::ss_op_selector<Element, Element, ElementAccum,
+                               Shape<Int<kBlockN>, Int<kHeadDim / kNumMmaWarpGroups>, Int<kBlockM>>,
+                               GMMA::Major::K, GMMA::Major::MN>(),
+          Layout<Shape<_1, Int<kNumMmaWarpGroups>, _1>>{})),
+      decltype(make_tiled_mma(
+          GMMA::rs_op_selector<Element, Element, ElementAccum, TileShapedKV, GMMA::Major::K,
+                               GMMA::Major::MN>(),
+          Layout<Shape<Int<kNumMmaWarpGroups>, _1, _1>>{}))>;
   // dQ = dS K: (queries, D, keys), the head dim split over the warpgroups
   // (each one's wgmma atom is N = D / 2 wide); dS (queries contiguous) and K
   // (D contiguous) both MN-major.
@@ -157,8 +191,8 @@ struct BwdTraits {
       Layout<Shape<_1, Int<kNumMmaWarpGroups>, _1>>{}));
   static_assert(kHeadDim % (8 * kNumMmaWarpGroups) == 0, "dQ splits the head dim");
   // Each tiled wgmma must cover exactly its GEMM's (M, N).
-  static_assert(decltype(tile_size<0>(TiledMmaSdP{}))::value == kBlockN &&
-                decltype(tile_size<1>(TiledMmaSdP{}))::value == kBlockM);
+  static_assert(decltype(tile_size<0>(TiledMmaSdP{}))::value == size<0>(TileShapeSdP{}) &&
+                decltype(tile_size<1>(TiledMmaSdP{}))::value == size<1>(TileShapeSdP{}));
   static_assert(decltype(tile_size<0>(TiledMmadKV{}))::value == kBlockN &&
                 decltype(tile_size<1>(TiledMmadKV{}))::value == kHeadDim);
   static_assert(decltype(tile_size<0>(TiledMmadQ{}))::value == kBlockM &&
@@ -174,12 +208,18 @@ struct BwdTraits {
       SmemLayoutQ{}, make_ordered_layout(make_shape(Int<kHeadDim>{}, Int<kBlockM>{}, Int<kStages>{}),
                                          Step<_2, _1, _3>{})));
   // dS: (queries, keys, buffer), queries contiguous; dS^T is the same bytes
-  // seen as (keys, queries), which is how the accumulators write it.
+  // seen as (keys, queries), which is how the accumulators write it. Split:
+  // one buffer each for dS and P (shared memory is full), and their (keys,
+  // queries) K-major views are canonical wgmma layouts of the same bytes (an
+  // element (query q, key k) at q + 64 k in both, under the same swizzle).
+  static constexpr int kDSBuffers = kSplitHeadDim ? 1 : 2;
   using SmemLayoutdS = decltype(tile_to_shape(
-      GMMA::Layout_MN_SW128_Atom<Element>{}, make_shape(Int<kBlockM>{}, Int<kBlockN>{}, _2{})));
+      GMMA::Layout_MN_SW128_Atom<Element>{}, make_shape(Int<kBlockM>{}, Int<kBlockN>{}, Int<kDSBuffers>{})));
   using SmemLayoutdSt = decltype(composition(
-      SmemLayoutdS{}, make_layout(make_shape(Int<kBlockN>{}, Int<kBlockM>{}, _2{}),
+      SmemLayoutdS{}, make_layout(make_shape(Int<kBlockN>{}, Int<kBlockM>{}, Int<kDSBuffers>{}),
                                   make_stride(Int<kBlockM>{}, _1{}, Int<kBlockM * kBlockN>{}))));
+  using SmemLayoutPdSt = decltype(tile_to_shape(SmemAtom{}, make_shape(Int<kBlockN>{}, Int<kBlockM>{})));
+  static_assert(!kSplitHeadDim || kBlockM == 64, "P/dS views: 64 queries, one 128-byte swizzle row");
 
   using ShapeQKV = typename FwdTraits<kHeadDim, Element>::ShapeQKV;
   using GmemTensor = typename FwdTraits<kHeadDim, Element>::GmemTensor;
@@ -192,8 +232,11 @@ struct BwdTraits {
   static constexpr uint32_t kRowStatsBytes = kBlockM * sizeof(float);  // LSE or delta of a step
 
   // dQ of one step, per warpgroup (its head-dim half): stored in accumulator
-  // order (BwdParams::dq_accum_tiled), one bulk reduce-add each.
+  // order (BwdParams::dq_accum_tiled), one bulk reduce-add each (not split)
+  // or vector atomics from the registers (split: no staging buffer).
   static constexpr int kDQHalfFloats = kBlockM * kHeadDim / kNumMmaWarpGroups;
+  static constexpr int kDQStagingFloats = kSplitHeadDim ? 4 : kBlockM * kHeadDim;
+  static constexpr int kPElems = kSplitHeadDim ? kBlockM * kBlockN : 8;  // P (split only)
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = cutlass::PipelineState<kStages>;
@@ -204,10 +247,11 @@ struct BwdTraits {
     cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> smem_q;
     cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> smem_do;
     cute::array_aligned<Element, cosize_v<SmemLayoutdS>, 1024> smem_ds;
+    cute::array_aligned<Element, kPElems, 1024> smem_p;  // split: P, laid out as dS
     // dQ of one step in fp32, each warpgroup's half in its accumulators'
     // order (16-byte stores, conflict-free); the dQ writer warp adds each half
-    // to the step's tile of dq_accum with one bulk reduce.
-    cute::array_aligned<float, kBlockM * kHeadDim, 128> smem_dq;
+    // to the step's tile of dq_accum with one bulk reduce (not split).
+    cute::array_aligned<float, kDQStagingFloats, 128> smem_dq;
     // Per stage, the step's rows of BwdParams::row_stats (LSE x log2(e) and
     // delta), loaded with the Q/dO tiles.
     cute::array_aligned<float, kStages * kBlockM, 128> smem_lse;

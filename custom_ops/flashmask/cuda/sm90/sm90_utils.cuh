@@ -14,6 +14,11 @@ namespace sm90 {
 
 using namespace cute;
 
+// The consumers' lambdas are inlined whatever their number of call sites:
+// one left out of line takes the wgmma accumulators it touches to local
+// memory, and ptxas then serialises every wgmma of the kernel.
+#define FLASHMASK_INLINE __attribute__((always_inline))
+
 // C (+)= A B over all k-steps as one wgmma batch. kWait >= 0 waits until at
 // most kWait batches are in flight; -1 leaves the batch running (the caller
 // waits later, overlapping it with other work).
