@@ -206,11 +206,17 @@ def timing_lines(recs):
     return [line, ""]
 
 
+def head_dims(recs):
+    """The records' head dims as text ("128"; records without one were head dim 128); `recs` as
+    load() returns them."""
+    return " / ".join(str(d) for d in sorted({int(r.get("dim", 128)) for r in recs.values()}))
+
+
 def render(recs, title, sources):
     configs, masks = configs_and_masks(recs)
     lines = [
         f"# GPU benchmark: {title}", "",
-        "bf16, head dim 128, batch 1. TFLOP/s count only the unmasked area (fwd = 4·area·H·D, "
+        f"bf16, head dim {head_dims(recs)}, batch 1. TFLOP/s count only the unmasked area (fwd = 4·area·H·D, "
         "bwd = 2.5 × fwd); fwd+bwd is the combined rate. sm90 = paddle_flashmask's Hopper kernels "
         "(TMA + wgmma + warp specialization), fa2 = its FA2-class kernels (mma.sync), both in the "
         "Paddle GPU runtime; the peers are measured in the same device call by a PyTorch process: "
