@@ -488,6 +488,18 @@ int main(int argc, char** argv) {
       time_case("causal_document", s, 32, 8, 256, GpuKernel::kSm90, rng, docs);
       time_case("sliding_window", s, 32, 8, 256, GpuKernel::kSm90, rng, window);
     }
+    // The backward's heads per CTA (uniform groups: head dim 256 has no fitted
+    // grouping): a CTA's K/V load and list shared by its heads (short lists)
+    // against longer CTAs at the end of the grid (causal).
+    for (int s : {8192, 32768}) {
+      std::mt19937 mask_rng(s);
+      const std::vector<int32_t> docs = timing_docs(s, mask_rng), window = timing_window(s);
+      for (int hg : {2, 4}) {
+        time_case("causal", s, 32, 8, 256, GpuKernel::kSm90, rng, {}, false, hg, 0);
+        time_case("causal_document", s, 32, 8, 256, GpuKernel::kSm90, rng, docs, false, hg, 0);
+        time_case("sliding_window", s, 32, 8, 256, GpuKernel::kSm90, rng, window, false, hg, 0);
+      }
+    }
     return failures ? 1 : 0;
   }
   if (time_fwd) {
