@@ -395,3 +395,32 @@ def test_assign_matches_the_exhaustive_search():
         cap = int(np.ceil(lens.sum() / W * (1.0 if kind >= 4 else rng.choice([0.9, 1.0, 1.08, 2.0]))))
         np.testing.assert_array_equal(plan_mod._assign(work, lens, W, cap), _assign_exhaustive(work, lens, W, cap),
                                       err_msg=f"case {i}: n={n} W={W} cap={cap}")
+
+
+def test_allgather_groups_follow_the_kernel_limit_of_the_head_dim(monkeypatch):
+    # One kernel call takes the keys of a group of ring distances; the Hopper kernels take
+    # 2^19 keys at head dims 64/128 and 2^18 at 256 (long_sequence.sm90_max_seqlen), so the
+    # same plan groups its peers twice as finely at 256. Scaled down: 2^19 -> 4 x the rows
+    # of a rank, 2^18 -> 2 x.
+    from paddle_flashmask import long_sequence
+    from paddle_flashmask.distributed import allgather
+
+    S, W = 4096, 8
+    plan = ContextParallelPlan(None, True, W, seqlen=S)
+    most = max(plan.num_local_rows(r) for r in range(W))
+    monkeypatch.setattr(long_sequence, "SM90_MAX_SEQLEN", 4 * most)
+    monkeypatch.setattr(long_sequence, "SM90_MAX_SEQLEN_HD256", 2 * most)
+    monkeypatch.setattr(allgather, "KEYS_PER_PART", 1 << 30)
+
+    def groups(head_dim):
+        spec = allgather.Spec(plan, 0, None, None, True, 1.0, 0, False, 1, None, head_dim)
+        return spec.groups()
+
+    assert [len(g) for g in groups(128)] == [4, 3]
+    assert [len(g) for g in groups(256)] == [2, 2, 2, 1]
+    for head_dim in (128, 256):  # every ring distance exactly once, in order
+        assert [d for g in groups(head_dim) for d in g] == list(range(1, W))
+    # cached index tensors are kept apart per part size (the grouping differs)
+    a = allgather.Spec(plan, 0, None, None, True, 1.0, 0, False, 1, None, 128)
+    b = allgather.Spec(plan, 0, None, None, True, 1.0, 0, False, 1, None, 256)
+    assert a.keys_per_part() != b.keys_per_part()
