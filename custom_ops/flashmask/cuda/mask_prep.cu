@@ -163,14 +163,14 @@ __global__ void convert_grad_kernel(const float* src, T* dst, int64_t n, float s
 
 // dK and dV from kv-head slots ([B, Sk, Hk, D], contiguous) where the sm90
 // backward left them there: key blocks whose flag in `written` (per batch, kv
-// head and kDkvBlock keys; see dkv_written_flags) says the kernel already
+// head and key_block keys; see dkv_written_flags) says the kernel already
 // wrote dk/dv directly are skipped. kVec elements per thread and step (kVec
 // divides D, so a vector never straddles two rows).
 template <typename T, int kVec>
 __global__ void convert_kv_grads_kernel(const float* dk_src, const float* dv_src, T* dk, T* dv, int64_t n,
                                         int head_dim, int heads_k, int seqlen_k, const int32_t* written,
-                                        float dk_scale) {
-  const int key_blocks = (seqlen_k + kDkvBlock - 1) / kDkvBlock;
+                                        int key_block, float dk_scale) {
+  const int key_blocks = (seqlen_k + key_block - 1) / key_block;
   for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * kVec; i < n;
        i += int64_t(gridDim.x) * blockDim.x * kVec) {
     const int64_t row = i / head_dim;  // (batch, key, kv head), row-major
@@ -178,7 +178,7 @@ __global__ void convert_kv_grads_kernel(const float* dk_src, const float* dv_src
     const int64_t batch_key = row / heads_k;
     const int key = int(batch_key % seqlen_k);
     const int64_t batch = batch_key / seqlen_k;
-    if (written[(batch * heads_k + hk) * key_blocks + key / kDkvBlock] != 0) continue;
+    if (written[(batch * heads_k + hk) * key_blocks + key / key_block] != 0) continue;
     const Pack<float, kVec> k = *reinterpret_cast<const Pack<float, kVec>*>(dk_src + i);
     const Pack<float, kVec> v = *reinterpret_cast<const Pack<float, kVec>*>(dv_src + i);
     Pack<T, kVec> ko, vo;
@@ -287,10 +287,12 @@ void launch_convert_kv(const BwdParams& p, const int32_t* written, int64_t n, cu
   auto dv = static_cast<T*>(p.dv);
   if (wide) {
     convert_kv_grads_kernel<T, kWideVec><<<streaming_grid(n / kWideVec, 256), 256, 0, stream>>>(
-        p.dk_accum, p.dv_accum, dk, dv, n, p.head_dim, p.num_heads_k, p.seqlen_k, written, p.softmax_scale);
+        p.dk_accum, p.dv_accum, dk, dv, n, p.head_dim, p.num_heads_k, p.seqlen_k, written,
+        dkv_block(p.head_dim), p.softmax_scale);
   } else {
     convert_kv_grads_kernel<T, 1><<<grid_for(n, 256), 256, 0, stream>>>(
-        p.dk_accum, p.dv_accum, dk, dv, n, p.head_dim, p.num_heads_k, p.seqlen_k, written, p.softmax_scale);
+        p.dk_accum, p.dv_accum, dk, dv, n, p.head_dim, p.num_heads_k, p.seqlen_k, written,
+        dkv_block(p.head_dim), p.softmax_scale);
   }
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }
@@ -398,7 +400,8 @@ int64_t summary_elems(const FwdParams& p) {
 int32_t* tile_counters(const FwdParams& p) { return p.block_bounds + summary_elems(p); }
 
 int64_t dkv_flag_elems(const FwdParams& p) {
-  return int64_t(p.batch) * p.num_heads_k * ((p.seqlen_k + kDkvBlock - 1) / kDkvBlock);
+  const int key_block = dkv_block(p.head_dim);
+  return int64_t(p.batch) * p.num_heads_k * ((p.seqlen_k + key_block - 1) / key_block);
 }
 
 int32_t* dkv_written_flags(const BwdParams& p) {

@@ -29,12 +29,13 @@ int64_t summary_elems(const FwdParams& p);
 // The tile counters inside p.block_bounds.
 int32_t* tile_counters(const FwdParams& p);
 
-// Keys per flag of dkv_written_flags: the sm90 backward's key block.
-constexpr int kDkvBlock = 128;
+// Keys per flag of dkv_written_flags: the sm90 backward's key block at this
+// head dim (BwdTraits::kBlockN: 128, or 64 at head dim 256).
+FLASHMASK_HOST_DEVICE int dkv_block(int head_dim) { return head_dim == 256 ? 64 : 128; }
 int64_t dkv_flag_elems(const FwdParams& p);
 // Under fitted head grouping (BwdParams::fitted_head_groups), where a key
 // block's CTA covers its whole GQA group it writes dK/dV straight to dk/dv and
-// flags it here, [batch, num_heads_k, ceil(seqlen_k / kDkvBlock)] int32 (1 =
+// flags it here, [batch, num_heads_k, ceil(seqlen_k / dkv_block)] int32 (1 =
 // written, 0 = left in dk_accum/dv_accum), so bwd_finish converts only the
 // others. Every flag is rewritten by each backward. Null without that plan.
 int32_t* dkv_written_flags(const BwdParams& p);

@@ -200,9 +200,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kDim = Traits::kHeadDim;
   static_assert(cuda::kBwdRowBlock == kBlockM, "padded rows: whole steps and dQ tiles");
-  // One dK/dV flag per key block: fitted grouping (the flags) needs
-  // kBlockN == kDkvBlock, which launch_bwd checks.
-  static_assert(cuda::kDkvBlock % kBlockN == 0, "key blocks inside a flag's keys");
+  // One dK/dV flag per key block (cuda::dkv_block, which launch_bwd checks).
 
   extern __shared__ __align__(1024) char smem_raw[];
   SharedStorage& ss = *reinterpret_cast<SharedStorage*>(smem_raw);

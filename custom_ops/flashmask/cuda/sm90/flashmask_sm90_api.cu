@@ -69,9 +69,7 @@ int bwd_head_group(const BwdParams& p, int requested) {
   // share their prologue and epilogue and heavy ones keep a CTA per head.
   // Deterministic runs need a fixed slot per CTA, hence uniform grouping,
   // and there the default stays 1 (NOTES.md, sm90 v7a/v8).
-  // Head dim 256: one head per CTA by default (its grouping is uniform, see
-  // bwd_group_max_steps, and uniform groups leave heavy key blocks as a tail).
-  if (requested <= 0) requested = p.deterministic || p.head_dim == 256 ? 1 : kDefaultBwdHeadGroup;
+  if (requested <= 0) requested = p.deterministic ? 1 : kDefaultBwdHeadGroup;
   const int group = shared_mask_heads(p);
   for (int g = std::min(requested, group); g > 1; --g) {
     if (group % g == 0) return g;
@@ -80,9 +78,7 @@ int bwd_head_group(const BwdParams& p, int requested) {
 }
 
 int bwd_group_max_steps(const BwdParams& p, int requested) {
-  // Head dim 256: no fitted grouping (its 64-key blocks are not the dK/dV
-  // flags' 128 keys, cuda::kDkvBlock).
-  if (p.deterministic || p.bwd_head_group <= 1 || p.head_dim == 256) return 0;
+  if (p.deterministic || p.bwd_head_group <= 1) return 0;
   if (requested >= 0) return requested;
   return kDefaultBwdGroupMaxSteps * std::max(1, p.seqlen_q / kBwdGroupStepsPerRows);
 }

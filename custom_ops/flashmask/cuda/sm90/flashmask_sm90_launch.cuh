@@ -160,11 +160,11 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
     throw std::invalid_argument(
         "flashmask sm90 backward: dq_accum_tiled must be planned (plan_bwd_cuda): tiles unless deterministic");
   }
-  if constexpr (Traits::kSplitHeadDim) {
-    if (p.deterministic || kp.dkv_written != nullptr) {
-      throw std::invalid_argument(
-          "flashmask sm90 backward: head dim 256 has no deterministic mode and no fitted head grouping");
-    }
+  if (cuda::dkv_block(kHeadDim) != Traits::kBlockN) {
+    throw std::logic_error("flashmask sm90 backward: the dK/dV flags' key block is not the kernel's");
+  }
+  if (Traits::kSplitHeadDim && p.deterministic) {
+    throw std::invalid_argument("flashmask sm90 backward: head dim 256 has no deterministic mode");
   }
   if (p.row_stats == nullptr) {
     throw std::invalid_argument(
