@@ -377,6 +377,18 @@ def _short_document_lengths(rng, seqlen):
     return lens
 
 
+def _many_tiles_indices(mask, batch, seqlen):
+    """Causal indices of the many-tiles tests (None: plain causal)."""
+    rng = np.random.default_rng(seed_of("many-tiles", mask))
+    if mask == "short_documents":
+        return masks.causal_document_mask(_short_document_lengths(rng, seqlen), seqlen, batch, place="numpy")
+    if mask == "empty_query_blocks":  # every column masks rows [512, 768)
+        idx = np.zeros((batch, 1, seqlen, 2), dtype=np.int32)
+        idx[..., 0], idx[..., 1] = 512, 768
+        return idx
+    return None
+
+
 @pytest.mark.parametrize("sm90_fwd_schedule", list(FWD_SCHEDULES), indirect=True)
 @pytest.mark.parametrize("dim", [64, 128])
 @pytest.mark.parametrize("mask", ["causal", "short_documents", "empty_query_blocks"])
@@ -385,13 +397,7 @@ def test_sm90_fwd_many_tiles_per_cta(sm90_fwd_schedule, dim, mask):
     # one): tiles back to back in one CTA, tiles of no live block (rows 512..767 see
     # nothing) between them, a GQA group's heads side by side.
     batch, seqlen, heads, heads_k = 2, 2048, 16, 4
-    rng = np.random.default_rng(seed_of("many-tiles", mask))
-    causal, idx = True, None
-    if mask == "short_documents":
-        idx = masks.causal_document_mask(_short_document_lengths(rng, seqlen), seqlen, batch, place="numpy")
-    elif mask == "empty_query_blocks":  # causal, every column masks rows [512, 768)
-        idx = np.zeros((batch, 1, seqlen, 2), dtype=np.int32)
-        idx[..., 0], idx[..., 1] = 512, 768
+    causal, idx = True, _many_tiles_indices(mask, batch, seqlen)
     run_gpu_case(seed_of("many-tiles", sm90_fwd_schedule, dim, mask), batch, seqlen, seqlen, heads, heads_k, dim,
                  causal, idx, use_cpu_reference=True)
 
@@ -531,13 +537,7 @@ def test_head_dim_256_many_tiles_per_cta(hopper_only_dim, mask):
     # about 4 tiles per CTA of the persistent forward, as test_sm90_fwd_many_tiles_per_cta
     # (default schedule only): the next tile's Q waits on the last one's GEMMs at this head dim
     batch, seqlen, heads, heads_k = 2, 2048, 16, 4
-    rng = np.random.default_rng(seed_of("many-tiles", mask))
-    causal, idx = True, None
-    if mask == "short_documents":
-        idx = masks.causal_document_mask(_short_document_lengths(rng, seqlen), seqlen, batch, place="numpy")
-    elif mask == "empty_query_blocks":  # causal, every column masks rows [512, 768)
-        idx = np.zeros((batch, 1, seqlen, 2), dtype=np.int32)
-        idx[..., 0], idx[..., 1] = 512, 768
+    causal, idx = True, _many_tiles_indices(mask, batch, seqlen)
     run_gpu_case(seed_of("many-tiles-hd256", mask), batch, seqlen, seqlen, heads, heads_k, hopper_only_dim, causal,
                  idx, use_cpu_reference=True, deterministic=False)
 

@@ -423,6 +423,17 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     }
   };
 
+  // The same in both layouts: dV/dK's dO and Q, dQ's operands, dK/dV's
+  // accumulators (for the whole CTA).
+  Tensor tdVrdO = thr_dkv.partition_fragment_B(sdOt);  // (MMA, N, K, stage)
+  Tensor tdKrQ = thr_dkv.partition_fragment_B(sQt);
+  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);    // (MMA, M, K, dS buffer)
+  Tensor tdQrK = thr_dq.partition_fragment_B(sKt);
+  Tensor tdVrdV = partition_fragment_C(mma_dkv, make_shape(Int<kBlockN>{}, Int<kDim>{}));
+  Tensor tdKrdK = partition_fragment_C(mma_dkv, make_shape(Int<kBlockN>{}, Int<kDim>{}));
+  clear(tdVrdV);
+  clear(tdKrdK);
+
   if constexpr (Traits::kSplitHeadDim) {
     // S = Q K^T and dP = dO V^T, (queries, keys): this warpgroup's 32 keys.
     Tensor tSrQ = thr_sdp.partition_fragment_A(sQ);     // (MMA, M, K, stage)
@@ -438,14 +449,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     Tensor tdSsdS = thr_sdp.partition_C(sdS);  // (MMA, M, N, 1)
     Tensor tdVrPt = thr_dkv.partition_fragment_A(sPt);
     Tensor tdKrdSt = thr_dkv.partition_fragment_A(sdStK);
-    Tensor tdVrdO = thr_dkv.partition_fragment_B(sdOt);  // (MMA, N, K, stage)
-    Tensor tdKrQ = thr_dkv.partition_fragment_B(sQt);
-    Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);   // (MMA, M, K, 1)
-    Tensor tdQrK = thr_dq.partition_fragment_B(sKt);
-    Tensor tdVrdV = partition_fragment_C(mma_dkv, make_shape(Int<kBlockN>{}, Int<kDim>{}));
-    Tensor tdKrdK = partition_fragment_C(mma_dkv, make_shape(Int<kBlockN>{}, Int<kDim>{}));
-    clear(tdVrdV);
-    clear(tdKrdK);
     // (query, key) of every S element within the tile.
     Tensor tScS = thr_sdp.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kBlockN>{})));
     Tensor tScS_rc = make_tensor(tScS.data(), acc_as_rows_cols(tScS.layout()));
@@ -533,15 +536,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);    // (MMA, N, K, stage)
     Tensor tdPrV = thr_sdp.partition_fragment_A(sV);
     Tensor tdPrdO = thr_sdp.partition_fragment_B(sdO);  // (MMA, N, K, stage)
-    Tensor tdVrdO = thr_dkv.partition_fragment_B(sdOt);
-    Tensor tdKrQ = thr_dkv.partition_fragment_B(sQt);
-    Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);   // (MMA, M, K, buffer)
-    Tensor tdQrK = thr_dq.partition_fragment_B(sKt);
     Tensor tdSsdS = thr_sdp.partition_C(sdSt);          // where this thread's dS^T goes
-    Tensor tdVrdV = partition_fragment_C(mma_dkv, make_shape(Int<kBlockN>{}, Int<kDim>{}));
-    Tensor tdKrdK = partition_fragment_C(mma_dkv, make_shape(Int<kBlockN>{}, Int<kDim>{}));
-    clear(tdVrdV);
-    clear(tdKrdK);
 
     // (key, query) of every S^T element within the tile.
     Tensor tScS = thr_sdp.partition_C(make_identity_tensor(make_shape(Int<kBlockN>{}, Int<kBlockM>{})));
