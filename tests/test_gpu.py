@@ -572,25 +572,16 @@ def test_head_dim_256_deterministic_raises(monkeypatch, how):
         pfm.flashmask_attention(q, k, v, causal=True, **kwargs)
 
 
-def test_head_dim_256_on_forced_fa2_raises():
-    q, k, v = _head_dim_256_inputs()
-    old = pfm.set_gpu_kernel("fa2")
-    try:
-        with pytest.raises(ValueError, match=r"head_dim 256 on GPU runs on the Hopper \(sm90\) kernels only: .*"
-                                             r"got gpu_kernel 'fa2'"):
-            pfm.flashmask_attention(q, k, v, causal=True, deterministic=False)
-    finally:
-        pfm.set_gpu_kernel(old)
-
-
-def test_head_dim_256_on_other_gpus_raises():
-    if is_sm90():
+@pytest.mark.parametrize("kernel,why", [("fa2", "gpu_kernel 'fa2'"), ("auto", "a compute capability")])
+def test_head_dim_256_off_the_hopper_kernels_raises(kernel, why):
+    # forced onto the FA2-class kernels, or "auto" on a GPU other than compute capability 9.0
+    if kernel == "auto" and is_sm90():
         pytest.skip("a compute capability 9.0 GPU runs head dim 256")
     q, k, v = _head_dim_256_inputs()
-    old = pfm.set_gpu_kernel("auto")
+    old = pfm.set_gpu_kernel(kernel)
     try:
         with pytest.raises(ValueError, match=r"head_dim 256 on GPU runs on the Hopper \(sm90\) kernels only: .*"
-                                             r"got a compute capability"):
+                                             r"got " + why):
             pfm.flashmask_attention(q, k, v, causal=True, deterministic=False)
     finally:
         pfm.set_gpu_kernel(old)
