@@ -26,7 +26,7 @@ int32_t check_indices_cpu(const int32_t* indices, int64_t num_columns,
 // `stream` is a cudaStream_t. Inputs fp16/bf16, head_dim 32, 64, 96 or 128; the
 // workspaces in the params (block_bounds; for backward also dq/dk/dv_accum and
 // softmax_d) must be allocated by the caller: sizes below and in the params.
-bool cuda_supports(DType dtype, int head_dim);
+bool cuda_supports(DType dtype, int head_dim, int head_dim_v);
 void run_fwd_cuda(const FwdParams& params, void* stream);
 // Fills the backward plan (bwd_head_group, bwd_group_max_steps,
 // accum_heads_k, dkv_accum_stored; see BwdParams) from the call's shapes,

@@ -159,12 +159,10 @@ void set_block_mask(flashmask::FwdParams& p, const paddle::optional<paddle::Tens
 
 #if defined(FLASHMASK_WITH_CUDA)
 void check_cuda_config(const flashmask::FwdParams& p) {
-  PD_CHECK(flashmask::cuda_supports(p.dtype, p.head_dim),
+  PD_CHECK(flashmask::cuda_supports(p.dtype, p.head_dim, p.value_head_dim()),
            "flashmask_attention on GPU takes float16/bfloat16 inputs with head_dim 32, 64, 96, 128 or 256 "
-           "(256 on the Hopper kernels only)");
-  PD_CHECK(p.value_head_dim() == p.head_dim,
-           "flashmask_attention on GPU takes value with the head_dim of query and key (the CPU kernel "
-           "takes any)");
+           "and value of the same head_dim, or head_dim 192 with value head_dim 128 (192/128 and 256 on "
+           "the Hopper kernels only; the CPU kernel takes any value head_dim)");
 }
 
 // An integer in [lo, hi] from the environment variable `name`; `unset` when
@@ -284,11 +282,11 @@ std::vector<paddle::Tensor> FlashMaskBackward(const paddle::Tensor& q, const pad
       flashmask::plan_bwd_cuda(p, requested_bwd_head_group(), requested_bwd_group_max_steps());
     });
     auto dq_accum = gpu_workspace(flashmask::bwd_dq_accum_elems(p), paddle::DataType::FLOAT32, q);
-    // [B, Sk, accum_heads_k, D]: slots as planned above.
-    std::vector<int64_t> kv_accum_shape = k.shape();
-    kv_accum_shape[2] = p.accum_heads_k;
-    auto dk_accum = paddle::empty(kv_accum_shape, paddle::DataType::FLOAT32, k.place());
-    auto dv_accum = paddle::empty(kv_accum_shape, paddle::DataType::FLOAT32, v.place());
+    // [B, Sk, accum_heads_k, D or Dv]: slots as planned above.
+    std::vector<int64_t> dk_accum_shape = k.shape(), dv_accum_shape = v.shape();
+    dk_accum_shape[2] = dv_accum_shape[2] = p.accum_heads_k;
+    auto dk_accum = paddle::empty(dk_accum_shape, paddle::DataType::FLOAT32, k.place());
+    auto dv_accum = paddle::empty(dv_accum_shape, paddle::DataType::FLOAT32, v.place());
     auto softmax_d = paddle::empty(lse.shape(), paddle::DataType::FLOAT32, q.place());
     const int64_t row_stats_elems = flashmask::bwd_row_stats_elems(p);
     auto row_stats = gpu_workspace(std::max<int64_t>(1, row_stats_elems), paddle::DataType::FLOAT32, q);

@@ -1,6 +1,7 @@
 // Paddle-free device check of the CUDA kernels: random inputs, the CPU kernel
 // (fp32, on the same bf16-rounded inputs) as the reference for out, LSE and
-// dq/dk/dv, for both kernel families (head dim 256: the Hopper ones only);
+// dq/dk/dv, for both kernel families (head dims 192/128 and 256: the Hopper
+// ones only);
 // then timings of a few large cases.
 // Built on a CPU machine (benchmarks/device/harness/build.sh) and run on the
 // device without the Paddle GPU runtime: a quick first look at a new kernel.
@@ -48,7 +49,12 @@ struct Case {
   int cols;  // 0: none
   // Fills [b, hm=1, sk, cols].
   std::vector<int32_t> (*make)(const Case&);
+  int dv = 0;  // value head dim; 0: d
+  int value_dim() const { return dv > 0 ? dv : d; }
 };
+
+// The value head dim the Hopper kernels pair with head dim d (timings).
+int paired_value_dim(int d) { return d == 192 ? 128 : d; }
 
 std::vector<int32_t> doc_mask(const Case& c) {  // causal document: LTS = end of the doc
   std::vector<int32_t> m(size_t(c.b) * c.sk);
@@ -140,32 +146,34 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& ref) {
 }
 
 void fill_params(FwdParams& p, const Case& c) {
+  const int dv = c.value_dim();
   p.batch = c.b, p.seqlen_q = c.sq, p.seqlen_k = c.sk, p.num_heads = c.h, p.num_heads_k = c.hk;
-  p.head_dim = c.d;
-  p.q_row_stride = p.o_row_stride = int64_t(c.h) * c.d, p.q_head_stride = p.o_head_stride = c.d;
-  p.q_batch_stride = p.o_batch_stride = int64_t(c.sq) * c.h * c.d;
-  p.k_row_stride = p.v_row_stride = int64_t(c.hk) * c.d, p.k_head_stride = p.v_head_stride = c.d;
-  p.k_batch_stride = p.v_batch_stride = int64_t(c.sk) * c.hk * c.d;
+  p.head_dim = c.d, p.head_dim_v = dv;
+  p.q_row_stride = int64_t(c.h) * c.d, p.q_head_stride = c.d, p.q_batch_stride = int64_t(c.sq) * c.h * c.d;
+  p.o_row_stride = int64_t(c.h) * dv, p.o_head_stride = dv, p.o_batch_stride = int64_t(c.sq) * c.h * dv;
+  p.k_row_stride = int64_t(c.hk) * c.d, p.k_head_stride = c.d, p.k_batch_stride = int64_t(c.sk) * c.hk * c.d;
+  p.v_row_stride = int64_t(c.hk) * dv, p.v_head_stride = dv, p.v_batch_stride = int64_t(c.sk) * c.hk * dv;
   p.softmax_scale = 1.f / std::sqrt(float(c.d));
   p.mask.causal = c.causal;
 }
 
+// dO like out, each gradient like its input.
 void set_bwd_strides(BwdParams& p) {
-  p.do_row_stride = p.dq_row_stride = p.q_row_stride;
-  p.do_head_stride = p.dq_head_stride = p.q_head_stride;
-  p.do_batch_stride = p.dq_batch_stride = p.q_batch_stride;
-  p.dk_row_stride = p.dv_row_stride = p.k_row_stride;
-  p.dk_head_stride = p.dv_head_stride = p.k_head_stride;
-  p.dk_batch_stride = p.dv_batch_stride = p.k_batch_stride;
+  p.do_row_stride = p.o_row_stride, p.do_head_stride = p.o_head_stride, p.do_batch_stride = p.o_batch_stride;
+  p.dq_row_stride = p.q_row_stride, p.dq_head_stride = p.q_head_stride, p.dq_batch_stride = p.q_batch_stride;
+  p.dk_row_stride = p.k_row_stride, p.dk_head_stride = p.k_head_stride, p.dk_batch_stride = p.k_batch_stride;
+  p.dv_row_stride = p.v_row_stride, p.dv_head_stride = p.v_head_stride, p.dv_batch_stride = p.v_batch_stride;
 }
 
 // One case: GPU (given family, determinism) vs CPU fp32 reference.
 // head_group, max_steps: the sm90 backward's grouping asked of plan_bwd_cuda.
 bool check_case(const Case& c, GpuKernel kernel, bool deterministic, int head_group, int max_steps,
                 std::mt19937& rng) {
+  // q/dq, k/dk, v/dv, out/dout elements.
   const size_t nq = size_t(c.b) * c.sq * c.h * c.d, nk = size_t(c.b) * c.sk * c.hk * c.d;
-  Buffers q = random_buffer(nq, rng), k = random_buffer(nk, rng), v = random_buffer(nk, rng);
-  Buffers dout = random_buffer(nq, rng);
+  const size_t nv = size_t(c.b) * c.sk * c.hk * c.value_dim(), no = size_t(c.b) * c.sq * c.h * c.value_dim();
+  Buffers q = random_buffer(nq, rng), k = random_buffer(nk, rng), v = random_buffer(nv, rng);
+  Buffers dout = random_buffer(no, rng);
   std::vector<int32_t> mask = c.make ? c.make(c) : std::vector<int32_t>();
   int32_t* dmask = nullptr;
   FwdParams p;
@@ -179,7 +187,7 @@ bool check_case(const Case& c, GpuKernel kernel, bool deterministic, int head_gr
   // CPU reference.
   FwdParams cp = p;
   cp.dtype = DType::kFloat32;
-  std::vector<float> ref_o(nq), ref_lse(size_t(c.b) * c.h * c.sq);
+  std::vector<float> ref_o(no), ref_lse(size_t(c.b) * c.h * c.sq);
   cp.q = q.host.data(), cp.k = k.host.data(), cp.v = v.host.data(), cp.out = ref_o.data();
   cp.softmax_lse = ref_lse.data();
   cp.mask.startend_row_indices = mask.empty() ? nullptr : mask.data();
@@ -189,7 +197,7 @@ bool check_case(const Case& c, GpuKernel kernel, bool deterministic, int head_gr
   BwdParams cb;
   static_cast<FwdParams&>(cb) = cp;
   set_bwd_strides(cb);
-  std::vector<float> ref_dq(nq), ref_dk(nk), ref_dv(nk);
+  std::vector<float> ref_dq(nq), ref_dk(nk), ref_dv(nv);
   cb.out = ref_o_rounded.data(), cb.dout = dout.host.data();
   cb.dq = ref_dq.data(), cb.dk = ref_dk.data(), cb.dv = ref_dv.data();
   flashmask::run_bwd_cpu(cb);
@@ -202,15 +210,15 @@ bool check_case(const Case& c, GpuKernel kernel, bool deterministic, int head_gr
   __nv_bfloat16 *o_dev, *dq_dev, *dk_dev, *dv_dev;
   float *lse_dev, *dq_acc, *dk_acc, *dv_acc, *delta;
   int32_t* bounds = nullptr;
-  CHECK(cudaMalloc(&o_dev, nq * 2));
-  CHECK(cudaMemset(o_dev, 0xff, nq * 2));  // poison: NaN unless written
+  CHECK(cudaMalloc(&o_dev, no * 2));
+  CHECK(cudaMemset(o_dev, 0xff, no * 2));  // poison: NaN unless written
   CHECK(cudaMalloc(&lse_dev, ref_lse.size() * 4));
   const int64_t nb = flashmask::block_bounds_elems(p);
   if (nb) CHECK(cudaMalloc(&bounds, nb * 4));
   p.out = o_dev, p.softmax_lse = lse_dev, p.block_bounds = bounds;
   flashmask::run_fwd_cuda(p, nullptr);
   CHECK(cudaDeviceSynchronize());
-  std::vector<float> o = download(o_dev, nq), lse(ref_lse.size());
+  std::vector<float> o = download(o_dev, no), lse(ref_lse.size());
   CHECK(cudaMemcpy(lse.data(), lse_dev, lse.size() * 4, cudaMemcpyDeviceToHost));
 
   BwdParams b;
@@ -220,12 +228,13 @@ bool check_case(const Case& c, GpuKernel kernel, bool deterministic, int head_gr
   b.dout = dout.dev;  // the plan looks at its alignment
   flashmask::plan_bwd_cuda(b, head_group, max_steps);
   const size_t nk_acc = size_t(c.b) * c.sk * b.accum_heads_k * c.d;
+  const size_t nv_acc = nk_acc / c.d * c.value_dim();
   CHECK(cudaMalloc(&dq_dev, nq * 2));
   CHECK(cudaMalloc(&dk_dev, nk * 2));
-  CHECK(cudaMalloc(&dv_dev, nk * 2));
+  CHECK(cudaMalloc(&dv_dev, nv * 2));
   CHECK(cudaMalloc(&dq_acc, flashmask::bwd_dq_accum_elems(b) * 4));
   CHECK(cudaMalloc(&dk_acc, nk_acc * 4));
-  CHECK(cudaMalloc(&dv_acc, nk_acc * 4));
+  CHECK(cudaMalloc(&dv_acc, nv_acc * 4));
   CHECK(cudaMalloc(&delta, ref_lse.size() * 4));
   float* row_stats = nullptr;
   if (const int64_t n = flashmask::bwd_row_stats_elems(b)) CHECK(cudaMalloc(&row_stats, n * 4));
@@ -234,19 +243,19 @@ bool check_case(const Case& c, GpuKernel kernel, bool deterministic, int head_gr
   b.row_stats = row_stats;
   flashmask::run_bwd_cuda(b, nullptr);
   CHECK(cudaDeviceSynchronize());
-  std::vector<float> dq = download(dq_dev, nq), dk = download(dk_dev, nk), dv = download(dv_dev, nk);
+  std::vector<float> dq = download(dq_dev, nq), dk = download(dk_dev, nk), dv = download(dv_dev, nv);
   bool same = true;
   if (deterministic) {  // a second run must be bit-identical
     flashmask::run_bwd_cuda(b, nullptr);
     CHECK(cudaDeviceSynchronize());
-    same = download(dq_dev, nq) == dq && download(dk_dev, nk) == dk && download(dv_dev, nk) == dv;
+    same = download(dq_dev, nq) == dq && download(dk_dev, nk) == dk && download(dv_dev, nv) == dv;
   }
   const double eo = rel_err(o, ref_o), el = rel_err(lse, ref_lse), edq = rel_err(dq, ref_dq),
                edk = rel_err(dk, ref_dk), edv = rel_err(dv, ref_dv);
   const bool ok = eo < 1e-2 && el < 1e-3 && edq < 2e-2 && edk < 2e-2 && edv < 2e-2 && same;
-  std::printf("%-4s %-5s hg%d/%-3d %-16s B%d Sq%-5d Sk%-5d H%d:%d D%-3d out %.1e lse %.1e dq %.1e dk %.1e dv %.1e%s %s\n",
+  std::printf("%-4s %-5s hg%d/%-3d %-16s B%d Sq%-5d Sk%-5d H%d:%d D%-3d/%-3d out %.1e lse %.1e dq %.1e dk %.1e dv %.1e%s %s\n",
               kernel == GpuKernel::kSm90 ? "sm90" : "fa2", deterministic ? "det" : "", b.bwd_head_group,
-              b.bwd_group_max_steps, c.name.c_str(), c.b, c.sq, c.sk, c.h, c.hk, c.d, eo, el, edq, edk, edv,
+              b.bwd_group_max_steps, c.name.c_str(), c.b, c.sq, c.sk, c.h, c.hk, c.d, c.value_dim(), eo, el, edq, edk, edv,
               deterministic ? (same ? " bit-identical" : " NOT-IDENTICAL") : "", ok ? "ok" : "FAIL");
   for (void* ptr : {(void*)q.dev, (void*)k.dev, (void*)v.dev, (void*)dout.dev, (void*)o_dev, (void*)lse_dev,
                     (void*)dq_dev, (void*)dk_dev, (void*)dv_dev, (void*)dq_acc, (void*)dk_acc, (void*)dv_acc,
@@ -308,10 +317,11 @@ bool g_forward_only = false;
 void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, std::mt19937& rng,
                const std::vector<int32_t>& mask = {}, bool deterministic = false, int head_group = 0,
                int max_steps = -1) {
-  Case c{name, 1, s, s, h, hk, d, true, 0, nullptr};
-  const size_t nq = size_t(s) * h * d, nk = size_t(s) * hk * d;
-  Buffers q = device_random_buffer(nq, rng), k = device_random_buffer(nk, rng), v = device_random_buffer(nk, rng),
-          dout = device_random_buffer(nq, rng);
+  const int dv = paired_value_dim(d);
+  Case c{name, 1, s, s, h, hk, d, true, 0, nullptr, dv};
+  const size_t nq = size_t(s) * h * d, nk = size_t(s) * hk * d, nv = size_t(s) * hk * dv, no = size_t(s) * h * dv;
+  Buffers q = device_random_buffer(nq, rng), k = device_random_buffer(nk, rng), v = device_random_buffer(nv, rng),
+          dout = device_random_buffer(no, rng);
   FwdParams p;
   fill_params(p, c);
   p.dtype = DType::kBFloat16, p.gpu_kernel = kernel;
@@ -326,13 +336,13 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
   }
   CHECK(cudaMalloc(&bounds, flashmask::block_bounds_elems(p) * 4));
   p.block_bounds = bounds;
-  __nv_bfloat16 *o, *dq, *dk, *dv;
+  __nv_bfloat16 *o, *dq, *dk, *dv_grad;
   float *lse, *dqa, *dka, *dva, *delta;
-  CHECK(cudaMalloc(&o, nq * 2));
+  CHECK(cudaMalloc(&o, no * 2));
   CHECK(cudaMalloc(&lse, size_t(h) * s * 4));
   CHECK(cudaMalloc(&dq, nq * 2));
   CHECK(cudaMalloc(&dk, nk * 2));
-  CHECK(cudaMalloc(&dv, nk * 2));
+  CHECK(cudaMalloc(&dv_grad, nv * 2));
   p.out = o, p.softmax_lse = lse;
   BwdParams b;
   static_cast<FwdParams&>(b) = p;
@@ -342,11 +352,11 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
   flashmask::plan_bwd_cuda(b, head_group, max_steps);
   CHECK(cudaMalloc(&dqa, flashmask::bwd_dq_accum_elems(b) * 4));
   CHECK(cudaMalloc(&dka, size_t(s) * b.accum_heads_k * d * 4));
-  CHECK(cudaMalloc(&dva, size_t(s) * b.accum_heads_k * d * 4));
+  CHECK(cudaMalloc(&dva, size_t(s) * b.accum_heads_k * dv * 4));
   CHECK(cudaMalloc(&delta, size_t(h) * s * 4));
   float* row_stats = nullptr;
   if (const int64_t n = flashmask::bwd_row_stats_elems(b)) CHECK(cudaMalloc(&row_stats, n * 4));
-  b.dout = dout.dev, b.dq = dq, b.dk = dk, b.dv = dv, b.dq_accum = dqa, b.dk_accum = dka,
+  b.dout = dout.dev, b.dq = dq, b.dk = dk, b.dv = dv_grad, b.dq_accum = dqa, b.dk_accum = dka,
   b.dv_accum = dva, b.softmax_d = delta, b.row_stats = row_stats;
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
@@ -372,13 +382,14 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
   const float around = g_forward_only ? 0.f
                                       : median_ms([&] { flashmask::cuda::bwd_prepare(b, nullptr); }) +
                                             median_ms([&] { flashmask::cuda::bwd_finish(b, nullptr); });
-  const double flops = 4.0 * unmasked_area(s, true, mask.empty() ? 0 : 1, mask) * h * d;
-  std::printf("| %s%s | %s | %d | %d:%d | %d | %d/%d | %.3f | %.1f | %.3f | %.1f | %.1f | %.3f |\n",
-              kernel == GpuKernel::kSm90 ? "sm90" : "fa2", deterministic ? " det" : "", name, s, h, hk, d,
+  // QK^T and PV: 2 x area x H x (D + Dv) (4 x area x H x D when Dv = D).
+  const double flops = 2.0 * unmasked_area(s, true, mask.empty() ? 0 : 1, mask) * h * (d + dv);
+  std::printf("| %s%s | %s | %d | %d:%d | %d/%d | %d/%d | %.3f | %.1f | %.3f | %.1f | %.1f | %.3f |\n",
+              kernel == GpuKernel::kSm90 ? "sm90" : "fa2", deterministic ? " det" : "", name, s, h, hk, d, dv,
               b.bwd_head_group, b.bwd_group_max_steps,
               fwd, flops / fwd / 1e9, bwd, 2.5 * flops / bwd / 1e9, 3.5 * flops / (fwd + bwd) / 1e9, around);
   for (void* ptr : {(void*)q.dev, (void*)k.dev, (void*)v.dev, (void*)dout.dev, (void*)o, (void*)lse,
-                    (void*)dq, (void*)dk, (void*)dv, (void*)dqa, (void*)dka, (void*)dva, (void*)delta,
+                    (void*)dq, (void*)dk, (void*)dv_grad, (void*)dqa, (void*)dka, (void*)dva, (void*)delta,
                     (void*)dmask, (void*)bounds, (void*)row_stats})
     if (ptr) CHECK(cudaFree(ptr));
 }
@@ -401,9 +412,9 @@ int check_sm90_head_groups(const Case& c, bool deterministic, std::mt19937& rng)
   return failures;
 }
 
-// The table time_case's rows belong to (--time, --time-hd256).
+// The table time_case's rows belong to (--time, --time-hd256, --time-hd192).
 void print_time_header() {
-  std::printf("| kernel | mask | S | H:Hk | D | bwd heads/CTA / max steps | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | fwd+bwd TFLOP/s | bwd prep+finish ms |\n"
+  std::printf("| kernel | mask | S | H:Hk | D/Dv | bwd heads/CTA / max steps | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | fwd+bwd TFLOP/s | bwd prep+finish ms |\n"
               "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 }
 
@@ -416,10 +427,12 @@ int main(int argc, char** argv) {
   // case, then all but pingpong (slower, NOTES.md v8a/v11) timed interleaved,
   // case by case, so that clock drift hits all alike.
   const bool time_fwd = argc > 1 && std::string(argv[1]) == "--time-fwd";
-  // --time-hd256: head dim 256 (the Hopper kernels only, non-deterministic
-  // backward): its cases checked, then causal, causal document and sliding
-  // window at 8K and 32K timed (bf16, 32:8 heads).
-  const bool time_hd256 = argc > 1 && std::string(argv[1]) == "--time-hd256";
+  // --time-hd256, --time-hd192 (value 128): a head dim of the Hopper kernels
+  // only (non-deterministic backward): its cases checked, then causal, causal
+  // document, 128-512-token documents and sliding window at 8K and 32K timed
+  // (bf16, 32:8 heads), and the backward's head grouping.
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const int time_hd = mode == "--time-hd256" ? 256 : mode == "--time-hd192" ? 192 : 0;
   struct Schedule {
     const char* name;
     const char* overlap;
@@ -465,27 +478,40 @@ int main(int argc, char** argv) {
       {"causal_doc", 1, 777, 777, 2, 1, 96, true, 1, doc_mask},
       {"random4+empty", 1, 333, 333, 4, 4, 96, false, 4, random4_mask},
   };
-  // Head dim 256: the Hopper kernels only, and no deterministic backward (its
-  // query-major dQ pass is FA2-class, which stops at 128). The D=128 cases of
-  // the list above, causal_doc with GQA.
+  // Head dims 256 and 192/128 (q, k / v; MLA): the Hopper kernels only, and
+  // no deterministic backward (its query-major dQ pass is FA2-class, which
+  // stops at 128). The D=128 cases of the list above, causal_doc with GQA.
   const Case sm90_only_cases[] = {
       {"causal", 1, 1000, 1000, 4, 2, 256, true, 0, nullptr},
       {"causal_sq<sk", 1, 300, 517, 4, 1, 256, true, 0, nullptr},
       {"causal_doc", 2, 1000, 1000, 4, 2, 256, true, 1, doc_mask},
       {"window128", 1, 1000, 1000, 4, 2, 256, true, 2, window_mask},
       {"random4+empty", 1, 333, 333, 4, 4, 256, false, 4, random4_mask},
+      {"causal", 1, 1000, 1000, 4, 2, 192, true, 0, nullptr, 128},
+      {"causal_sq<sk", 1, 300, 517, 4, 1, 192, true, 0, nullptr, 128},
+      {"causal_doc", 2, 1000, 1000, 4, 2, 192, true, 1, doc_mask, 128},
+      {"window128", 1, 1000, 1000, 4, 2, 192, true, 2, window_mask, 128},
+      {"random4+empty", 1, 333, 333, 4, 4, 192, false, 4, random4_mask, 128},
+      {"none", 2, 77, 77, 2, 2, 192, false, 0, nullptr, 128},
   };
   int failures = 0;
-  if (time_hd256) {
-    for (const Case& c : sm90_only_cases) failures += check_sm90_head_groups(c, false, rng);
+  if (time_hd > 0) {
+    for (const Case& c : sm90_only_cases) {
+      if (c.d == time_hd) failures += check_sm90_head_groups(c, false, rng);
+    }
+    // About 4 tiles per CTA (the cases above give each CTA one): tiles back to back.
+    failures += !check_case({"causal_doc", 2, 2048, 2048, 16, 4, time_hd, true, 1, doc_mask, paired_value_dim(time_hd)},
+                            GpuKernel::kSm90, false, 4, -1, rng);
     std::printf("%d failures\n", failures);
     print_time_header();
     for (int s : {8192, 32768}) {
       std::mt19937 mask_rng(s);
-      const std::vector<int32_t> docs = timing_docs(s, mask_rng), window = timing_window(s);
-      time_case("causal", s, 32, 8, 256, GpuKernel::kSm90, rng);
-      time_case("causal_document", s, 32, 8, 256, GpuKernel::kSm90, rng, docs);
-      time_case("sliding_window", s, 32, 8, 256, GpuKernel::kSm90, rng, window);
+      const std::vector<int32_t> docs = timing_docs(s, mask_rng), short_docs = timing_short_docs(s, mask_rng),
+                                 window = timing_window(s);
+      time_case("causal", s, 32, 8, time_hd, GpuKernel::kSm90, rng);
+      time_case("causal_document", s, 32, 8, time_hd, GpuKernel::kSm90, rng, docs);
+      time_case("short_documents", s, 32, 8, time_hd, GpuKernel::kSm90, rng, short_docs);
+      time_case("sliding_window", s, 32, 8, time_hd, GpuKernel::kSm90, rng, window);
     }
     // The backward's heads per CTA against the default (up to 4, fitted per
     // key block): one head, and 4 in uniform groups (a CTA's K/V load and list
@@ -494,9 +520,9 @@ int main(int argc, char** argv) {
       std::mt19937 mask_rng(s);
       const std::vector<int32_t> docs = timing_docs(s, mask_rng), window = timing_window(s);
       for (int hg : {1, 4}) {
-        time_case("causal", s, 32, 8, 256, GpuKernel::kSm90, rng, {}, false, hg, 0);
-        time_case("causal_document", s, 32, 8, 256, GpuKernel::kSm90, rng, docs, false, hg, 0);
-        time_case("sliding_window", s, 32, 8, 256, GpuKernel::kSm90, rng, window, false, hg, 0);
+        time_case("causal", s, 32, 8, time_hd, GpuKernel::kSm90, rng, {}, false, hg, 0);
+        time_case("causal_document", s, 32, 8, time_hd, GpuKernel::kSm90, rng, docs, false, hg, 0);
+        time_case("sliding_window", s, 32, 8, time_hd, GpuKernel::kSm90, rng, window, false, hg, 0);
       }
     }
     return failures ? 1 : 0;
@@ -512,7 +538,7 @@ int main(int argc, char** argv) {
       std::printf("%s: checked\n", sc.name);
     }
     std::printf("%d failures\n", failures);
-    std::printf("| schedule | kernel | mask | S | H:Hk | D | bwd heads/CTA / max steps | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | fwd+bwd TFLOP/s | bwd prep+finish ms |\n"
+    std::printf("| schedule | kernel | mask | S | H:Hk | D/Dv | bwd heads/CTA / max steps | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | fwd+bwd TFLOP/s | bwd prep+finish ms |\n"
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     auto time_schedules = [&](const char* name, int s, int d, const std::vector<int32_t>& mask) {
       for (int i = 0; i < timed_schedules; ++i) {

@@ -21,11 +21,21 @@ void bwd_finish(const BwdParams& p, cudaStream_t stream);
 
 namespace {
 
+// Why a head dim the FA2-class kernels lack did not reach the Hopper ones.
+constexpr const char* hopper_only_note =
+    " (head dims 192/128 (q, k / v) and 256 run on the Hopper kernels only: a compute capability 9.0 GPU, a "
+    "build with sm_90a, 16-byte aligned strides, sequences up to 2^18, and not in deterministic mode)";
+
 // Calls launcher.template run<D, T>() for the instantiated (head dim, dtype).
 template <typename Params, typename Launcher>
 void dispatch(const Params& p, const Launcher& launcher) {
   if (p.dtype == DType::kFloat32) {
     throw std::invalid_argument("flashmask_attention on GPU takes float16 or bfloat16 inputs");
+  }
+  if (p.value_head_dim() != p.head_dim) {
+    throw std::invalid_argument(
+        "flashmask_attention: the FA2-class GPU kernels take value with the head_dim of query and key, got " +
+        std::to_string(p.head_dim) + "/" + std::to_string(p.value_head_dim()) + hopper_only_note);
   }
   const bool bf16 = p.dtype == DType::kBFloat16;
   switch (p.head_dim) {
@@ -41,11 +51,7 @@ void dispatch(const Params& p, const Launcher& launcher) {
     default:
       throw std::invalid_argument(
           "flashmask_attention: the FA2-class GPU kernels take head_dim 32, 64, 96 or 128, got " +
-          std::to_string(p.head_dim) +
-          (p.head_dim == 256 ? " (head_dim 256 runs on the Hopper kernels only: a compute capability 9.0 "
-                               "GPU, a build with sm_90a, 16-byte aligned strides, sequences up to 2^18, "
-                               "and not in deterministic mode)"
-                             : ""));
+          std::to_string(p.head_dim) + (p.head_dim == 256 ? hopper_only_note : ""));
   }
 }
 
@@ -96,19 +102,22 @@ bool use_sm90(const Params& p, bool kernel_available) {
     throw std::invalid_argument(
         "flashmask_attention: gpu_kernel='sm90' needs a compute capability 9.0 GPU, a build with "
         "sm_90a (PADDLE_FLASHMASK_CUDA_ARCHS containing 90a, CUTLASS headers installed), "
-        "head_dim 64, 128 or 256, float16/bfloat16 and 16-byte aligned strides");
+        "head_dim 64, 128 or 256 (value alike) or 192 with value 128, float16/bfloat16 and 16-byte aligned "
+        "strides");
   }
   return takes && kernel_available;
 }
 
 }  // namespace
 
-// The head dims the op takes on GPU (Python's validation.GPU_HEAD_DIMS alike):
-// 96 runs on the FA2-class kernels only (NOTES.md, "Head dim 96"), 256 on the
+// The (q/k, v) head dims the op takes on GPU (Python's validation alike): 32,
+// 64, 96, 128 and 256 with v alike, and 192 with v 128 (MLA). 96 runs on the
+// FA2-class kernels only (NOTES.md, "Head dim 96"), 192/128 and 256 on the
 // Hopper ones only (dispatch says so where a call cannot take them).
-bool cuda_supports(DType dtype, int head_dim) {
-  return dtype != DType::kFloat32 &&
-         (head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256);
+bool cuda_supports(DType dtype, int head_dim, int head_dim_v) {
+  const bool alike = head_dim_v == head_dim && (head_dim == 32 || head_dim == 64 || head_dim == 96 ||
+                                                head_dim == 128 || head_dim == 256);
+  return dtype != DType::kFloat32 && (alike || (head_dim == 192 && head_dim_v == 128));
 }
 
 void run_fwd_cuda(const FwdParams& params, void* stream) {

@@ -78,7 +78,8 @@ struct alignas(sizeof(T) * kVec) Pack {
   T x[kVec];
 };
 
-// delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d], kLanes lanes per
+// delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d] (d over the value
+// head dim), kLanes lanes per
 // row (32 / kLanes rows per warp and pass), kVec elements per load. A grid of
 // a few waves strides over the rows so that every SM keeps many rows' loads in
 // flight: one warp per row and a block per 8 rows was latency-bound (v9's one
@@ -108,12 +109,13 @@ __global__ void softmax_d_kernel(BwdParams p, bool zero_dq_accum) {
     // latencies overlap.
     const float lse = active && p.row_stats != nullptr && sub == 0 ? p.softmax_lse[row_id] : 0.f;
     float sum = 0.f;
+    const int dim_v = p.value_head_dim();
     if (active) {
       const T* o = static_cast<const T*>(p.out) + b * p.o_batch_stride + i * p.o_row_stride +
                    h * p.o_head_stride;
       const T* g = static_cast<const T*>(p.dout) + b * p.do_batch_stride + i * p.do_row_stride +
                    h * p.do_head_stride;
-      for (int d = sub * kVec; d < p.head_dim; d += kLanes * kVec) {
+      for (int d = sub * kVec; d < dim_v; d += kLanes * kVec) {
         const Pack<T, kVec> ov = *reinterpret_cast<const Pack<T, kVec>*>(o + d);
         const Pack<T, kVec> gv = *reinterpret_cast<const Pack<T, kVec>*>(g + d);
 #pragma unroll
@@ -161,15 +163,15 @@ __global__ void convert_grad_kernel(const float* src, T* dst, int64_t n, float s
   }
 }
 
-// dK and dV from kv-head slots ([B, Sk, Hk, D], contiguous) where the sm90
-// backward left them there: key blocks whose flag in `written` (per batch, kv
-// head and key_block keys; see dkv_written_flags) says the kernel already
-// wrote dk/dv directly are skipped. kVec elements per thread and step (kVec
-// divides D, so a vector never straddles two rows).
+// dK or dV (dst = src x scale) from kv-head slots ([B, Sk, Hk, D or Dv],
+// contiguous) where the sm90 backward left them there: key blocks whose flag
+// in `written` (per batch, kv head and key_block keys; see dkv_written_flags)
+// says the kernel already wrote dk/dv directly are skipped. kVec elements per
+// thread and step (kVec divides the head dim, so a vector never straddles two
+// rows).
 template <typename T, int kVec>
-__global__ void convert_kv_grads_kernel(const float* dk_src, const float* dv_src, T* dk, T* dv, int64_t n,
-                                        int head_dim, int heads_k, int seqlen_k, const int32_t* written,
-                                        int key_block, float dk_scale) {
+__global__ void convert_kv_grad_kernel(const float* src, T* dst, int64_t n, int head_dim, int heads_k,
+                                       int seqlen_k, const int32_t* written, int key_block, float scale) {
   const int key_blocks = (seqlen_k + key_block - 1) / key_block;
   for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * kVec; i < n;
        i += int64_t(gridDim.x) * blockDim.x * kVec) {
@@ -179,16 +181,11 @@ __global__ void convert_kv_grads_kernel(const float* dk_src, const float* dv_src
     const int key = int(batch_key % seqlen_k);
     const int64_t batch = batch_key / seqlen_k;
     if (written[(batch * heads_k + hk) * key_blocks + key / key_block] != 0) continue;
-    const Pack<float, kVec> k = *reinterpret_cast<const Pack<float, kVec>*>(dk_src + i);
-    const Pack<float, kVec> v = *reinterpret_cast<const Pack<float, kVec>*>(dv_src + i);
-    Pack<T, kVec> ko, vo;
+    const Pack<float, kVec> v = *reinterpret_cast<const Pack<float, kVec>*>(src + i);
+    Pack<T, kVec> out;
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      ko.x[e] = from_float<T>(k.x[e] * dk_scale);
-      vo.x[e] = from_float<T>(v.x[e]);
-    }
-    *reinterpret_cast<Pack<T, kVec>*>(dk + i) = ko;
-    *reinterpret_cast<Pack<T, kVec>*>(dv + i) = vo;
+    for (int e = 0; e < kVec; ++e) out.x[e] = from_float<T>(v.x[e] * scale);
+    *reinterpret_cast<Pack<T, kVec>*>(dst + i) = out;
   }
 }
 
@@ -235,10 +232,11 @@ bool aligned_to(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr
 constexpr int kWideVec = 8;
 constexpr int kConvertVec = 4;
 
-// softmax_d's loads of O and dO rows as v-element packs.
+// softmax_d's loads of O and dO rows as v-element packs (and its zeroing of
+// dq_accum rows).
 template <typename T>
 bool rows_vectorizable(const BwdParams& p, int v) {
-  return p.head_dim % v == 0 && aligned_to(p.out, sizeof(T) * v) && aligned_to(p.dout, sizeof(T) * v) &&
+  return p.value_head_dim() % v == 0 && p.head_dim % v == 0 && aligned_to(p.out, sizeof(T) * v) && aligned_to(p.dout, sizeof(T) * v) &&
          p.o_row_stride % v == 0 && p.o_head_stride % v == 0 && p.o_batch_stride % v == 0 &&
          p.do_row_stride % v == 0 && p.do_head_stride % v == 0 && p.do_batch_stride % v == 0;
 }
@@ -251,13 +249,14 @@ void launch_softmax_d(const BwdParams& p, bool zero_dq, cudaStream_t stream) {
 
 template <typename T>
 void launch_softmax_d(const BwdParams& p, bool zero_dq, cudaStream_t stream) {
-  // A row of head_dim = 8 x lanes elements per 4, 8 or 16 lanes.
+  // A row of value head_dim = 8 x lanes elements per 4, 8 or 16 lanes.
   const bool wide = rows_vectorizable<T>(p, kWideVec) && (!zero_dq || aligned_to(p.dq_accum, 32));
-  if (wide && p.head_dim == 32) {
+  const int dim_v = p.value_head_dim();
+  if (wide && dim_v == 32) {
     launch_softmax_d<T, kWideVec, 4>(p, zero_dq, stream);
-  } else if (wide && p.head_dim == 64) {
+  } else if (wide && dim_v == 64) {
     launch_softmax_d<T, kWideVec, 8>(p, zero_dq, stream);
-  } else if (wide && p.head_dim == 128) {
+  } else if (wide && dim_v == 128) {
     launch_softmax_d<T, kWideVec, 16>(p, zero_dq, stream);
   } else if (rows_vectorizable<T>(p, kConvertVec) && (!zero_dq || aligned_to(p.dq_accum, 16))) {
     launch_softmax_d<T, kConvertVec, 32>(p, zero_dq, stream);
@@ -278,21 +277,19 @@ void launch_convert(const float* src, void* dst, int64_t n, float scale, cudaStr
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }
 
-// dK/dV of the key blocks the sm90 kernel did not write directly.
+// dK or dV (head_dim wide, n elements) of the key blocks the sm90 kernel did
+// not write directly.
 template <typename T>
-void launch_convert_kv(const BwdParams& p, const int32_t* written, int64_t n, cudaStream_t stream) {
-  const bool wide = p.head_dim % kWideVec == 0 && aligned_to(p.dk_accum, 32) && aligned_to(p.dv_accum, 32) &&
-                    aligned_to(p.dk, sizeof(T) * kWideVec) && aligned_to(p.dv, sizeof(T) * kWideVec);
-  auto dk = static_cast<T*>(p.dk);
-  auto dv = static_cast<T*>(p.dv);
+void launch_convert_kv(const BwdParams& p, const float* src, void* dst, int64_t n, int head_dim, float scale,
+                       const int32_t* written, cudaStream_t stream) {
+  const bool wide = head_dim % kWideVec == 0 && aligned_to(src, 32) && aligned_to(dst, sizeof(T) * kWideVec);
+  const int key_block = dkv_block(p.head_dim);  // the kernel's, set by the q/k head dim
   if (wide) {
-    convert_kv_grads_kernel<T, kWideVec><<<streaming_grid(n / kWideVec, 256), 256, 0, stream>>>(
-        p.dk_accum, p.dv_accum, dk, dv, n, p.head_dim, p.num_heads_k, p.seqlen_k, written,
-        dkv_block(p.head_dim), p.softmax_scale);
+    convert_kv_grad_kernel<T, kWideVec><<<streaming_grid(n / kWideVec, 256), 256, 0, stream>>>(
+        src, static_cast<T*>(dst), n, head_dim, p.num_heads_k, p.seqlen_k, written, key_block, scale);
   } else {
-    convert_kv_grads_kernel<T, 1><<<grid_for(n, 256), 256, 0, stream>>>(
-        p.dk_accum, p.dv_accum, dk, dv, n, p.head_dim, p.num_heads_k, p.seqlen_k, written,
-        dkv_block(p.head_dim), p.softmax_scale);
+    convert_kv_grad_kernel<T, 1><<<grid_for(n, 256), 256, 0, stream>>>(
+        src, static_cast<T*>(dst), n, head_dim, p.num_heads_k, p.seqlen_k, written, key_block, scale);
   }
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }
@@ -332,13 +329,16 @@ void check_accum_heads(const BwdParams& p) {
 template <typename T>
 void bwd_pre_post(const BwdParams& p, cudaStream_t stream, bool pre) {
   const int64_t q_elems = int64_t(p.batch) * p.seqlen_q * p.num_heads * p.head_dim;
-  const int64_t kv_elems = int64_t(p.batch) * p.seqlen_k * p.num_heads_k * p.head_dim;
-  const int64_t kv_accum_elems = kv_elems / p.num_heads_k * p.accum_heads_k;
+  const int dim_v = p.value_head_dim();
+  const int64_t k_elems = int64_t(p.batch) * p.seqlen_k * p.num_heads_k * p.head_dim;
+  const int64_t v_elems = k_elems / p.head_dim * dim_v;
   if (pre) {
     check_accum_heads(p);
     if (!p.dkv_accum_stored) {  // else the kernel stores every element
-      FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dk_accum, 0, kv_accum_elems * sizeof(float), stream));
-      FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dv_accum, 0, kv_accum_elems * sizeof(float), stream));
+      const int64_t k_accum_elems = k_elems / p.num_heads_k * p.accum_heads_k;
+      const int64_t v_accum_elems = v_elems / p.num_heads_k * p.accum_heads_k;
+      FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dk_accum, 0, k_accum_elems * sizeof(float), stream));
+      FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dv_accum, 0, v_accum_elems * sizeof(float), stream));
     }
     // Deterministic: run_bwd_dq_ writes every dq_accum element, nothing adds,
     // so it needs no zeroing. Tiles (sm90): one contiguous memset; the row
@@ -353,13 +353,14 @@ void bwd_pre_post(const BwdParams& p, cudaStream_t stream, bool pre) {
   if (!p.dq_accum_tiled) launch_convert<T>(p.dq_accum, p.dq, q_elems, p.softmax_scale, stream);
   const int group = p.accum_heads_k / p.num_heads_k;
   if (const int32_t* written = dkv_written_flags(p)) {  // fitted sm90 grouping
-    launch_convert_kv<T>(p, written, kv_elems, stream);
+    launch_convert_kv<T>(p, p.dk_accum, p.dk, k_elems, p.head_dim, p.softmax_scale, written, stream);
+    launch_convert_kv<T>(p, p.dv_accum, p.dv, v_elems, dim_v, 1.f, written, stream);
   } else if (group == 1) {
-    launch_convert<T>(p.dk_accum, p.dk, kv_elems, p.softmax_scale, stream);
-    launch_convert<T>(p.dv_accum, p.dv, kv_elems, 1.f, stream);
+    launch_convert<T>(p.dk_accum, p.dk, k_elems, p.softmax_scale, stream);
+    launch_convert<T>(p.dv_accum, p.dv, v_elems, 1.f, stream);
   } else {
-    launch_reduce_group<T>(p.dk_accum, p.dk, kv_elems, p.head_dim, group, p.softmax_scale, stream);
-    launch_reduce_group<T>(p.dv_accum, p.dv, kv_elems, p.head_dim, group, 1.f, stream);
+    launch_reduce_group<T>(p.dk_accum, p.dk, k_elems, p.head_dim, group, p.softmax_scale, stream);
+    launch_reduce_group<T>(p.dv_accum, p.dv, v_elems, dim_v, group, 1.f, stream);
   }
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }

@@ -30,8 +30,8 @@ int64_t summary_elems(const FwdParams& p);
 int32_t* tile_counters(const FwdParams& p);
 
 // Keys per flag of dkv_written_flags: the sm90 backward's key block at this
-// head dim (BwdTraits::kBlockN: 128, or 64 at head dim 256).
-FLASHMASK_HOST_DEVICE int dkv_block(int head_dim) { return head_dim == 256 ? 64 : 128; }
+// head dim (BwdTraits::kBlockN: 128, or 64 past head dim 128).
+FLASHMASK_HOST_DEVICE int dkv_block(int head_dim) { return head_dim > 128 ? 64 : 128; }
 int64_t dkv_flag_elems(const FwdParams& p);
 // Under fitted head grouping (BwdParams::fitted_head_groups), where a key
 // block's CTA covers its whole GQA group it writes dK/dV straight to dk/dv and

@@ -1,7 +1,7 @@
 // FlashMask backward for Hopper (sm90a), FA3 style.
 //
-// One CTA per (key block of 128, or 64 at head dim 256, group of query heads,
-// batch); the group is
+// One CTA per (key block of 128, or 64 past head dim 128, group of query
+// heads, batch); the group is
 // `bwd_head_group` consecutive heads of one GQA group, which share K/V and the
 // mask, so the CTA loads K/V, lists the live query blocks and writes dK/dV
 // once for all of them. With fitted grouping (bwd_group_max_steps) the group
@@ -19,10 +19,11 @@
 //     from registers); dQ goes through shared memory to the dQ writer warp
 //     of warpgroup 0, which adds it to its tile of the fp32 dq_accum with
 //     bulk reduce-adds, while the dK GEMM runs.
-//   Head dim 256 (BwdTraits::kSplitHeadDim): the two warpgroups share 64 keys
-//     and split the head dim of dK/dV/dQ instead; S = Q K^T and dP = dO V^T
-//     are split over the keys, P and dS pass through shared memory, and dQ
-//     goes to dq_accum with vector atomics from the consumers.
+//   Head dims 192/128 and 256 (BwdTraits::kSplitHeadDim): the two warpgroups
+//     share 64 keys and split the head dims of dK/dV/dQ instead; S = Q K^T
+//     and dP = dO V^T are split over the keys, P and dS pass through shared
+//     memory, and dQ goes to dq_accum with vector atomics from the consumers.
+//     (192/128: q and k have 192 columns, v and dO 128; dK, dQ 192, dV 128.)
 // dK/dV stay in registers for the whole CTA (summed over its heads) and go to
 // the slot of the plan (BwdParams::accum_heads_k): stored where the CTA is
 // the slot's one writer, added with atomics where the GQA group spans several
@@ -52,9 +53,9 @@ namespace sm90 {
 template <typename Traits>
 struct BwdKernelParams {
   typename Traits::TmaQ tma_q;
-  typename Traits::TmaQ tma_do;
-  typename Traits::TmaKV tma_k;
-  typename Traits::TmaKV tma_v;
+  typename Traits::TmadO tma_do;
+  typename Traits::TmaK tma_k;
+  typename Traits::TmaV tma_v;
   BwdParams p;
   // cuda::dkv_written_flags(p): non-null under fitted grouping, where a CTA
   // covering its whole GQA group writes dK/dV straight to dk/dv.
@@ -198,7 +199,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   using SharedStorage = typename Traits::SharedStorage;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
-  constexpr int kDim = Traits::kHeadDim;
+  constexpr int kDim = Traits::kHeadDim;    // q, k, dQ, dK
+  constexpr int kDimV = Traits::kHeadDimV;  // v, dO, dV
   static_assert(cuda::kBwdRowBlock == kBlockM, "padded rows: whole steps and dQ tiles");
   // One dK/dV flag per key block (cuda::dkv_block, which launch_bwd checks).
 
@@ -228,7 +230,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   }
   typename Pipeline::Params pipe_params;
   // Q and dO share a stage, with the rows' LSE and delta.
-  pipe_params.transaction_bytes = 2 * Traits::kTmaBytesQ + 2 * Traits::kRowStatsBytes;
+  pipe_params.transaction_bytes = Traits::kTmaBytesQdO + 2 * Traits::kRowStatsBytes;
   pipe_params.role = warp_group == 0 ? Pipeline::ThreadCategory::Producer
                                      : Pipeline::ThreadCategory::Consumer;
   pipe_params.is_leader = threadIdx.x % 128 == 0;
@@ -264,12 +266,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   if (fitted && first_head % ss.cta_heads != 0) return;
 
   Tensor sK = make_tensor(make_smem_ptr(ss.smem_k.data()), typename Traits::SmemLayoutK{});
-  Tensor sV = make_tensor(make_smem_ptr(ss.smem_v.data()), typename Traits::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(ss.smem_v.data()), typename Traits::SmemLayoutV{});
   Tensor sKt = make_tensor(make_smem_ptr(ss.smem_k.data()), typename Traits::SmemLayoutKt{});
   Tensor sQ = make_tensor(make_smem_ptr(ss.smem_q.data()), typename Traits::SmemLayoutQ{});
-  Tensor sdO = make_tensor(make_smem_ptr(ss.smem_do.data()), typename Traits::SmemLayoutQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(ss.smem_do.data()), typename Traits::SmemLayoutdO{});
   Tensor sQt = make_tensor(make_smem_ptr(ss.smem_q.data()), typename Traits::SmemLayoutQt{});
-  Tensor sdOt = make_tensor(make_smem_ptr(ss.smem_do.data()), typename Traits::SmemLayoutQt{});
+  Tensor sdOt = make_tensor(make_smem_ptr(ss.smem_do.data()), typename Traits::SmemLayoutdOt{});
   Tensor sdS = make_tensor(make_smem_ptr(ss.smem_ds.data()), typename Traits::SmemLayoutdS{});
   Tensor sdSt = make_tensor(make_smem_ptr(ss.smem_ds.data()), typename Traits::SmemLayoutdSt{});
 
@@ -313,18 +315,20 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     if (warp != 0 || num_live == 0) return;
     const auto shape_q = make_shape(p.seqlen_q, p.head_dim, p.num_heads, p.batch);
     const auto shape_k = make_shape(p.seqlen_k, p.head_dim, p.num_heads_k, p.batch);
+    const auto shape_do = make_shape(p.seqlen_q, kDimV, p.num_heads, p.batch);
+    const auto shape_v = make_shape(p.seqlen_k, kDimV, p.num_heads_k, p.batch);
     const auto tile_q = make_shape(Int<kBlockM>{}, Int<kDim>{});
-    const auto tile_k = make_shape(Int<kBlockN>{}, Int<kDim>{});
-    Tensor gK = local_tile(kp.tma_k.get_tma_tensor(shape_k)(_, _, head_k, batch), tile_k,
-                           make_coord(n_block, _0{}));
-    Tensor gV = local_tile(kp.tma_v.get_tma_tensor(shape_k)(_, _, head_k, batch), tile_k,
-                           make_coord(n_block, _0{}));
+    const auto tile_do = make_shape(Int<kBlockM>{}, Int<kDimV>{});
+    Tensor gK = local_tile(kp.tma_k.get_tma_tensor(shape_k)(_, _, head_k, batch),
+                           make_shape(Int<kBlockN>{}, Int<kDim>{}), make_coord(n_block, _0{}));
+    Tensor gV = local_tile(kp.tma_v.get_tma_tensor(shape_v)(_, _, head_k, batch),
+                           make_shape(Int<kBlockN>{}, Int<kDimV>{}), make_coord(n_block, _0{}));
     auto [tKgK, tKsK] = tma_partition(kp.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
                                       group_modes<0, 2>(gK));
     auto [tVgV, tVsV] = tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
                                       group_modes<0, 2>(gV));
     if (lane_predicate) {
-      ss.barrier_kv.arrive_and_expect_tx(2 * Traits::kTmaBytesKV);
+      ss.barrier_kv.arrive_and_expect_tx(Traits::kTmaBytesKV);
       auto& bar = reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(ss.barrier_kv);
       copy(kp.tma_k.with(bar, 0), tKgK, tKsK);
       copy(kp.tma_v.with(bar, 0), tVgV, tVsV);
@@ -335,7 +339,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     for (int head = first_head; head < first_head + ss.cta_heads; ++head) {
       Tensor gQ = local_tile(kp.tma_q.get_tma_tensor(shape_q)(_, _, head, batch), tile_q,
                              make_coord(_, _0{}));
-      Tensor gdO = local_tile(kp.tma_do.get_tma_tensor(shape_q)(_, _, head, batch), tile_q,
+      Tensor gdO = local_tile(kp.tma_do.get_tma_tensor(shape_do)(_, _, head, batch), tile_do,
                               make_coord(_, _0{}));
       auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                                         group_modes<0, 2>(gQ));
@@ -364,73 +368,75 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   cutlass::arch::warpgroup_reg_alloc<Traits::kMmaRegisters>();
   const int mma_tid = threadIdx.x - 128;
   typename Traits::TiledMmaSdP mma_sdp;
-  typename Traits::TiledMmadKV mma_dkv;
+  typename Traits::TiledMmadK mma_dk;
+  typename Traits::TiledMmadV mma_dv;
   typename Traits::TiledMmadQ mma_dq;
   auto thr_sdp = mma_sdp.get_thread_slice(mma_tid);
-  auto thr_dkv = mma_dkv.get_thread_slice(mma_tid);
+  auto thr_dk = mma_dk.get_thread_slice(mma_tid);
+  auto thr_dv = mma_dv.get_thread_slice(mma_tid);
   auto thr_dq = mma_dq.get_thread_slice(mma_tid);
 
-  // dK and dV of the CTA's keys, from this thread's accumulators (either
-  // layout: the coordinates come from the dK/dV GEMM's partition).
-  auto write_dkv = [&](auto& tdKrdK, auto& tdVrdV) FLASHMASK_INLINE {
+  // One of dK (kCols = D) and dV (Dv) of the CTA's keys from this thread's
+  // accumulators `acc` of its GEMM (`thr`: either layout, the coordinates come
+  // from the partition): `direct`, to the gradient in the output dtype
+  // (scaled by `scale`); else added to (stored, for the slot's sole writer)
+  // the plan's fp32 slot, unscaled.
+  auto write_grad = [&](auto const& acc, auto const& thr, auto cols, void* grad, int64_t row_stride,
+                        int64_t head_stride, int64_t batch_stride, float* accum, float scale, bool direct,
+                        int slot, bool sole_writer) FLASHMASK_INLINE {
+    constexpr int kCols = decltype(cols)::value;
     const int c0 = n_block * kBlockN;
-    Tensor tdKVcdKV = thr_dkv.partition_C(make_identity_tensor(make_shape(Int<kBlockN>{}, Int<kDim>{})));
-    Tensor c_rc = make_tensor(tdKVcdKV.data(), acc_as_rows_cols(tdKVcdKV.layout()));
-    Tensor dk_rc = make_tensor(tdKrdK.data(), acc_as_rows_cols(tdKrdK.layout()));
-    Tensor dv_rc = make_tensor(tdVrdV.data(), acc_as_rows_cols(tdVrdV.layout()));
+    Tensor coords = thr.partition_C(make_identity_tensor(make_shape(Int<kBlockN>{}, Int<kCols>{})));
+    Tensor c_rc = make_tensor(coords.data(), acc_as_rows_cols(coords.layout()));
+    Tensor a_rc = make_tensor(acc.data(), acc_as_rows_cols(acc.layout()));
     const int col0 = get<1>(c_rc(0, 0));
-    // Fitted grouping with one CTA for the whole GQA group: dK (scaled here) and
-    // dV go straight to dk/dv in the output dtype, and the key block's flag
-    // tells bwd_finish to leave it (no fp32 round trip through the
-    // accumulators). Every CTA of the key block computes the same flag.
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < size<0>(a_rc); ++r) {
+      const int key = c0 + get<0>(c_rc(r, 0));
+      if (key >= p.seqlen_k) continue;
+      if (direct) {
+        Element* dst = static_cast<Element*>(grad) + batch * batch_stride + key * row_stride +
+                       head_k * head_stride + col0;
+        CUTLASS_PRAGMA_UNROLL
+        for (int c = 0; c < size<1>(a_rc); c += 2) {
+          store_pair(dst + acc_col_offset(c), a_rc(r, c) * scale, a_rc(r, c + 1) * scale);
+        }
+      } else {
+        float* dst = accum + ((int64_t(batch) * p.seqlen_k + key) * p.accum_heads_k + slot) * kCols + col0;
+        CUTLASS_PRAGMA_UNROLL
+        for (int c = 0; c < size<1>(a_rc); c += 2) {
+          accumulate_pair(dst + acc_col_offset(c), a_rc(r, c), a_rc(r, c + 1), sole_writer);
+        }
+      }
+    }
+  };
+  // dK and dV of the CTA's keys. Fitted grouping with one CTA for the whole
+  // GQA group: dK (scaled here) and dV go straight to dk/dv in the output
+  // dtype, and the key block's flag tells bwd_finish to leave it (no fp32
+  // round trip through the accumulators). Every CTA of the key block computes
+  // the same flag. Else to the plan's fp32 slots (bwd_finish scales dK).
+  auto write_dkv = [&](auto const& tdKrdK, auto const& tdVrdV) FLASHMASK_INLINE {
     const bool sole_writer = int64_t(p.accum_heads_k) * ss.cta_heads == p.num_heads;
     const bool direct = kp.dkv_written != nullptr && sole_writer;
     if (kp.dkv_written != nullptr && mma_tid == 0) {
       const int key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
       kp.dkv_written[(int64_t(batch) * p.num_heads_k + head_k) * key_blocks + n_block] = direct;
     }
-    if (direct) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int r = 0; r < size<0>(dk_rc); ++r) {
-        const int key = c0 + get<0>(c_rc(r, 0));
-        if (key >= p.seqlen_k) continue;
-        Element* dk = static_cast<Element*>(p.dk) + batch * p.dk_batch_stride + key * p.dk_row_stride +
-                      head_k * p.dk_head_stride + col0;
-        Element* dv = static_cast<Element*>(p.dv) + batch * p.dv_batch_stride + key * p.dv_row_stride +
-                      head_k * p.dv_head_stride + col0;
-        CUTLASS_PRAGMA_UNROLL
-        for (int c = 0; c < size<1>(dk_rc); c += 2) {
-          const int d = acc_col_offset(c);
-          store_pair(dk + d, dk_rc(r, c) * p.softmax_scale, dk_rc(r, c + 1) * p.softmax_scale);
-          store_pair(dv + d, dv_rc(r, c), dv_rc(r, c + 1));
-        }
-      }
-      return;
-    }
-    // Else to the plan's fp32 slot, unscaled (bwd_finish scales dK).
     const int slot = first_head / (p.num_heads / p.accum_heads_k);
-    CUTLASS_PRAGMA_UNROLL
-    for (int r = 0; r < size<0>(dk_rc); ++r) {
-      const int key = c0 + get<0>(c_rc(r, 0));
-      if (key >= p.seqlen_k) continue;
-      const int64_t offset = ((int64_t(batch) * p.seqlen_k + key) * p.accum_heads_k + slot) * kDim + col0;
-      CUTLASS_PRAGMA_UNROLL
-      for (int c = 0; c < size<1>(dk_rc); c += 2) {
-        const int d = acc_col_offset(c);
-        accumulate_pair(p.dk_accum + offset + d, dk_rc(r, c), dk_rc(r, c + 1), sole_writer);
-        accumulate_pair(p.dv_accum + offset + d, dv_rc(r, c), dv_rc(r, c + 1), sole_writer);
-      }
-    }
+    write_grad(tdKrdK, thr_dk, Int<kDim>{}, p.dk, p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride,
+               p.dk_accum, p.softmax_scale, direct, slot, sole_writer);
+    write_grad(tdVrdV, thr_dv, Int<kDimV>{}, p.dv, p.dv_row_stride, p.dv_head_stride, p.dv_batch_stride,
+               p.dv_accum, 1.f, direct, slot, sole_writer);
   };
 
   // The same in both layouts: dV/dK's dO and Q, dQ's operands, dK/dV's
   // accumulators (for the whole CTA).
-  Tensor tdVrdO = thr_dkv.partition_fragment_B(sdOt);  // (MMA, N, K, stage)
-  Tensor tdKrQ = thr_dkv.partition_fragment_B(sQt);
+  Tensor tdVrdO = thr_dv.partition_fragment_B(sdOt);  // (MMA, N, K, stage)
+  Tensor tdKrQ = thr_dk.partition_fragment_B(sQt);
   Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);    // (MMA, M, K, dS buffer)
   Tensor tdQrK = thr_dq.partition_fragment_B(sKt);
-  Tensor tdVrdV = partition_fragment_C(mma_dkv, make_shape(Int<kBlockN>{}, Int<kDim>{}));
-  Tensor tdKrdK = partition_fragment_C(mma_dkv, make_shape(Int<kBlockN>{}, Int<kDim>{}));
+  Tensor tdVrdV = partition_fragment_C(mma_dv, make_shape(Int<kBlockN>{}, Int<kDimV>{}));
+  Tensor tdKrdK = partition_fragment_C(mma_dk, make_shape(Int<kBlockN>{}, Int<kDim>{}));
   clear(tdVrdV);
   clear(tdKrdK);
 
@@ -447,8 +453,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     Tensor sdStK = make_tensor(make_smem_ptr(ss.smem_ds.data()), typename Traits::SmemLayoutPdSt{});
     Tensor tPsP = thr_sdp.partition_C(sP);     // (MMA, M, N, 1)
     Tensor tdSsdS = thr_sdp.partition_C(sdS);  // (MMA, M, N, 1)
-    Tensor tdVrPt = thr_dkv.partition_fragment_A(sPt);
-    Tensor tdKrdSt = thr_dkv.partition_fragment_A(sdStK);
+    Tensor tdVrPt = thr_dv.partition_fragment_A(sPt);
+    Tensor tdKrdSt = thr_dk.partition_fragment_A(sdStK);
     // (query, key) of every S element within the tile.
     Tensor tScS = thr_sdp.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kBlockN>{})));
     Tensor tScS_rc = make_tensor(tScS.data(), acc_as_rows_cols(tScS.layout()));
@@ -519,8 +525,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         // flight dQ is done and its atomics run under the dV and dK GEMMs.
         Tensor tdQrdQ = partition_fragment_C(mma_dq, make_shape(Int<kBlockM>{}, Int<kDim>{}));
         warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_dq, tdQrdS(_, _, _, 0), tdQrK, tdQrdQ);
-        warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dkv, tdVrPt, tdVrdO(_, _, _, stage), tdVrdV);
-        warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dkv, tdKrdSt, tdKrQ(_, _, _, stage), tdKrdK);
+        warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dv, tdVrPt, tdVrdO(_, _, _, stage), tdVrdV);
+        warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dk, tdKrdSt, tdKrQ(_, _, _, stage), tdKrdK);
         warpgroup_wait<2>();
         warpgroup_fence_operand(tdQrdQ);
         float* tile = head_tiles + int64_t(m) * (kBlockM * kDim);
@@ -612,7 +618,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         }
         Tensor tdVrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
         Tensor tdKrdS = make_tensor(rdS.data(), acc_as_a_operand(rdS.layout()));
-        warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dkv, tdVrP, tdVrdO(_, _, _, stage), tdVrdV);
+        warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dv, tdVrP, tdVrdO(_, _, _, stage), tdVrdV);
         if (!p.deterministic) {
           named_barrier<kdS, Traits::kNumMmaThreads>();  // both halves of dS^T stored
           // dQ before dK, so dQ's trip to shared memory runs
@@ -620,7 +626,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
           // one is left in flight means dV and dQ are done and only dK runs.
           Tensor tdQrdQ = partition_fragment_C(mma_dq, make_shape(Int<kBlockM>{}, Int<kDim>{}));
           warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_dq, tdQrdS(_, _, _, buf), tdQrK, tdQrdQ);
-          warpgroup_gemm</*zero_init=*/false, /*wait=*/1>(mma_dkv, tdKrdS, tdKrQ(_, _, _, stage), tdKrdK);
+          warpgroup_gemm</*zero_init=*/false, /*wait=*/1>(mma_dk, tdKrdS, tdKrQ(_, _, _, stage), tdKrdK);
           warpgroup_fence_operand(tdQrdQ);
           // This warpgroup's half of dQ to shared memory in accumulator order,
           // 16 bytes per thread and store (the writer warp drained the previous
@@ -639,7 +645,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
           warpgroup_wait<0>();  // dK has read Q
           pipeline.consumer_release(read);  // Q and dO of this stage are no longer read
         } else {
-          warpgroup_gemm</*zero_init=*/false, /*wait=*/0>(mma_dkv, tdKrdS, tdKrQ(_, _, _, stage), tdKrdK);
+          warpgroup_gemm</*zero_init=*/false, /*wait=*/0>(mma_dk, tdKrdS, tdKrQ(_, _, _, stage), tdKrdK);
           pipeline.consumer_release(read);
         }
         ++read;

@@ -10,7 +10,7 @@
 //       ones are flagged and masked elementwise from the column bounds, the
 //       rest run with no mask work;
 //     warp 0 issues TMA bulk tensor copies of each tile's Q (two buffers;
-//       one at head dim 256) and of K/V for every live key block (128 keys;
+//       one past head dim 128) and of K/V for every live key block (128 keys;
 //       64 at head dim 256) into a 2-stage mbarrier pipeline that runs on
 //       across tile boundaries;
 //   warpgroups 1-2 (consumers, 240 registers): 64 query rows each;
@@ -37,8 +37,8 @@ namespace sm90 {
 template <typename Traits>
 struct FwdKernelParams {
   typename Traits::TmaQ tma_q;
-  typename Traits::TmaKV tma_k;
-  typename Traits::TmaKV tma_v;
+  typename Traits::TmaK tma_k;
+  typename Traits::TmaV tma_v;
   FwdParams p;
   int* tile_counter;  // zeroed before the launch: tiles handed out so far past the first wave
   int heads_together;  // query heads handed out side by side (fwd_tile_of): H / Hk or 1
@@ -236,12 +236,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     cutlass::arch::fence_barrier_init();
   }
   typename Pipeline::Params pipe_params;
-  pipe_params.transaction_bytes = Traits::kTmaBytesKV;
+  pipe_params.transaction_bytes = Traits::kTmaBytesK;
   pipe_params.role = warp_group == 0 ? Pipeline::ThreadCategory::Producer
                                      : Pipeline::ThreadCategory::Consumer;
   pipe_params.is_leader = threadIdx.x % 128 == 0;
   pipe_params.num_consumers = Traits::kNumMmaThreads;
   Pipeline pipeline_k(ss.pipeline_k, pipe_params, Shape<_1, _1, _1>{});
+  pipe_params.transaction_bytes = Traits::kTmaBytesV;  // V has its own head dim
   Pipeline pipeline_v(ss.pipeline_v, pipe_params, Shape<_1, _1, _1>{});
   __syncthreads();  // barriers initialised
 
@@ -289,9 +290,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     }
     const auto shape_q = make_shape(p.seqlen_q, p.head_dim, p.num_heads, p.batch);
     const auto shape_k = make_shape(p.seqlen_k, p.head_dim, p.num_heads_k, p.batch);
+    constexpr int kDimV = Traits::kHeadDimV;
+    const auto shape_v = make_shape(p.seqlen_k, kDimV, p.num_heads_k, p.batch);
     Tensor mQ = kp.tma_q.get_tma_tensor(shape_q);
     Tensor mK = kp.tma_k.get_tma_tensor(shape_k);
-    Tensor mV = kp.tma_v.get_tma_tensor(shape_k);
+    Tensor mV = kp.tma_v.get_tma_tensor(shape_v);
     PipelineState write = cutlass::make_producer_start_state<Pipeline>();
     for (int k = 0;; ++k) {
       const int slot = k % 2;
@@ -305,7 +308,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       Tensor gQ = local_tile(mQ(_, _, tile.head, tile.batch), select<0, 2>(TileShape{}),
                              make_coord(tile.m_block, _0{}));
       Tensor gK = local_tile(mK(_, _, head_k, tile.batch), select<1, 2>(TileShape{}), make_coord(_, _0{}));
-      Tensor gV = local_tile(mV(_, _, head_k, tile.batch), select<1, 2>(TileShape{}), make_coord(_, _0{}));
+      Tensor gV = local_tile(mV(_, _, head_k, tile.batch), make_shape(Int<kBlockN>{}, Int<kDimV>{}),
+                             make_coord(_, _0{}));
       auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                                         group_modes<0, 2>(gQ));
       auto [tKgK, tKsK] = tma_partition(kp.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
@@ -364,13 +368,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // (MMA, MMA_M, MMA_K, slot)
   Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stage)
   Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stage)
-  Tensor tOrO = partition_fragment_C(mma_pv, select<0, 2>(TileShape{}));
+  Tensor tOrO = partition_fragment_C(mma_pv, select<0, 1>(typename Traits::TileShapePV{}));
   Tensor tOrO_rc = make_tensor(tOrO.data(), acc_as_rows_cols(tOrO.layout()));
 
   // (row, column) of every S accumulator element within the tile.
   Tensor tScS = thr_qk.partition_C(make_identity_tensor(select<0, 1>(TileShape{})));
   Tensor tScS_rc = make_tensor(tScS.data(), acc_as_rows_cols(tScS.layout()));
-  Tensor tOcO = thr_pv.partition_C(make_identity_tensor(select<0, 2>(TileShape{})));
+  Tensor tOcO = thr_pv.partition_C(make_identity_tensor(select<0, 1>(typename Traits::TileShapePV{})));
   Tensor tOcO_rc = make_tensor(tOcO.data(), acc_as_rows_cols(tOcO.layout()));
   constexpr int kRows = decltype(size<0>(tOrO_rc))::value;  // 2 rows per thread
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
@@ -533,8 +537,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   };
 
   // The tile in slot k % 2 once its list is published: false past the last one.
+  // The tile's coordinates, or only its index where registers are short
+  // (FwdTraits::kKeepTileIndex), kept across the main loop for the epilogue.
   struct OpenTile {
     FwdTile tile;
+    int t;
     int r0, num_live;
     const uint16_t* list;
     const int32_t* columns;
@@ -544,9 +551,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     wait_published(ss.list_full[slot], (k / 2) % 2);
     const int t = ss.tile_index[slot];
     if (t >= num_tiles) return false;
-    o.tile = fwd_tile_of(t, query_blocks, p.num_heads, kp.heads_together);
-    o.r0 = o.tile.m_block * kBlockM;
-    o.columns = kColumnMask ? mask_columns(p, o.tile.batch, o.tile.head) : nullptr;
+    const FwdTile tile = fwd_tile_of(t, query_blocks, p.num_heads, kp.heads_together);
+    if constexpr (Traits::kKeepTileIndex) {
+      o.t = t;
+    } else {
+      o.tile = tile;
+    }
+    o.r0 = tile.m_block * kBlockM;
+    o.columns = kColumnMask ? mask_columns(p, tile.batch, tile.head) : nullptr;
     ss.barrier_q[slot].wait((k / 2) % 2);  // Q landed (or nothing is live)
     o.num_live = ss.num_live_blocks[slot];
     o.list = live_list(slot);
@@ -599,7 +611,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     }
     // This thread no longer reads the slot's Q or list: the producer may refill it.
     arrive_published(ss.tile_empty[slot]);
-    store_tile(o.tile);
+    if constexpr (Traits::kKeepTileIndex) {
+      store_tile(fwd_tile_of(o.t, query_blocks, p.num_heads, kp.heads_together));
+    } else {
+      store_tile(o.tile);
+    }
   }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }

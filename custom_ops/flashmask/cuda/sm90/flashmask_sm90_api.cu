@@ -30,9 +30,18 @@ bool tma_friendly(const void* ptr, int64_t row, int64_t head, int64_t batch) {
 }
 
 // Longest sequences whose live-block lists still fit next to the tiles in
-// shared memory (and in the lists' 15-bit block index): head dim 256 has
-// 64-key tiles (twice the forward's list entries) and bigger tiles.
-int max_seqlen(int head_dim) { return head_dim == 256 ? 1 << 18 : 1 << 19; }
+// shared memory (and in the lists' 15-bit block index): past head dim 128
+// the tiles leave less room (192/128: 219 KB of tiles and staging; 256: 64-key
+// tiles, twice the forward's list entries). Python's
+// long_sequence.sm90_max_seqlen has the same rule.
+int max_seqlen(int head_dim) { return head_dim > 128 ? 1 << 18 : 1 << 19; }
+
+// The (q/k, v) head dims instantiated: 64, 128 and 256 with v alike, and
+// MLA's 192 with 128.
+bool head_dims_built(int head_dim, int head_dim_v) {
+  const bool built = head_dim == 64 || head_dim == 128 || head_dim == 192 || head_dim == 256;
+  return built && head_dim_v == value_head_dim_for(head_dim);
+}
 // Tiles of a persistent forward (query blocks of 128 x heads x batch): int
 // indices handed out by an int counter.
 constexpr int64_t kMaxTiles = int64_t(1) << 30;
@@ -94,8 +103,7 @@ bool compiled() {
 bool fwd_supported(const FwdParams& p) {
   // Causal with C = 4 (no public API makes it) does not fit MaskedRows.
   const bool mask_fits = !(p.mask.startend_row_indices != nullptr && p.mask.causal && p.mask.num_cols == 4);
-  const bool head_dim_built = p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256;
-  return compiled() && mask_fits && p.dtype != DType::kFloat32 && head_dim_built &&
+  return compiled() && mask_fits && p.dtype != DType::kFloat32 && head_dims_built(p.head_dim, p.value_head_dim()) &&
          p.seqlen_k <= max_seqlen(p.head_dim) && p.seqlen_q <= max_seqlen(p.head_dim) &&
          int64_t((p.seqlen_q + 127) / 128) * p.num_heads * p.batch < kMaxTiles &&
          tma_friendly(p.q, p.q_row_stride, p.q_head_stride, p.q_batch_stride) &&
@@ -111,8 +119,9 @@ bool pair_stores_aligned(const void* ptr, int64_t row, int64_t head, int64_t bat
 }
 
 bool bwd_supported(const BwdParams& p) {
-  // Head dim 256 has no deterministic dQ pass (the FA2-class dQ kernel stops at 128).
-  return fwd_supported(p) && !(p.deterministic && p.head_dim == 256) && tma_friendly(p.dout, p.do_row_stride, p.do_head_stride, p.do_batch_stride) &&
+  // Head dims 192 and 256 have no deterministic dQ pass (the FA2-class dQ
+  // kernel stops at 128 and takes no value head dim of its own).
+  return fwd_supported(p) && !(p.deterministic && p.head_dim > 128) && tma_friendly(p.dout, p.do_row_stride, p.do_head_stride, p.do_batch_stride) &&
          pair_stores_aligned(p.dk, p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride) &&
          pair_stores_aligned(p.dv, p.dv_row_stride, p.dv_head_stride, p.dv_batch_stride);
 }
@@ -125,6 +134,9 @@ void run_fwd(const FwdParams& p, cudaStream_t stream) {
   }
   if (p.head_dim == 128) {
     return bf16 ? run_fwd_<128, __nv_bfloat16>(p, stream) : run_fwd_<128, __half>(p, stream);
+  }
+  if (p.head_dim == 192) {  // value head dim 128 (fwd_supported)
+    return bf16 ? run_fwd_<192, __nv_bfloat16>(p, stream) : run_fwd_<192, __half>(p, stream);
   }
   if (p.head_dim == 256) {
     return bf16 ? run_fwd_<256, __nv_bfloat16>(p, stream) : run_fwd_<256, __half>(p, stream);
@@ -142,6 +154,9 @@ void run_bwd(const BwdParams& p, cudaStream_t stream) {
   }
   if (p.head_dim == 128) {
     return bf16 ? run_bwd_<128, __nv_bfloat16>(p, stream) : run_bwd_<128, __half>(p, stream);
+  }
+  if (p.head_dim == 192) {  // value head dim 128 (fwd_supported)
+    return bf16 ? run_bwd_<192, __nv_bfloat16>(p, stream) : run_bwd_<192, __half>(p, stream);
   }
   if (p.head_dim == 256) {
     return bf16 ? run_bwd_<256, __nv_bfloat16>(p, stream) : run_bwd_<256, __half>(p, stream);

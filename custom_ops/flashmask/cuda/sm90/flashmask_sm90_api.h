@@ -13,8 +13,14 @@ namespace sm90 {
 // True when this library was built with the sm_90a kernels
 // (PADDLE_FLASHMASK_CUDA_ARCHS contains 90a).
 bool compiled();
-// True when the Hopper kernels take this call (dtype, head dim 64, 128 or 256,
-// strides, length; the backward at head dim 256 not in deterministic mode).
+// The value head dim the Hopper kernels pair with a query/key head dim: the
+// same, except MLA's 192 (q, k) with 128 (v), as DeepSeek-V3-class models use.
+// Their dispatch is keyed on the query/key head dim alone.
+constexpr int value_head_dim_for(int head_dim) { return head_dim == 192 ? 128 : head_dim; }
+
+// True when the Hopper kernels take this call (dtype, head dims 64, 128 or 256
+// with value alike or 192 with value 128, strides, length; the backward past
+// head dim 128 not in deterministic mode).
 bool fwd_supported(const FwdParams& p);
 bool bwd_supported(const BwdParams& p);
 // Query heads per backward CTA (BwdParams::bwd_head_group): a divisor of the

@@ -70,6 +70,17 @@ inline bool fwd_pingpong() { return env_switch("PADDLE_FLASHMASK_SM90_FWD_PINGPO
 // query blocks side by side, as before).
 inline bool fwd_gqa_tiles() { return env_switch("PADDLE_FLASHMASK_SM90_FWD_GQA_TILES", true); }
 
+// The kernels' head dims are compile-time: the call's must be the instantiation's.
+template <typename Traits>
+void check_head_dims(const FwdParams& p) {
+  if (p.head_dim != Traits::kHeadDim || p.value_head_dim() != Traits::kHeadDimV) {
+    throw std::invalid_argument("flashmask sm90: head dims " + std::to_string(p.head_dim) + "/" +
+                                std::to_string(p.value_head_dim()) + " reached the " +
+                                std::to_string(Traits::kHeadDim) + "/" + std::to_string(Traits::kHeadDimV) +
+                                " kernel");
+  }
+}
+
 template <typename Traits>
 using FwdKernel = void (*)(FwdKernelParams<Traits>);
 
@@ -93,20 +104,21 @@ template <int kHeadDim, typename T>
 void launch_fwd(const FwdParams& p, cudaStream_t stream) {
   using Element = typename CutlassElement<T>::type;
   using Traits = FwdTraits<kHeadDim, Element>;
+  check_head_dims<Traits>(p);
   FwdKernelParams<Traits> kp{};
   kp.p = p;
   auto mQ = gmem_view<Element>(p.q, p.seqlen_q, p.head_dim, p.num_heads, p.batch, p.q_row_stride,
                                p.q_head_stride, p.q_batch_stride);
   auto mK = gmem_view<Element>(p.k, p.seqlen_k, p.head_dim, p.num_heads_k, p.batch, p.k_row_stride,
                                p.k_head_stride, p.k_batch_stride);
-  auto mV = gmem_view<Element>(p.v, p.seqlen_k, p.head_dim, p.num_heads_k, p.batch, p.v_row_stride,
+  auto mV = gmem_view<Element>(p.v, p.seqlen_k, Traits::kHeadDimV, p.num_heads_k, p.batch, p.v_row_stride,
                                p.v_head_stride, p.v_batch_stride);
   kp.tma_q = make_tma_copy(SM90_TMA_LOAD{}, mQ, take<0, 2>(typename Traits::SmemLayoutQ{}),
                            select<0, 2>(typename Traits::TileShape{}), _1{});
   kp.tma_k = make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(typename Traits::SmemLayoutK{}),
                            select<1, 2>(typename Traits::TileShape{}), _1{});
   kp.tma_v = make_tma_copy(SM90_TMA_LOAD{}, mV, take<0, 2>(typename Traits::SmemLayoutV{}),
-                           select<1, 2>(typename Traits::TileShape{}), _1{});
+                           make_shape(Int<Traits::kBlockN>{}, Int<Traits::kHeadDimV>{}), _1{});
 
   const bool column_mask = p.mask.startend_row_indices != nullptr;
   const bool pingpong = fwd_pingpong(), overlap = fwd_overlap();
@@ -130,23 +142,27 @@ template <int kHeadDim, typename T>
 void launch_bwd(const BwdParams& p, cudaStream_t stream) {
   using Element = typename CutlassElement<T>::type;
   using Traits = BwdTraits<kHeadDim, Element>;
+  constexpr int kHeadDimV = Traits::kHeadDimV;
+  check_head_dims<Traits>(p);
   BwdKernelParams<Traits> kp{};
   kp.p = p;
   kp.dkv_written = cuda::dkv_written_flags(p);
   auto mQ = gmem_view<Element>(p.q, p.seqlen_q, p.head_dim, p.num_heads, p.batch, p.q_row_stride,
                                p.q_head_stride, p.q_batch_stride);
-  auto mdO = gmem_view<Element>(p.dout, p.seqlen_q, p.head_dim, p.num_heads, p.batch,
-                                p.do_row_stride, p.do_head_stride, p.do_batch_stride);
+  auto mdO = gmem_view<Element>(p.dout, p.seqlen_q, kHeadDimV, p.num_heads, p.batch, p.do_row_stride,
+                                p.do_head_stride, p.do_batch_stride);
   auto mK = gmem_view<Element>(p.k, p.seqlen_k, p.head_dim, p.num_heads_k, p.batch, p.k_row_stride,
                                p.k_head_stride, p.k_batch_stride);
-  auto mV = gmem_view<Element>(p.v, p.seqlen_k, p.head_dim, p.num_heads_k, p.batch, p.v_row_stride,
+  auto mV = gmem_view<Element>(p.v, p.seqlen_k, kHeadDimV, p.num_heads_k, p.batch, p.v_row_stride,
                                p.v_head_stride, p.v_batch_stride);
   const auto tile_q = make_shape(Int<Traits::kBlockM>{}, Int<kHeadDim>{});
-  const auto tile_k = make_shape(Int<Traits::kBlockN>{}, Int<kHeadDim>{});
+  const auto tile_do = make_shape(Int<Traits::kBlockM>{}, Int<kHeadDimV>{});
   kp.tma_q = make_tma_copy(SM90_TMA_LOAD{}, mQ, take<0, 2>(typename Traits::SmemLayoutQ{}), tile_q, _1{});
-  kp.tma_do = make_tma_copy(SM90_TMA_LOAD{}, mdO, take<0, 2>(typename Traits::SmemLayoutQ{}), tile_q, _1{});
-  kp.tma_k = make_tma_copy(SM90_TMA_LOAD{}, mK, typename Traits::SmemLayoutK{}, tile_k, _1{});
-  kp.tma_v = make_tma_copy(SM90_TMA_LOAD{}, mV, typename Traits::SmemLayoutK{}, tile_k, _1{});
+  kp.tma_do = make_tma_copy(SM90_TMA_LOAD{}, mdO, take<0, 2>(typename Traits::SmemLayoutdO{}), tile_do, _1{});
+  kp.tma_k = make_tma_copy(SM90_TMA_LOAD{}, mK, typename Traits::SmemLayoutK{},
+                           make_shape(Int<Traits::kBlockN>{}, Int<kHeadDim>{}), _1{});
+  kp.tma_v = make_tma_copy(SM90_TMA_LOAD{}, mV, typename Traits::SmemLayoutV{},
+                           make_shape(Int<Traits::kBlockN>{}, Int<kHeadDimV>{}), _1{});
 
   auto kernel = flashmask_bwd_sm90_kernel<Traits>;
   const int smem = smem_bytes<Traits>((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM);
@@ -164,7 +180,7 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
     throw std::logic_error("flashmask sm90 backward: the dK/dV flags' key block is not the kernel's");
   }
   if (Traits::kSplitHeadDim && p.deterministic) {
-    throw std::invalid_argument("flashmask sm90 backward: head dim 256 has no deterministic mode");
+    throw std::invalid_argument("flashmask sm90 backward: head dims 192 and 256 have no deterministic mode");
   }
   if (p.row_stats == nullptr) {
     throw std::invalid_argument(

@@ -13,11 +13,19 @@
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
 #include "../../mask_bounds.h"
+#include "flashmask_sm90_api.h"
 
 namespace flashmask {
 namespace sm90 {
 
 using namespace cute;
+
+// 128-byte swizzled rows (64 x 16 bits) where a warpgroup's slice of the head
+// dim is whole rows of the swizzle; 64-byte ones (32 x 16 bits) where it is
+// not (head dim 192 split over two warpgroups: 96 columns each).
+template <typename Element, int kSliceCols>
+using KMajorSmemAtom = std::conditional_t<kSliceCols % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
+                                          GMMA::Layout_K_SW64_Atom<Element>>;
 
 // One BlockBounds summary per kMaskBlockN key columns (cuda/kernel_traits.h);
 // a key tile here spans kBlockN / kMaskBlockN of them.
@@ -25,9 +33,10 @@ template <int kHeadDim_, typename Element_>
 struct FwdTraits {
   using Element = Element_;  // cutlass::bfloat16_t or cutlass::half_t
   using ElementAccum = float;
-  static constexpr int kHeadDim = kHeadDim_;
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
-                "sm90 forward: head dim 64, 128 or 256");
+  static constexpr int kHeadDim = kHeadDim_;            // of q and k
+  static constexpr int kHeadDimV = value_head_dim_for(kHeadDim);  // of v and out
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
+                "sm90 forward: head dim 64, 128, 192 (value 128) or 256");
 
   // Warpgroup 0 loads (warp 0 issues TMA, warps 1-3 build the next tiles'
   // live lists), warpgroups 1 and 2 compute 64 query rows each.
@@ -36,17 +45,25 @@ struct FwdTraits {
   static constexpr int kNThreads = kNumMmaThreads + 128;
   static constexpr int kListThreads = 128 - 32;  // the producer warpgroup less the TMA warp
   static constexpr int kBlockM = 64 * kNumMmaWarpGroups;
-  // Head dim 256 fits 227 KB of shared memory only with 64-key tiles and one
-  // Q buffer (Q 64 KB + K/V 2 x 2 x 32 KB; NOTES.md, "Head dim 256"): the next
-  // tile's Q then lands only once this tile's last GEMM has read Q.
-  static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
+  // Past head dim 128 there is room for one Q buffer only (the next tile's Q
+  // then lands once this tile's last GEMM has read Q), and head dim 256 fits
+  // 227 KB of shared memory only with 64-key tiles: Q 64 KB + K/V 2 x 2 x
+  // 32 KB; 192/128: Q 48 KB + K 2 x 48 KB + V 2 x 32 KB (NOTES.md).
+  static constexpr int kBlockN = kHeadDim <= 192 ? 128 : 64;
   static constexpr int kQBuffers = kHeadDim <= 128 ? 2 : 1;
   static constexpr int kStages = 2;
+  // Consumer registers at 192/128 (12 k-steps of QK^T): the tile's index
+  // alone is kept across the main loop and decoded again for the epilogue,
+  // two registers fewer, without which a word goes to local memory. At 256 (O
+  // is 128 registers) that decode's temporaries spill instead, and 64/128
+  // need neither.
+  static constexpr bool kKeepTileIndex = kHeadDim == 192;
   // setmaxnreg budgets: 24 x 128 + 240 x 256 <= 64K registers of the SM.
   static constexpr int kLoadRegisters = 24;
   static constexpr int kMmaRegisters = 240;
 
   using TileShape = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;  // (M, N, D)
+  using TileShapePV = Shape<Int<kBlockM>, Int<kHeadDimV>, Int<kBlockN>>;  // (M, Dv, N)
   using AtomLayout = Layout<Shape<Int<kNumMmaWarpGroups>, _1, _1>>;
 
   // S = Q K^T: both operands from shared memory, K-major (head dim contiguous).
@@ -55,28 +72,29 @@ struct FwdTraits {
   // O += P V: P from registers (the softmax output never touches shared
   // memory); V is MN-major (head dim contiguous, the GEMM's N).
   using TiledMmaPV = decltype(make_tiled_mma(
-      GMMA::rs_op_selector<Element, Element, ElementAccum,
-                           decltype(select<0, 2, 1>(TileShape{})), GMMA::Major::K,
+      GMMA::rs_op_selector<Element, Element, ElementAccum, TileShapePV, GMMA::Major::K,
                            GMMA::Major::MN>(),
       AtomLayout{}));
 
   static_assert(decltype(tile_size<0>(TiledMmaQK{}))::value == kBlockM &&
                 decltype(tile_size<1>(TiledMmaQK{}))::value == kBlockN);
   static_assert(decltype(tile_size<0>(TiledMmaPV{}))::value == kBlockM &&
-                decltype(tile_size<1>(TiledMmaPV{}))::value == kHeadDim);
+                decltype(tile_size<1>(TiledMmaPV{}))::value == kHeadDimV);
 
   // 128-byte swizzle (64 x 16-bit per row): what TMA writes and wgmma reads
   // without bank conflicts.
   using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "whole 128-byte swizzle rows");
   // kQBuffers Q buffers: with two, the next tile's Q lands while this one computes.
   using SmemLayoutQ = decltype(tile_to_shape(
       SmemAtom{}, make_shape(Int<kBlockM>{}, Int<kHeadDim>{}, Int<kQBuffers>{})));
   using SmemLayoutK = decltype(tile_to_shape(
       SmemAtom{}, make_shape(Int<kBlockN>{}, Int<kHeadDim>{}, Int<kStages>{})));
-  using SmemLayoutV = SmemLayoutK;
-  // V seen as (D, N, stage) for the PV GEMM's B operand: same bytes.
+  using SmemLayoutV = decltype(tile_to_shape(
+      SmemAtom{}, make_shape(Int<kBlockN>{}, Int<kHeadDimV>{}, Int<kStages>{})));
+  // V seen as (Dv, N, stage) for the PV GEMM's B operand: same bytes.
   using SmemLayoutVt = decltype(composition(
-      SmemLayoutV{}, make_ordered_layout(make_shape(Int<kHeadDim>{}, Int<kBlockN>{}, Int<kStages>{}),
+      SmemLayoutV{}, make_ordered_layout(make_shape(Int<kHeadDimV>{}, Int<kBlockN>{}, Int<kStages>{}),
                                          Step<_2, _1, _3>{})));
 
   // Global q/k/v seen as (seqlen, head dim, heads, batch).
@@ -86,10 +104,13 @@ struct FwdTraits {
       decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeQKV{}, StrideQKV{}));
   using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),
                                       select<0, 2>(TileShape{}), _1{}));
-  using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{},
-                                       take<0, 2>(SmemLayoutK{}), select<1, 2>(TileShape{}), _1{}));
+  using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{},
+                                      take<0, 2>(SmemLayoutK{}), select<1, 2>(TileShape{}), _1{}));
+  using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutV{}),
+                                      make_shape(Int<kBlockN>{}, Int<kHeadDimV>{}), _1{}));
   static constexpr uint32_t kTmaBytesQ = kBlockM * kHeadDim * sizeof(Element);
-  static constexpr uint32_t kTmaBytesKV = kBlockN * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kTmaBytesK = kBlockN * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kTmaBytesV = kBlockN * kHeadDimV * sizeof(Element);
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = cutlass::PipelineState<kStages>;
@@ -127,20 +148,23 @@ struct FwdTraits {
 // - head dim 64/128 (kSplitHeadDim false): 128 keys per CTA, 64 per
 //   warpgroup; S^T = K Q^T and dP^T = V dO^T per warpgroup, P^T/dS^T straight
 //   from registers into dV/dK, dQ = dS K with the head dim split;
-// - head dim 256 (kSplitHeadDim true): dK and dV of 64 keys x 256 would take
-//   256 registers a thread, so both warpgroups share 64 keys and split the
-//   head dim of dK/dV/dQ (64 registers each); S = Q K^T and dP = dO V^T are
-//   split over the keys (32 each), and P and dS reach the other warpgroup
-//   through shared memory. dQ goes from registers to dq_accum with vector
-//   atomics (no shared memory is left for its staging: K, V, two stages of
-//   Q and dO and P/dS take 208 KB).
+// - head dims 192/128 and 256 (kSplitHeadDim true): dK and dV of 64 keys x
+//   256 would take 256 registers a thread, so both warpgroups share 64 keys
+//   and split the head dims of dK/dV/dQ (dK and dV 64 registers each at 256;
+//   48 and 32 at 192/128); S = Q K^T and dP = dO V^T are split over the keys
+//   (32 each), and P and dS reach the other warpgroup through shared memory.
+//   dQ goes from registers to dq_accum with vector atomics (no shared memory
+//   is left for its staging at 256: K, V, two stages of Q and dO and P/dS
+//   take 208 KB).
+// kHeadDim is q's and k's (dQ, dK), kHeadDimV v's and dO's (dV).
 template <int kHeadDim_, typename Element_>
 struct BwdTraits {
   using Element = Element_;
   using ElementAccum = float;
   static constexpr int kHeadDim = kHeadDim_;
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
-                "sm90 backward: head dim 64, 128 or 256");
+  static constexpr int kHeadDimV = value_head_dim_for(kHeadDim);
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
+                "sm90 backward: head dim 64, 128, 192 (value 128) or 256");
   static constexpr bool kSplitHeadDim = kHeadDim > 128;
 
   static constexpr int kNumMmaWarpGroups = 2;
@@ -154,7 +178,8 @@ struct BwdTraits {
 
   // Not split: S^T = K Q^T and dP^T = V dO^T, (keys, queries, D), keys split
   // over the two warpgroups. Split: S = Q K^T and dP = dO V^T, (queries,
-  // keys, D), keys split. Both operands K-major in shared memory.
+  // keys, D), keys split. Both operands K-major in shared memory. (The
+  // GEMMs' K extent, D or Dv, is not part of the tiled wgmma.)
   using TileShapeSdP = std::conditional_t<kSplitHeadDim, Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>,
                                           Shape<Int<kBlockN>, Int<kBlockM>, Int<kHeadDim>>>;
   using AtomLayoutSdP = std::conditional_t<kSplitHeadDim, Layout<Shape<_1, Int<kNumMmaWarpGroups>, _1>>,
@@ -165,21 +190,24 @@ struct BwdTraits {
                                               Shape<Int<kBlockM>, Int<kBlockN / kNumMmaWarpGroups>, Int<kHeadDim>>,
                                               TileShapeSdP>>(),
       AtomLayoutSdP{}));
-  // dV += P^T dO and dK += dS^T Q: (keys, D, queries). Not split: keys split
-  // over the warpgroups, P^T/dS^T from registers; split: the head dim split,
-  // P^T/dS^T from shared memory (queries contiguous: K-major). dO/Q MN-major.
-  using TileShapedKV = Shape<Int<kBlockN>, Int<kHeadDim>, Int<kBlockM>>;
-  using TiledMmadKV = std::conditional_t<
+  // dV += P^T dO, (keys, Dv, queries), and dK += dS^T Q, (keys, D, queries).
+  // Not split: keys split over the warpgroups, P^T/dS^T from registers;
+  // split: the head dim split, P^T/dS^T from shared memory (queries
+  // contiguous: K-major). dO/Q MN-major.
+  template <int kDim>
+  using TiledMmaGradKV = std::conditional_t<
       kSplitHeadDim,
       decltype(make_tiled_mma(
           GMMA::ss_op_selector<Element, Element, ElementAccum,
-                               Shape<Int<kBlockN>, Int<kHeadDim / kNumMmaWarpGroups>, Int<kBlockM>>,
+                               Shape<Int<kBlockN>, Int<kDim / kNumMmaWarpGroups>, Int<kBlockM>>,
                                GMMA::Major::K, GMMA::Major::MN>(),
           Layout<Shape<_1, Int<kNumMmaWarpGroups>, _1>>{})),
       decltype(make_tiled_mma(
-          GMMA::rs_op_selector<Element, Element, ElementAccum, TileShapedKV, GMMA::Major::K,
-                               GMMA::Major::MN>(),
+          GMMA::rs_op_selector<Element, Element, ElementAccum, Shape<Int<kBlockN>, Int<kDim>, Int<kBlockM>>,
+                               GMMA::Major::K, GMMA::Major::MN>(),
           Layout<Shape<Int<kNumMmaWarpGroups>, _1, _1>>{}))>;
+  using TiledMmadK = TiledMmaGradKV<kHeadDim>;
+  using TiledMmadV = TiledMmaGradKV<kHeadDimV>;
   // dQ = dS K: (queries, D, keys), the head dim split over the warpgroups
   // (each one's wgmma atom is N = D / 2 wide); dS (queries contiguous) and K
   // (D contiguous) both MN-major.
@@ -193,20 +221,33 @@ struct BwdTraits {
   // Each tiled wgmma must cover exactly its GEMM's (M, N).
   static_assert(decltype(tile_size<0>(TiledMmaSdP{}))::value == size<0>(TileShapeSdP{}) &&
                 decltype(tile_size<1>(TiledMmaSdP{}))::value == size<1>(TileShapeSdP{}));
-  static_assert(decltype(tile_size<0>(TiledMmadKV{}))::value == kBlockN &&
-                decltype(tile_size<1>(TiledMmadKV{}))::value == kHeadDim);
+  static_assert(decltype(tile_size<0>(TiledMmadK{}))::value == kBlockN &&
+                decltype(tile_size<1>(TiledMmadK{}))::value == kHeadDim);
+  static_assert(decltype(tile_size<0>(TiledMmadV{}))::value == kBlockN &&
+                decltype(tile_size<1>(TiledMmadV{}))::value == kHeadDimV);
   static_assert(decltype(tile_size<0>(TiledMmadQ{}))::value == kBlockM &&
                 decltype(tile_size<1>(TiledMmadQ{}))::value == kHeadDim);
 
-  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
-  using SmemLayoutK = decltype(tile_to_shape(SmemAtom{}, make_shape(Int<kBlockN>{}, Int<kHeadDim>{})));
+  // Q and K are read MN-major with the head dim split over the warpgroups (dK's
+  // and dQ's B operands): each half must be whole rows of the swizzle.
+  // Without the split the warpgroups take whole head dims.
+  static constexpr int kSliceQK = kSplitHeadDim ? kHeadDim / kNumMmaWarpGroups : kHeadDim;
+  static constexpr int kSliceV = kSplitHeadDim ? kHeadDimV / kNumMmaWarpGroups : kHeadDimV;
+  using SmemAtomQK = KMajorSmemAtom<Element, kSliceQK>;
+  using SmemAtomV = KMajorSmemAtom<Element, kSliceV>;
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtomQK{}, make_shape(Int<kBlockN>{}, Int<kHeadDim>{})));
   using SmemLayoutKt = decltype(composition(
       SmemLayoutK{}, make_ordered_layout(make_shape(Int<kHeadDim>{}, Int<kBlockN>{}), Step<_2, _1>{})));
-  using SmemLayoutQ = decltype(tile_to_shape(
-      SmemAtom{}, make_shape(Int<kBlockM>{}, Int<kHeadDim>{}, Int<kStages>{})));
-  using SmemLayoutQt = decltype(composition(
-      SmemLayoutQ{}, make_ordered_layout(make_shape(Int<kHeadDim>{}, Int<kBlockM>{}, Int<kStages>{}),
-                                         Step<_2, _1, _3>{})));
+  using SmemLayoutV = decltype(tile_to_shape(SmemAtomV{}, make_shape(Int<kBlockN>{}, Int<kHeadDimV>{})));
+  template <typename Atom, int kDim>
+  using StagedRows = decltype(tile_to_shape(Atom{}, make_shape(Int<kBlockM>{}, Int<kDim>{}, Int<kStages>{})));
+  template <typename Layout_, int kDim>
+  using StagedRowsT = decltype(composition(
+      Layout_{}, make_ordered_layout(make_shape(Int<kDim>{}, Int<kBlockM>{}, Int<kStages>{}), Step<_2, _1, _3>{})));
+  using SmemLayoutQ = StagedRows<SmemAtomQK, kHeadDim>;
+  using SmemLayoutQt = StagedRowsT<SmemLayoutQ, kHeadDim>;
+  using SmemLayoutdO = StagedRows<SmemAtomV, kHeadDimV>;
+  using SmemLayoutdOt = StagedRowsT<SmemLayoutdO, kHeadDimV>;
   // dS: (queries, keys, buffer), queries contiguous; dS^T is the same bytes
   // seen as (keys, queries), which is how the accumulators write it. Split:
   // one buffer each for dS and P (shared memory is full), and their (keys,
@@ -218,17 +259,23 @@ struct BwdTraits {
   using SmemLayoutdSt = decltype(composition(
       SmemLayoutdS{}, make_layout(make_shape(Int<kBlockN>{}, Int<kBlockM>{}, Int<kDSBuffers>{}),
                                   make_stride(Int<kBlockM>{}, _1{}, Int<kBlockM * kBlockN>{}))));
-  using SmemLayoutPdSt = decltype(tile_to_shape(SmemAtom{}, make_shape(Int<kBlockN>{}, Int<kBlockM>{})));
+  using SmemLayoutPdSt = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
+                                                make_shape(Int<kBlockN>{}, Int<kBlockM>{})));
   static_assert(!kSplitHeadDim || kBlockM == 64, "P/dS views: 64 queries, one 128-byte swizzle row");
 
   using ShapeQKV = typename FwdTraits<kHeadDim, Element>::ShapeQKV;
   using GmemTensor = typename FwdTraits<kHeadDim, Element>::GmemTensor;
   using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),
                                       make_shape(Int<kBlockM>{}, Int<kHeadDim>{}), _1{}));
-  using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{},
-                                       make_shape(Int<kBlockN>{}, Int<kHeadDim>{}), _1{}));
-  static constexpr uint32_t kTmaBytesQ = kBlockM * kHeadDim * sizeof(Element);  // Q or dO tile
-  static constexpr uint32_t kTmaBytesKV = kBlockN * kHeadDim * sizeof(Element);
+  using TmadO = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutdO{}),
+                                       make_shape(Int<kBlockM>{}, Int<kHeadDimV>{}), _1{}));
+  using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{},
+                                      make_shape(Int<kBlockN>{}, Int<kHeadDim>{}), _1{}));
+  using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutV{},
+                                      make_shape(Int<kBlockN>{}, Int<kHeadDimV>{}), _1{}));
+  // A stage's Q and dO tiles; K and V of the CTA.
+  static constexpr uint32_t kTmaBytesQdO = kBlockM * (kHeadDim + kHeadDimV) * sizeof(Element);
+  static constexpr uint32_t kTmaBytesKV = kBlockN * (kHeadDim + kHeadDimV) * sizeof(Element);
   static constexpr uint32_t kRowStatsBytes = kBlockM * sizeof(float);  // LSE or delta of a step
 
   // dQ of one step, per warpgroup (its head-dim half): stored in accumulator
@@ -243,9 +290,9 @@ struct BwdTraits {
 
   struct SharedStorage {
     cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> smem_k;
-    cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> smem_v;
+    cute::array_aligned<Element, cosize_v<SmemLayoutV>, 1024> smem_v;
     cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> smem_q;
-    cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> smem_do;
+    cute::array_aligned<Element, cosize_v<SmemLayoutdO>, 1024> smem_do;
     cute::array_aligned<Element, cosize_v<SmemLayoutdS>, 1024> smem_ds;
     cute::array_aligned<Element, kPElems, 1024> smem_p;  // split: P, laid out as dS
     // dQ of one step in fp32, each warpgroup's half in its accumulators'
