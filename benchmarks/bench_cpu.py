@@ -26,7 +26,9 @@ def parse_args(argv=None):
                    help="sequence lengths S (default: 4096 8192 16384 32768)")
     p.add_argument("--heads", type=int, default=1, help="number of heads H (default 1)")
     p.add_argument("--batch", type=int, default=1, help="batch size B (default 1)")
-    p.add_argument("--head-dim", type=int, default=64, help="head dim D (default 64)")
+    p.add_argument("--head-dim", type=int, default=64, help="query/key head dim D (default 64)")
+    p.add_argument("--head-dim-v", type=int, default=None,
+                   help="value head dim Dv (default D; the CPU kernel takes any, e.g. MLA's 192/128)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     p.add_argument("--doc-len", type=int, default=512,
                    help="causal_document: tokens per packed document (default 512)")
@@ -55,6 +57,8 @@ def parse_args(argv=None):
     # Internal: measure peak RSS of one fwd+bwd of our op in a fresh process.
     p.add_argument("--_rss-child", nargs=2, metavar=("MASK", "S"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.head_dim_v is None:
+        args.head_dim_v = args.head_dim
     if args.quick:
         args.lengths = [1024, 2048]
         args.repeats = 1
@@ -232,9 +236,11 @@ def bench(fn, warmup, repeats):
     return statistics.median(times)
 
 
-def make_inputs(B, S, H, D, dtype, seed):
+def make_inputs(B, S, H, D, dtype, seed, Dv=None):
+    """q, k [B, S, H, D]; v, grad_output [B, S, H, Dv] (Dv default D)."""
     paddle.seed(seed)
-    q, k, v, gout = (paddle.randn([B, S, H, D], dtype="float32").astype(dtype) for _ in range(4))
+    Dv = D if Dv is None else Dv
+    q, k, v, gout = (paddle.randn([B, S, H, d], dtype="float32").astype(dtype) for d in (D, D, Dv, Dv))
     for t in (q, k, v):
         t.stop_gradient = False
     return q, k, v, gout
@@ -329,7 +335,7 @@ def rss_child(args):
     set_paddle_threads(args.threads)
     pfm.build()
     idx, causal = build_mask(mask, S, args.batch, args)
-    q, k, v, gout = make_inputs(args.batch, S, args.heads, args.head_dim, args.dtype, args.seed)
+    q, k, v, gout = make_inputs(args.batch, S, args.heads, args.head_dim, args.dtype, args.seed, args.head_dim_v)
     for label in ("cold", "warm"):
         gc.collect()
         was_reset = reset_peak_rss()
@@ -346,7 +352,8 @@ def measure_rss(args, mask, S):
     """{label: (growth KiB, resident before KiB, exact)} from a fresh subprocess."""
     cmd = [sys.executable, os.path.abspath(__file__), "--_rss-child", mask, str(S),
            "--threads", str(args.threads), "--heads", str(args.heads), "--batch", str(args.batch),
-           "--head-dim", str(args.head_dim), "--dtype", args.dtype, "--doc-len", str(args.doc_len),
+           "--head-dim", str(args.head_dim), "--head-dim-v", str(args.head_dim_v), "--dtype", args.dtype,
+           "--doc-len", str(args.doc_len),
            "--prompt-len", str(args.prompt_len), "--answer-len", str(args.answer_len),
            "--num-answers", str(args.num_answers), "--seed", str(args.seed)]
     res = subprocess.run(cmd, capture_output=True, text=True)
@@ -379,7 +386,7 @@ def main(args):
     log("building / loading the custom op ...")
     with contextlib.redirect_stdout(sys.stderr):
         pfm.build()
-    B, H, D = args.batch, args.heads, args.head_dim
+    B, H, D, Dv = args.batch, args.heads, args.head_dim, args.head_dim_v
     esize = 4  # the dense baseline always runs in float32 on the CPU (see below)
     # Paddle 3.3.1's CPU backend registers no bfloat16/float16 kernels for matmul, add or
     # softmax, so the only dense CPU baseline there is runs in float32.
@@ -390,7 +397,7 @@ def main(args):
 
     print("## paddle_flashmask CPU benchmark\n")
     print(f"- Paddle {paddle.__version__}, paddle_flashmask {pfm.__version__}; "
-          f"B={B}, H={H}, D={D}, dtype={args.dtype}")
+          f"B={B}, H={H}, D={D}, Dv={Dv}, dtype={args.dtype}")
     print(f"- threads: {args.threads} (OMP/MKL/OPENBLAS_NUM_THREADS and "
           f"PADDLE_FLASHMASK_NUM_THREADS set before importing paddle; {how}); "
           f"os.cpu_count()={os.cpu_count()}; load average at start "
@@ -406,7 +413,7 @@ def main(args):
           f"{args.dense_buffers} x B*H*S*S*4 bytes > {args.dense_max_gib:g} GiB.{dense_note}")
     print(f"- tiles: {BLOCK_M}x{BLOCK_N}, classified like classify_tile (skip = fully masked, "
           f"partial = needs elementwise masking); GFLOP/s count only the unmasked area "
-          f"(fwd 4*area*H*D*B, bwd 2.5x fwd)\n", flush=True)
+          f"(fwd 2*area*H*(D+Dv)*B, i.e. 4*area*H*D*B where Dv = D; bwd 2.5x fwd)\n", flush=True)
 
     header = ["mask", "S", "tiles skipped %", "tiles partial %", "unmasked area",
               "ours fwd ms", "ours fwd+bwd ms", "dense fwd ms", "dense fwd+bwd ms",
@@ -423,10 +430,10 @@ def main(args):
             area_frac = float(area.mean()) / (S * S)
             # Mask heads broadcast over H (Hm == 1) or equal H.
             area_total = float(area.sum()) * (H // idx_np.shape[1])
-            flops_fwd = 4.0 * area_total * D
+            flops_fwd = 2.0 * area_total * (D + Dv)  # Q K^T over D, P V over Dv
             flops_fb = flops_fwd * 3.5
 
-            q, k, v, gout = make_inputs(B, S, H, D, args.dtype, args.seed)
+            q, k, v, gout = make_inputs(B, S, H, D, args.dtype, args.seed, Dv)
             log(f"[{mask} S={S}] ours ...")
             f_fwd, f_fb = ours_fns(q, k, v, gout, idx, causal)
             o_fwd = bench(f_fwd, args.warmup, args.repeats)
@@ -487,7 +494,7 @@ def main(args):
                 print(f"- {mask}: " + ", ".join(parts) + f" (over {before / 1024:,.1f} MiB resident)")
             except RuntimeError as e:
                 print(f"- {mask}: measurement failed ({e})")
-        inputs_mib = 4 * B * S * H * D * np.dtype("float32").itemsize / 2**20
+        inputs_mib = 2 * B * S * H * (D + Dv) * np.dtype("float32").itemsize / 2**20
         print(f"\n(For scale: q, k, v, grad_output together are {inputs_mib:,.1f} MiB in float32; "
               f"a single dense S x S float32 score matrix at S={S} is "
               f"{B * H * S * S * 4 / GIB:,.1f} GiB.)")

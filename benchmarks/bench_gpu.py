@@ -1,7 +1,9 @@
 """GPU benchmark of paddle_flashmask's CUDA kernels (a script, not a test).
 
 Per mask and length: forward and backward time, TFLOP/s on the unmasked area
-(fwd 4*area*H*D, bwd 2.5x fwd) and peak memory. Results go to a JSON-lines
+(fwd 2*area*H*(D + Dv), i.e. 4*area*H*D where value's head dim Dv = D; bwd 2.5x fwd) and
+peak memory. --dim is the query/key head dim, --dim-v value's (default: the one the GPU
+kernels take with --dim, 128 with 192, else --dim). Results go to a JSON-lines
 file that benchmarks/report.py turns into RESULTS.md and a plot, next to the
 PyTorch peers measured by bench_gpu_peers.py in the same device call.
 
@@ -29,7 +31,7 @@ sys.path.insert(0, HERE)
 import paddle  # noqa: E402
 
 import paddle_flashmask as pfm  # noqa: E402
-from mask_area import BENCH_MASKS, attention_flops, bench_mask  # noqa: E402
+from mask_area import BENCH_MASKS, attention_flops, bench_mask, gpu_value_head_dim  # noqa: E402
 from paddle_flashmask import masks  # noqa: E402
 
 def device_tensor(array, dtype, place):
@@ -108,7 +110,9 @@ def main():
     ap.add_argument("--lengths", type=int, nargs="+", default=[8192, 32768])
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--kv-heads", type=int, nargs="+", default=[8, 32])
-    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--dim", type=int, default=128, help="query/key head dim")
+    ap.add_argument("--dim-v", type=int, default=None,
+                    help="value head dim (default: the GPU kernels' for --dim: 128 with 192, else --dim)")
     ap.add_argument("--masks", nargs="+", default=BENCH_MASKS)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--back-to-back", type=int, default=8,
@@ -119,6 +123,7 @@ def main():
     ap.add_argument("--gpu-kernels", nargs="+", default=["sm90", "fa2"],
                     help="kernel families to time (paddle_flashmask.set_gpu_kernel names)")
     args = ap.parse_args()
+    dim_v = gpu_value_head_dim(args.dim) if args.dim_v is None else args.dim_v
 
     place = paddle.CUDAPlace(0)
     device = paddle.device.cuda.get_device_name(0)
@@ -131,7 +136,7 @@ def main():
         events = None
     rng = np.random.default_rng(0)
     out = open(args.out, "a")
-    print(f"# paddle_flashmask CUDA on {device}, {args.dtype}, D={args.dim}, B=1")
+    print(f"# paddle_flashmask CUDA on {device}, {args.dtype}, D={args.dim}, Dv={dim_v}, B=1")
     print("| kernel | mask | S | H:Hk | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | peak GiB |")
     print("|---|---|---|---|---|---|---|---|---|")
     for seqlen in args.lengths:
@@ -140,10 +145,12 @@ def main():
                 break
             shape_q = (1, seqlen, args.heads, args.dim)
             shape_k = (1, seqlen, heads_k, args.dim)
+            shape_v = (1, seqlen, heads_k, dim_v)
+            shape_out = (1, seqlen, args.heads, dim_v)
             q = device_tensor(rng.standard_normal(shape_q, dtype=np.float32), args.dtype, place)
             k = device_tensor(rng.standard_normal(shape_k, dtype=np.float32), args.dtype, place)
-            v = device_tensor(rng.standard_normal(shape_k, dtype=np.float32), args.dtype, place)
-            dout = device_tensor(rng.standard_normal(shape_q, dtype=np.float32), args.dtype, place)
+            v = device_tensor(rng.standard_normal(shape_v, dtype=np.float32), args.dtype, place)
+            dout = device_tensor(rng.standard_normal(shape_out, dtype=np.float32), args.dtype, place)
             for t in (q, k, v):
                 t.stop_gradient = False
             cases = [(name, kernel) for name in args.masks for kernel in args.gpu_kernels]
@@ -153,7 +160,8 @@ def main():
                     break
                 idx_np, causal = bench_mask(masks, name, seqlen, heads_k)
                 idx = None if idx_np is None else paddle.to_tensor(idx_np, place=place)
-                fwd_flops, bwd_flops = attention_flops(idx_np, causal, seqlen, seqlen, args.heads, args.dim)
+                fwd_flops, bwd_flops = attention_flops(idx_np, causal, seqlen, seqlen, args.heads, args.dim,
+                                                       head_dim_v=dim_v)
                 try:
                     pfm.set_gpu_kernel(kernel)
                     def fwd():
@@ -178,7 +186,7 @@ def main():
                     print(f"| {kernel} | {name} | {seqlen} | {args.heads}:{heads_k} | error: {type(e).__name__}: {e} |")
                     continue
                 rec = dict(impl=f"paddle_flashmask_{kernel}", mask=name, seqlen=seqlen, heads=args.heads,
-                           heads_k=heads_k, dim=args.dim, dtype=args.dtype, device=device,
+                           heads_k=heads_k, dim=args.dim, dim_v=dim_v, dtype=args.dtype, device=device,
                            fwd_ms=t_fwd * 1e3, bwd_ms=t_bwd * 1e3,
                            timer="cuda_events" if events is not None else "wall",
                            fwd_wall_ms=wall_fwd * 1e3, bwd_wall_ms=wall_bwd * 1e3,

@@ -4,7 +4,9 @@ mask built from the same FlashMask indices, build time reported apart), SDPA
 with a dense boolean mask, and SDPA's flash backend on plain causal.
 
 Same masks (paddle_flashmask/masks.py loaded without paddle), same shapes,
-same TFLOP/s convention (benchmarks/mask_area.py).
+same TFLOP/s convention (benchmarks/mask_area.py). --dim / --dim-v as in bench_gpu.py:
+FlexAttention and SDPA with a mask take a value head dim of their own (e.g. 192/128); SDPA's
+flash backend does not, and is left out there.
 """
 
 import argparse
@@ -22,7 +24,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from mask_area import BENCH_MASKS, attention_flops, bench_mask, column_bounds  # noqa: E402
+from mask_area import BENCH_MASKS, attention_flops, bench_mask, column_bounds, gpu_value_head_dim  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location(
     "pfm_masks", os.path.join(os.path.dirname(HERE), "paddle_flashmask", "masks.py"))
@@ -108,7 +110,9 @@ def main():
     ap.add_argument("--lengths", type=int, nargs="+", default=[8192, 32768])
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--kv-heads", type=int, nargs="+", default=[8, 32])
-    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--dim", type=int, default=128, help="query/key head dim")
+    ap.add_argument("--dim-v", type=int, default=None,
+                    help="value head dim (default: the GPU kernels' for --dim: 128 with 192, else --dim)")
     ap.add_argument("--masks", nargs="+", default=BENCH_MASKS)
     ap.add_argument("--impls", nargs="+", default=["flex_attention", "sdpa_dense_mask", "sdpa_flash_causal"])
     ap.add_argument("--repeats", type=int, default=3)
@@ -118,13 +122,14 @@ def main():
     ap.add_argument("--budget-s", type=float, default=1e9)
     ap.add_argument("--out", default="gpu_results.jsonl")
     args = ap.parse_args()
+    dim_v = gpu_value_head_dim(args.dim) if args.dim_v is None else args.dim_v
 
     dev = "cuda"
     device = torch.cuda.get_device_name(0)
     dtype = torch.bfloat16
     start = time.time()
     out = open(args.out, "a")
-    print(f"# peers on {device}, torch {torch.__version__}, bf16, D={args.dim}, B=1")
+    print(f"# peers on {device}, torch {torch.__version__}, bf16, D={args.dim}, Dv={dim_v}, B=1")
     print("| impl | mask | S | H:Hk | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | mask build ms | peak GiB |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for seqlen in args.lengths:
@@ -134,16 +139,21 @@ def main():
             g = torch.Generator(device=dev).manual_seed(0)
             q = torch.randn(1, args.heads, seqlen, args.dim, device=dev, dtype=dtype, generator=g, requires_grad=True)
             k = torch.randn(1, heads_k, seqlen, args.dim, device=dev, dtype=dtype, generator=g, requires_grad=True)
-            v = torch.randn(1, heads_k, seqlen, args.dim, device=dev, dtype=dtype, generator=g, requires_grad=True)
-            dout = torch.randn(1, args.heads, seqlen, args.dim, device=dev, dtype=dtype, generator=g)
+            v = torch.randn(1, heads_k, seqlen, dim_v, device=dev, dtype=dtype, generator=g, requires_grad=True)
+            dout = torch.randn(1, args.heads, seqlen, dim_v, device=dev, dtype=dtype, generator=g)
             for name in args.masks:
                 if time.time() - start > args.budget_s:
                     print(f"(budget reached, skipping the rest at S={seqlen})")
                     break
                 idx, causal = bench_mask(masks, name, seqlen, heads_k)
-                fwd_flops, bwd_flops = attention_flops(idx, causal, seqlen, seqlen, args.heads, args.dim)
+                fwd_flops, bwd_flops = attention_flops(idx, causal, seqlen, seqlen, args.heads, args.dim,
+                                                       head_dim_v=dim_v)
                 for impl in args.impls:
                     if impl == "sdpa_flash_causal" and name != "causal":
+                        continue
+                    if impl == "sdpa_flash_causal" and dim_v != args.dim:
+                        print(f"| {impl} | {name} | {seqlen} | {args.heads}:{heads_k} | skipped: the flash "
+                              f"backend takes one head dim for q, k and v, not {args.dim}/{dim_v} |", flush=True)
                         continue
                     build_ms = None
                     torch.cuda.reset_peak_memory_stats()
@@ -194,12 +204,14 @@ def main():
                         msg = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
                         print(f"| {impl} | {name} | {seqlen} | {args.heads}:{heads_k} | {msg} |", flush=True)
                         out.write(json.dumps(dict(impl=impl, mask=name, seqlen=seqlen, heads=args.heads,
-                                                  heads_k=heads_k, error=msg, device=device)) + "\n")
+                                                  heads_k=heads_k, dim=args.dim, dim_v=dim_v, error=msg,
+                                                  device=device)) + "\n")
                         torch.cuda.empty_cache()
                         continue
                     peak = torch.cuda.max_memory_allocated() / 2**30
                     rec = dict(impl=impl, mask=name, seqlen=seqlen, heads=args.heads, heads_k=heads_k,
-                               dim=args.dim, dtype="bfloat16", device=device, fwd_ms=t_fwd, bwd_ms=t_bwd,
+                               dim=args.dim, dim_v=dim_v, dtype="bfloat16", device=device, fwd_ms=t_fwd,
+                               bwd_ms=t_bwd,
                                fwd_b2b_ms=b2b_fwd, bwd_b2b_ms=b2b_bwd,
                                fwd_tflops=fwd_flops / t_fwd / 1e9, bwd_tflops=bwd_flops / t_bwd / 1e9,
                                mask_build_ms=build_ms, peak_gib=peak)

@@ -1,5 +1,6 @@
 """Unmasked area of a FlashMask (numpy only), for TFLOP/s on the unmasked area:
-fwd FLOPs = 4 * area * H * D, bwd = 2.5 x fwd (the LongCA-bench convention).
+fwd FLOPs = 2 * area * H * (D + Dv) (Q K^T over the query/key head dim D, P V over value's
+Dv: 4 * area * H * D where Dv = D), bwd = 2.5 x fwd (the LongCA-bench convention).
 
 Imported by the Paddle benchmark and by the PyTorch peer benchmark alike.
 """
@@ -97,11 +98,19 @@ def unmasked_area(indices, causal, seqlen_q, seqlen_k, batch=1, mask_heads=1):
     return (seqlen_q - masked).sum(-1)
 
 
-def attention_flops(indices, causal, seqlen_q, seqlen_k, num_heads, head_dim, batch=1):
-    """(fwd, bwd) FLOPs on the unmasked area."""
+def gpu_value_head_dim(head_dim):
+    """The value head dim the benchmarks pair with query/key ``head_dim`` by default: the one the
+    GPU kernels take with it (paddle_flashmask.validation.GPU_VALUE_HEAD_DIMS, repeated here for
+    the peers' process, which has no Paddle): 128 with 192 (MLA), ``head_dim`` otherwise."""
+    return 128 if head_dim == 192 else head_dim
+
+
+def attention_flops(indices, causal, seqlen_q, seqlen_k, num_heads, head_dim, batch=1, head_dim_v=None):
+    """(fwd, bwd) FLOPs on the unmasked area; ``head_dim_v`` value's head dim (None: ``head_dim``)."""
+    head_dim_v = head_dim if head_dim_v is None else head_dim_v
     mask_heads = 1 if indices is None else np.asarray(indices).shape[1]
     area = unmasked_area(indices, causal, seqlen_q, seqlen_k, batch, mask_heads)
     # Each mask head serves num_heads / mask_heads query heads.
     total = float(area.sum()) * (num_heads / mask_heads)
-    fwd = 4.0 * total * head_dim
+    fwd = 2.0 * total * (head_dim + head_dim_v)  # S = Q K^T (2 D per pair) and O = P V (2 Dv)
     return fwd, 2.5 * fwd

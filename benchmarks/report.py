@@ -10,11 +10,12 @@ tables of benchmarks/RESULTS.md and a PNG plot of fwd+bwd TFLOP/s per mask.
 Each positional argument is a results directory (every *.jsonl in it, in name
 order: gpu_results.jsonl from ours, peer_results.jsonl from the peers of the
 same device call, ...) or a single .jsonl file. Later inputs win for the same
-(impl, mask, S, H, Hk); an error record only fills a gap. Records with impl
-"paddle_flashmask" (files written before the Hopper kernels existed) are the
-FA2-class kernels.
+(impl, mask, S, H, Hk, head dims); an error record only fills a gap. Records with
+impl "paddle_flashmask" (files written before the Hopper kernels existed) are the
+FA2-class kernels. Head dims: a record's "dim" (query/key; 128 where it has none)
+and "dim_v" (value; "dim" where it has none), named "128" or "192/128".
 
-Per (S, H:Hk) table, one row per mask: fwd, bwd and fwd+bwd TFLOP/s of sm90,
+Per (S, H:Hk, head dims) table, one row per mask: fwd, bwd and fwd+bwd TFLOP/s of sm90,
 fa2, Flex and SDPA, and the sm90 fwd+bwd speed-up over Flex (Flex's fwd+bwd
 time / sm90's) marked against the 1.3x target. Above the tables: causal 16K
 forward/backward of sm90 against the 550/400 TFLOP/s targets.
@@ -61,8 +62,22 @@ def input_files(paths):
     return files
 
 
+def head_dims_of(r):
+    """(query/key head dim, value head dim) of a record: records without "dim" were head dim 128,
+    records without "dim_v" had value's head dim equal to it."""
+    dim = int(r.get("dim", 128))
+    return dim, int(r.get("dim_v", dim))
+
+
+def dims_label(dims):
+    """(192, 128) -> "192/128"; (128, 128) -> "128"."""
+    dim, dim_v = dims
+    return str(dim) if dim == dim_v else f"{dim}/{dim_v}"
+
+
 def load(files):
-    """{(impl key, mask, seqlen, heads, heads_k): record}; later files win, errors only fill gaps."""
+    """{(impl key, mask, seqlen, heads, heads_k, (dim, dim_v)): record}; later files win, errors
+    only fill gaps."""
     records = {}
     for path in files:
         with open(path) as f:
@@ -77,7 +92,7 @@ def load(files):
                 if impl is None:
                     print(f"report.py: {path}:{lineno}: unknown impl {r.get('impl')!r}, ignored", file=sys.stderr)
                     continue
-                key = (impl, r["mask"], r["seqlen"], r["heads"], r["heads_k"])
+                key = (impl, r["mask"], r["seqlen"], r["heads"], r["heads_k"], head_dims_of(r))
                 if "error" in r and key in records and "error" not in records[key]:
                     continue
                 records[key] = r
@@ -111,12 +126,13 @@ def speedup_back_to_back(ours, peer):
     return (times[1] + times[3]) / (times[0] + times[2])
 
 
-def sdpa_record(recs, mask, seqlen, heads, heads_k):
-    """SDPA's best available form: its flash backend (plain causal), else the dense bool mask."""
-    flash = recs.get(("sdpa_flash", mask, seqlen, heads, heads_k))
+def sdpa_record(recs, mask, config):
+    """SDPA's best available form: its flash backend (plain causal), else the dense bool mask.
+    ``config``: (seqlen, heads, heads_k, head dims)."""
+    flash = recs.get(("sdpa_flash", mask, *config))
     if ok(flash):
         return flash, True
-    return recs.get(("sdpa_mask", mask, seqlen, heads, heads_k)), False
+    return recs.get(("sdpa_mask", mask, *config)), False
 
 
 def rate_cells(r, mark=""):
@@ -134,7 +150,8 @@ def speedup_cell(x):
 
 
 def configs_and_masks(recs):
-    configs = sorted({k[2:] for k in recs if k[0] in OURS}, key=lambda c: (c[0], -c[2], c[1]))
+    """([(seqlen, heads, heads_k, head dims)] of our records, masks in first-seen order)."""
+    configs = sorted({k[2:] for k in recs if k[0] in OURS}, key=lambda c: (c[0], -c[2], c[1], c[3]))
     masks = []
     for key in recs:
         if key[0] in OURS and key[1] not in masks:
@@ -147,7 +164,7 @@ def causal16k_lines(recs):
     lines = []
     for key in sorted(k for k in recs if k[0] == "sm90" and k[1] == "causal" and k[2] == 16384):
         r = recs[key]
-        heads = f"{key[3]}:{key[4]} heads"
+        heads = f"{key[3]}:{key[4]} heads, head dim {dims_label(key[5])}"
         if not ok(r):
             lines.append(f"- Causal 16K, {heads}: sm90 n/a ({r.get('error', '')[:80]}) "
                          f"against the {fwd_t:.0f}/{bwd_t:.0f} TFLOP/s fwd/bwd targets.")
@@ -165,10 +182,9 @@ def causal16k_lines(recs):
 
 def speedup_summary(recs, configs, masks):
     ratios = []
-    for seqlen, heads, heads_k in configs:
+    for config in configs:
         for mask in masks:
-            x = speedup(recs.get(("sm90", mask, seqlen, heads, heads_k)),
-                        recs.get(("flex", mask, seqlen, heads, heads_k)))
+            x = speedup(recs.get(("sm90", mask, *config)), recs.get(("flex", mask, *config)))
             if x is not None:
                 ratios.append(x)
     if not ratios:
@@ -194,7 +210,8 @@ def timing_lines(recs):
     parts = []
     for impl in OURS:
         rows = {k: r for k, r in recs.items() if k[0] == impl and ok(r)}
-        wall = [f"{k[1]} {k[2]} {k[3]}:{k[4]}" for k, r in rows.items() if r.get("timer") != "cuda_events"]
+        wall = [f"{k[1]} {k[2]} {k[3]}:{k[4]} {dims_label(k[5])}" for k, r in rows.items()
+                if r.get("timer") != "cuda_events"]
         if wall:
             parts.append(f"all {LABELS[impl]} rows" if len(wall) == len(rows)
                          else f"{LABELS[impl]} " + ", ".join(sorted(wall)))
@@ -207,17 +224,18 @@ def timing_lines(recs):
 
 
 def head_dims(recs):
-    """The records' head dims as text ("128"; records without one were head dim 128); `recs` as
-    load() returns them."""
-    return " / ".join(str(d) for d in sorted({int(r.get("dim", 128)) for r in recs.values()}))
+    """The records' head dims as text ("128", "192/128" for q/k 192 with v 128, several joined by
+    ", "); `recs` as load() returns them."""
+    return ", ".join(dims_label(d) for d in sorted({k[5] for k in recs}))
 
 
 def render(recs, title, sources):
     configs, masks = configs_and_masks(recs)
     lines = [
         f"# GPU benchmark: {title}", "",
-        f"bf16, head dim {head_dims(recs)}, batch 1. TFLOP/s count only the unmasked area (fwd = 4·area·H·D, "
-        "bwd = 2.5 × fwd); fwd+bwd is the combined rate. sm90 = paddle_flashmask's Hopper kernels "
+        f"bf16, head dim {head_dims(recs)} (query and key / value where they differ), batch 1. TFLOP/s count "
+        "only the unmasked area (fwd = 2·area·H·(D + Dv), Q·Kᵀ and P·V, i.e. 4·area·H·D where value's head "
+        "dim Dv equals D; bwd = 2.5 × fwd); fwd+bwd is the combined rate. sm90 = paddle_flashmask's Hopper kernels "
         "(TMA + wgmma + warp specialization), fa2 = its FA2-class kernels (mma.sync), both in the "
         "Paddle GPU runtime; the peers are measured in the same device call by a PyTorch process: "
         "Flex = torch.compile'd FlexAttention with a block mask built from the same indices (build "
@@ -236,15 +254,16 @@ def render(recs, title, sources):
     header = ["mask"] + [f"{LABELS[g]} {part}" for g in groups for part in ("fwd", "bwd", "fwd+bwd")]
     header += [f"sm90/Flex fwd+bwd (target {SPEEDUP_TARGET}x)", "sm90/Flex back to back", "ours peak GiB",
                "Flex mask build ms"]
-    for seqlen, heads, heads_k in configs:
-        lines += [f"## S = {seqlen}, {heads}:{heads_k} heads", "",
+    for config in configs:
+        seqlen, heads, heads_k, dims = config
+        lines += [f"## S = {seqlen}, {heads}:{heads_k} heads, head dim {dims_label(dims)}", "",
                   "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for mask in masks:
-            get = lambda impl: recs.get((impl, mask, seqlen, heads, heads_k))  # noqa: E731
+            get = lambda impl: recs.get((impl, mask, *config))  # noqa: E731
             sm90, fa2, flex = get("sm90"), get("fa2"), get("flex")
             if sm90 is None and fa2 is None:
                 continue
-            sdpa, flash = sdpa_record(recs, mask, seqlen, heads, heads_k)
+            sdpa, flash = sdpa_record(recs, mask, config)
             ours = sm90 if ok(sm90) else fa2
             peak = f"{ours['peak_gib']:.2f}" if ok(ours) and ours.get("peak_gib") is not None else "-"
             build = f"{flex['mask_build_ms']:.1f}" if ok(flex) and flex.get("mask_build_ms") else "-"
@@ -269,23 +288,24 @@ def plot(recs, title, path):
     if any(k[0] in ("sdpa_mask", "sdpa_flash") for k in recs):
         present.append("sdpa")
     fig, axes = plt.subplots(max(len(plot_cfgs), 1), 1, figsize=(12, 4 * max(len(plot_cfgs), 1)), squeeze=False)
-    for ax, (seqlen, heads, heads_k) in zip(axes[:, 0], plot_cfgs):
-        names = [m for m in masks if any((g, m, seqlen, heads, heads_k) in recs for g in OURS)]
+    for ax, config in zip(axes[:, 0], plot_cfgs):
+        seqlen, heads, heads_k, dims = config
+        names = [m for m in masks if any((g, m, *config) in recs for g in OURS)]
         width = 0.8 / len(present)
         for i, group in enumerate(present):
             vals = []
             for m in names:
                 if group == "sdpa":
-                    r = sdpa_record(recs, m, seqlen, heads, heads_k)[0]
+                    r = sdpa_record(recs, m, config)[0]
                 else:
-                    r = recs.get((group, m, seqlen, heads, heads_k))
+                    r = recs.get((group, m, *config))
                 vals.append(fwd_bwd_tflops(r) if ok(r) else 0)
             offset = (i - (len(present) - 1) / 2) * width
             ax.bar([x + offset for x in range(len(names))], vals, width, label=LABELS[group])
         ax.set_xticks(range(len(names)))
         ax.set_xticklabels(names, rotation=30, ha="right")
         ax.set_ylabel("fwd+bwd TFLOP/s (unmasked area)")
-        ax.set_title(f"{title}: S={seqlen}, {heads}:{heads_k} heads, bf16, D=128")
+        ax.set_title(f"{title}: S={seqlen}, {heads}:{heads_k} heads, bf16, head dim {dims_label(dims)}")
         ax.legend()
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

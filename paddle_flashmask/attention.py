@@ -73,16 +73,17 @@ def _resolve_deterministic(deterministic):
     return validation.check_flag("deterministic", deterministic)
 
 
-def gpu_supports(query, head_dim, deterministic=None):
-    """Whether flashmask_attention takes a call of ``query``'s dtype and ``head_dim`` on
-    ``query``'s GPU with the current kernel family and this ``deterministic`` (None: the
-    default), without raising; True off the GPU (the CPU kernel takes every call). For callers
-    with a fallback of their own (paddlenlp_patches): head_dim 256 runs on the Hopper kernels
-    only and not in deterministic mode, so it is taken on some GPUs and calls only."""
+def gpu_supports(query, head_dim, deterministic=None, value_head_dim=None):
+    """Whether flashmask_attention takes a call of ``query``'s dtype, query/key ``head_dim`` and
+    ``value_head_dim`` (None: equal to ``head_dim``) on ``query``'s GPU with the current kernel
+    family and this ``deterministic`` (None: the default), without raising; True off the GPU (the
+    CPU kernel takes every call). For callers with a fallback of their own (paddlenlp_patches):
+    head_dim 256, and 192 with value head_dim 128, run on the Hopper kernels only and not in
+    deterministic mode, so they are taken on some GPUs and calls only."""
     gpu_kernel_name = get_gpu_kernel()  # a bad setting raises: it is no reason to fall back
     deterministic = _resolve_deterministic(deterministic)
     try:
-        validation.check_device_support(query, head_dim, None, gpu_kernel_name)
+        validation.check_device_support(query, head_dim, value_head_dim, gpu_kernel_name)
         validation.check_deterministic_support(query, head_dim, deterministic)
     except (TypeError, ValueError):
         return False
@@ -176,13 +177,15 @@ def flashmask_attention(
     Args:
         query (Tensor): ``[batch, seqlen_q, num_heads, head_dim]``, float32, float16 or bfloat16.
             The CPU kernel takes any head_dim; on GPU float16/bfloat16 with head_dim 32, 64, 96
-            or 128, and 256 on the Hopper (sm90) kernels only (a compute capability 9.0 GPU, a
-            build with them, gpu_kernel not ``"fa2"``) and not with ``deterministic``.
+            or 128, and 192 (with value head_dim 128) and 256 on the Hopper (sm90) kernels only (a
+            compute capability 9.0 GPU, a build with them, gpu_kernel not ``"fa2"``) and not with
+            ``deterministic``.
         key (Tensor): ``[batch, seqlen_k, num_heads_k, head_dim]``; ``num_heads`` must be a
             multiple of ``num_heads_k`` (GQA/MQA).
         value (Tensor): ``[batch, seqlen_k, num_heads_k, head_dim_v]``, the shape of ``key`` except
-            possibly the head dim (MLA-style, e.g. 192 for q/k and 128 for v; CPU only for now); the
-            output has ``head_dim_v``.
+            possibly the head dim (MLA-style, e.g. 192 for q/k and 128 for v); the output has
+            ``head_dim_v``. The CPU kernel takes any; on GPU ``head_dim_v`` equals ``head_dim``,
+            except 128 with head_dim 192 (``validation.GPU_VALUE_HEAD_DIMS``).
         startend_row_indices (Tensor, optional): int32 ``[batch, Hm, seqlen_k, C]`` with Hm 1
             (broadcast over heads), ``num_heads_k`` (one mask per GQA group) or ``num_heads`` (one per
             query head). For key column j (values are query rows):
@@ -207,7 +210,7 @@ def flashmask_attention(
             query-major without atomics and the GQA group's dK/dV are reduced in a fixed order
             (somewhat slower). ``None`` follows Paddle's ``FLAGS_cudnn_deterministic`` where this
             Paddle has that flag (as Paddle's own flash attention does), else False. On GPU it
-            does not take head_dim 256 (a ValueError: pass False). The CPU backward is always
+            does not take head_dim 192 or 256 (a ValueError: pass False). The CPU backward is always
             deterministic (and independent of the thread count).
         block_mask (Tensor, optional): int32 ``[batch or 1, Hm, ceil(seqlen_q / 128),
             ceil(seqlen_k / 128)]`` of 0/1, as Paddle's: 0 masks a whole 128 x 128 block of

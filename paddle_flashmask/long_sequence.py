@@ -1,14 +1,15 @@
 """Attention over sequences longer than one Hopper kernel call takes.
 
-The Hopper kernels take at most 2^19 query rows and keys per call, 2^18 at head dim 256
-(their live-block lists must fit in shared memory next to the tiles: ``sm90_max_seqlen``);
-a longer self-attention call would otherwise run on the FA2-class kernels at a fraction of
-the speed, or not at all (head dim 256 has no FA2-class kernel). Here the call is cut into
-query pieces and key parts of at most ``split_seqlen(head_dim)`` tokens. Every (piece,
-part) pair runs the single-device kernels on the GLOBAL mask through the remap op (its
-masked rows in the piece's row numbers, for the part's keys), so tiles are skipped exactly
-as in one call; a piece's partial results over the key parts merge by their LSE, and the
-pieces are put back together with our concat op. Backward: every pair's backward with the
+The Hopper kernels take at most 2^19 query rows and keys per call, 2^18 at head dims above
+128 (192 and 256: their live-block lists must fit in shared memory next to the tiles:
+``sm90_max_seqlen``); a longer self-attention call would otherwise run on the FA2-class
+kernels at a fraction of the speed, or not at all (head dims 192 and 256 have no FA2-class
+kernel). Here the call is cut into query pieces and key parts of at most
+``split_seqlen(head_dim)`` tokens (v, out and dV keep value's own head dim, e.g. 128 with
+q/k 192). Every (piece, part) pair runs the single-device kernels on the GLOBAL mask through
+the remap op (its masked rows in the piece's row numbers, for the part's keys), so tiles
+are skipped exactly as in one call; a piece's partial results over the key parts merge by
+their LSE, and the pieces are put back together with our concat op. Backward: every pair's backward with the
 merged out and LSE (P and rowsum(dO * O) are those of all keys), dQ summed over the key
 parts and dK/dV over the query pieces. Every data movement is one of our ops (the runtimes
 this project is tested in run no Paddle GPU kernel).
@@ -30,9 +31,10 @@ from paddle.autograd import PyLayer
 from . import validation
 
 # The Hopper kernels' longest sequence (flashmask_sm90_api.cu, kMaxSeqlen) at head dims 64
-# and 128; head dim 256 takes half (its larger tiles leave less shared memory for the lists).
+# and 128; head dims above 128 (192 and 256) take half (their larger tiles leave less shared
+# memory for the lists).
 SM90_MAX_SEQLEN = 1 << 19
-SM90_MAX_SEQLEN_HD256 = 1 << 18
+SM90_MAX_SEQLEN_WIDE_HEADS = 1 << 18
 _ENV = "PADDLE_FLASHMASK_SPLIT_SEQLEN"
 _ROW_ALIGN = 128  # pieces start on whole kernel tiles
 
@@ -51,8 +53,9 @@ tensor_ops = _TensorOps()
 
 
 def sm90_max_seqlen(head_dim):
-    """The longest sequence (query rows and keys) one Hopper kernel call takes at ``head_dim``."""
-    return SM90_MAX_SEQLEN_HD256 if head_dim == 256 else SM90_MAX_SEQLEN
+    """The longest sequence (query rows and keys) one Hopper kernel call takes at query/key
+    ``head_dim`` (value's head dim does not change it)."""
+    return SM90_MAX_SEQLEN_WIDE_HEADS if head_dim > 128 else SM90_MAX_SEQLEN
 
 
 def split_seqlen(head_dim):

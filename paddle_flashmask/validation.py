@@ -228,37 +228,75 @@ def _choices(allowed):
     return ", ".join(repr(a) for a in allowed)
 
 
-# Head dims the CUDA kernels take; 96 runs on the FA2-class kernels only (NOTES.md, "Head dim 96"),
-# 256 on the Hopper ones only (SM90_ONLY_HEAD_DIMS).
-GPU_HEAD_DIMS = (32, 64, 96, 128, 256)
+# Query/key head dims the CUDA kernels take; 96 runs on the FA2-class kernels only (NOTES.md,
+# "Head dim 96"), 192 and 256 on the Hopper ones only (SM90_ONLY_HEAD_DIMS).
+GPU_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 
-# What the Hopper kernels take (custom_ops/flashmask/cuda/sm90).
-SM90_HEAD_DIMS = (64, 128, 256)
+# The value head dim the CUDA kernels take with each of GPU_HEAD_DIMS: the same, except 192,
+# which they take with value head dim 128 only (MLA-style, as DeepSeek's q/k 192 and v 128).
+GPU_VALUE_HEAD_DIMS = {**{d: d for d in GPU_HEAD_DIMS}, 192: 128}
+
+# What the Hopper kernels take (custom_ops/flashmask/cuda/sm90), value head dims as above.
+SM90_HEAD_DIMS = (64, 128, 192, 256)
 
 # Head dims with no FA2-class kernel: on GPU they need the Hopper kernels (compute capability
 # 9.0, a build that has them, a kernel family other than "fa2"), and the deterministic
 # backward (its query-major dQ pass is FA2-class) cannot take them.
-SM90_ONLY_HEAD_DIMS = (256,)
+SM90_ONLY_HEAD_DIMS = (192, 256)
+
+
+def gpu_value_head_dim(head_dim):
+    """The value head dim the CUDA kernels take with query/key ``head_dim`` (None: no GPU kernel
+    takes that head dim)."""
+    return GPU_VALUE_HEAD_DIMS.get(head_dim)
+
+
+def gpu_head_dims_label(head_dim):
+    """``head_dim`` as the messages name it: "head_dim 192 with value head_dim 128" where the
+    GPU kernels take value's own head dim with it, "head_dim 256" otherwise."""
+    value_head_dim = gpu_value_head_dim(head_dim)
+    if value_head_dim is None or value_head_dim == head_dim:
+        return f"head_dim {head_dim}"
+    return f"head_dim {head_dim} with value head_dim {value_head_dim}"
+
+
+def _gpu_value_head_dim_rule():
+    """The GPU value head dims in words, from GPU_VALUE_HEAD_DIMS (kept in step with it)."""
+    own = [f"value head_dim {v} with {d} (the Hopper kernels)" if d in SM90_ONLY_HEAD_DIMS
+           else f"value head_dim {v} with {d}" for d, v in GPU_VALUE_HEAD_DIMS.items() if v != d]
+    return " and ".join(own + ["value head_dim equal to head_dim otherwise"])
+
+
+def check_gpu_value_head_dim(head_dim, value_head_dim):
+    """Value's head dim as the CUDA kernels take it with query/key ``head_dim`` (one of
+    GPU_HEAD_DIMS): GPU_VALUE_HEAD_DIMS; None stands for value's head dim equal to head_dim."""
+    if value_head_dim is None:
+        value_head_dim = head_dim
+    if value_head_dim != gpu_value_head_dim(head_dim):
+        raise ValueError(
+            f"value head_dim {value_head_dim} with query/key head_dim {head_dim} on GPU: the GPU kernels take "
+            f"{_gpu_value_head_dim_rule()}; the CPU kernel takes any")
 
 
 def check_device_support(query, head_dim, value_head_dim=None, gpu_kernel_name="auto"):
     """The CUDA kernels take fp16/bf16 with head_dim 32, 64, 96, 128 or (on the Hopper kernels
-    only) 256, value's the same (the CPU kernel takes any). ``gpu_kernel_name`` is the call's
-    kernel family (attention.get_gpu_kernel())."""
+    only) 192 and 256, value's head dim that of GPU_VALUE_HEAD_DIMS (None: value's equals
+    head_dim); the CPU kernel takes any. ``gpu_kernel_name`` is the call's kernel family
+    (attention.get_gpu_kernel()). The other device checks (deterministic, sm90 forced, length)
+    take the head dim alone: a head dim that passed here has its one value head dim."""
     if not paddle.in_dynamic_mode() or not query.place.is_gpu_place():
         return  # static graphs are checked by the op when they run
     if query.dtype not in (paddle.float16, paddle.bfloat16):
         raise TypeError(f"query/key/value on GPU must be float16 or bfloat16, got {query.dtype}")
     if head_dim not in GPU_HEAD_DIMS:
-        raise ValueError(f"head_dim on GPU must be one of {GPU_HEAD_DIMS}, got {head_dim}")
-    if value_head_dim is not None and value_head_dim != head_dim:
-        raise ValueError(f"value head_dim on GPU must equal the query/key head_dim {head_dim}, got "
-                         f"{value_head_dim} (the CPU kernel takes a value head_dim of its own)")
+        raise ValueError(f"head_dim on GPU must be one of {GPU_HEAD_DIMS}, got {head_dim} (the CPU kernel takes "
+                         "any head_dim)")
+    check_gpu_value_head_dim(head_dim, value_head_dim)
     if head_dim in SM90_ONLY_HEAD_DIMS:
         why_not = sm90_unavailable_reason(query, gpu_kernel_name)
         if why_not is not None:
             raise ValueError(
-                f"head_dim {head_dim} on GPU runs on the Hopper (sm90) kernels only: needs a compute "
+                f"{gpu_head_dims_label(head_dim)} on GPU runs on the Hopper (sm90) kernels only: needs a compute "
                 f"capability 9.0 GPU (H100/H200), a build of the op with the sm90 kernels and gpu_kernel "
                 f"'auto' or 'sm90'; got {why_not} (the CPU kernel takes any head_dim)")
 
@@ -289,14 +327,14 @@ def check_sm90_only_length(query, head_dim, seqlen_q, seqlen_k, what):
     limit = sm90_max_seqlen(head_dim)
     if max(seqlen_q, seqlen_k) > limit:
         raise ValueError(
-            f"head_dim {head_dim} on GPU takes at most {limit} query rows and keys per kernel call, got "
+            f"{gpu_head_dims_label(head_dim)} on GPU takes at most {limit} query rows and keys per kernel call, got "
             f"{what} of {seqlen_q} and {seqlen_k} (self-attention without window_size or block_mask is cut "
             f"into pieces automatically; otherwise shorten the call or use the CPU)")
 
 
 def check_deterministic_support(query, head_dim, deterministic):
     """deterministic=True (given, or the FLAGS_cudnn_deterministic default) on GPU with a head dim
-    its backward lacks: the query-major dQ pass is FA2-class, and those kernels have no 256.
+    its backward lacks: the query-major dQ pass is FA2-class, and those kernels have no 192 or 256.
     The CPU backward takes any head dim and is always deterministic."""
     if not deterministic or head_dim not in SM90_ONLY_HEAD_DIMS:
         return
@@ -339,7 +377,8 @@ def compute_capability(device_id):
 
 def check_sm90_forced(query, head_dim, gpu_kernel_name):
     """gpu_kernel "sm90" forced on a call the Hopper kernels cannot run: a clear ValueError here,
-    before the op (Paddle 2.6 cannot carry the op's own C++ error back to Python)."""
+    before the op (Paddle 2.6 cannot carry the op's own C++ error back to Python). Value's head
+    dim is check_device_support's (192 reaches here with 128 only)."""
     if gpu_kernel_name != "sm90" or not paddle.in_dynamic_mode() or not query.place.is_gpu_place():
         return
     major, minor = compute_capability(query.place.gpu_device_id())

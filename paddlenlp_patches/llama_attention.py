@@ -132,13 +132,14 @@ def _dense_attention(q, k, v, mask, alibi=None):
     return paddle.matmul(p.astype(q.dtype), vt).transpose([0, 2, 1, 3])
 
 
-def _op_supports(q) -> bool:
+def _op_supports(q, v) -> bool:
     """The CPU kernel takes any dtype/head_dim; the CUDA kernels fp16/bf16 with head_dim 32/64/96/128,
-    and 256 where the Hopper kernels run it (not with a deterministic backward)."""
+    and 256 (or 192 with value head_dim 128) where the Hopper kernels run it (not with a
+    deterministic backward)."""
     place = q.place
     if not (hasattr(place, "is_gpu_place") and place.is_gpu_place()):
         return True
-    return paddle_flashmask.attention.gpu_supports(q, int(q.shape[-1]))
+    return paddle_flashmask.attention.gpu_supports(q, int(q.shape[-1]), value_head_dim=int(v.shape[-1]))
 
 
 _warned = set()
@@ -187,13 +188,14 @@ def flashmask_attn_func(query_states, config, key_states, value_states, attentio
         if alibi is not None:
             raise ValueError("flashmask attention does not support alibi")
         ind, causal = normalize_indices(attn_mask_startend_row_indices, config)
-        if _op_supports(query_states):
+        if _op_supports(query_states, value_states):
             out = paddle_flashmask.flashmask_attention(query_states, key_states, value_states, ind, causal=causal)
         else:
-            _warn_once(f"flashmask: no GPU kernel for {query_states.dtype} head_dim {query_states.shape[-1]}; "
+            _warn_once(f"flashmask: no GPU kernel for {query_states.dtype} head_dim {query_states.shape[-1]} "
+                       f"(value head_dim {value_states.shape[-1]}); "
                        "using the exact dense path (O(S^2) memory)")
             out = _dense_attention(query_states, key_states, value_states, indices_to_keep(ind, causal, q_len))
-    elif alibi is None and _op_supports(query_states) and (
+    elif alibi is None and _op_supports(query_states, value_states) and (
             attention_mask is None or _dense_keep_is_causal(attention_mask, q_len, key_states.shape[1])):
         out = paddle_flashmask.flashmask_attention(query_states, key_states, value_states, causal=True)
     else:

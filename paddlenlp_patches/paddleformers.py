@@ -20,10 +20,13 @@ Contract (from PaddleFormers' sources): q ``[B, H, Sq, Dq]``, k ``[B, Hk, Sk, Dq
   any other dense mask (padding, custom) -> the exact dense path.
 - Dense path (exact, fp32 softmax, O(S^2) memory; warned once) for what the op cannot express:
   attention sinks (GPT-OSS ``sink``), ``softcap``, ``dropout > 0``, and on GPU a dtype/head dim
-  the CUDA kernels do not take (they take fp16/bf16 with head dim 32/64/96/128).
-- ``Dv != Dq`` (MLA): the CPU kernel takes v's own head dim; on GPU, whose kernels take one
-  head dim, the narrower of v and q/k is zero-padded to the wider one (exact: zero columns add
-  nothing to q.k or to the output) and the output sliced back to ``Dv``.
+  the CUDA kernels do not take (they take fp16/bf16 with head dim 32/64/96/128, and 256 and 192
+  with value 128 where the Hopper kernels run: ``paddle_flashmask.attention.gpu_supports``).
+- ``Dv != Dq`` (MLA): the CPU kernel takes v's own head dim, the Hopper kernels 192 with 128;
+  elsewhere on GPU, whose kernels take one head dim, the narrower of v and q/k is zero-padded
+  to the wider one (exact: zero columns add nothing to q.k or to the output) and the output
+  sliced back to ``Dv``. (DeepSeek-V3 pads v to Dq itself before calling, so its 192/128 comes
+  here as 192/192, which no GPU kernel takes: the dense path there.)
 - ``scaling`` is honoured (PaddleFormers' own entry ignores it: wrong for Gemma3 when
   ``query_pre_attn_scalar != head_dim``). Exception: DeepSeek-V3 under "flashmask" pre-scales q
   by ``scaling`` and pads v itself, expecting ``1/sqrt(Dq)``; it is recognised by the bare
@@ -145,13 +148,24 @@ def _dense_attention(q, k, v, keep=None, additive=None, scale=1.0, sink=None, so
     return paddle.matmul(p.astype(v.dtype), v)
 
 
-def _op_supports(q, head_dim):
+def _op_supports(q, head_dim, value_head_dim):
     place = q.place
     if not (hasattr(place, "is_gpu_place") and place.is_gpu_place()):
         return True  # the CPU kernel takes every dtype and head dim
-    # fp16/bf16 and the kernels' head dims; 256 (Gemma3) only where the Hopper kernels run it
-    # and the backward is not deterministic
-    return gpu_supports(q, head_dim)
+    # fp16/bf16 and the kernels' head dims; 256 (Gemma3) and 192 with value 128 (MLA) only where
+    # the Hopper kernels run them and the backward is not deterministic
+    return gpu_supports(q, head_dim, value_head_dim=value_head_dim)
+
+
+def _op_head_dims(q, Dq, Dv):
+    """The (q/k, v) head dims our op runs a call of head dims ``Dq``/``Dv`` with, or None when it
+    cannot (the dense path): the call's own where the kernels take them (the CPU kernel any,
+    the GPU ones e.g. 192/128 on Hopper), else one head dim for q, k and v, the narrower side
+    zero-padded (exact)."""
+    if _op_supports(q, Dq, Dv):
+        return Dq, Dv
+    D = max(Dq, Dv)
+    return (D, D) if _op_supports(q, D, D) else None
 
 
 _warned = set()
@@ -208,15 +222,15 @@ def flashmask_attention_forward(module, query, key, value, attention_mask=None,
 
     dense_why = ("an attention sink" if sink is not None else "softcap" if softcap
                  else "dropout" if dropout and dropout > 0 else None)
-    # the CPU kernel takes v's own head dim; the GPU kernels one for q, k and v
-    D = max(Dq, Dv) if query.place.is_gpu_place() else Dq
-    if dense_why is None and op_kw is not None and not _op_supports(query, D):
-        dense_why = f"no GPU kernel for {query.dtype} head_dim {D}"
+    dims = None  # (q/k, v) head dims of our op's call; None: the dense path
     if dense_why is None and op_kw is not None:
-        # our op wants [B, S, H, D]; on GPU one head dim: zero-pad the narrower side (exact)
+        dims = _op_head_dims(query, Dq, Dv)
+        if dims is None:
+            dense_why = f"no GPU kernel for {query.dtype} head_dim {Dq}" + (f" / value {Dv}" if Dv != Dq else "")
+    if dims is not None:
+        # our op wants [B, S, H, D]; zero-padding a head dim (where _op_head_dims asks) is exact
         q, k, v = (x.transpose([0, 2, 1, 3]) for x in (query, key, value))
-        q, k = _pad_last(q, D), _pad_last(k, D)
-        v = _pad_last(v, D) if query.place.is_gpu_place() else v
+        q, k, v = _pad_last(q, dims[0]), _pad_last(k, dims[0]), _pad_last(v, dims[1])
         out = paddle_flashmask.flashmask_attention(q, k, v, ind, causal=bool(causal), softmax_scale=scale,
                                                    **op_kw)
         out = out[:, :, :, :Dv] if out.shape[-1] != Dv else out

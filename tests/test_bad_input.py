@@ -127,7 +127,7 @@ def check_against_reference(q, k, v, indices, causal, window=None, **kwargs):
     ref = attention_fwd_bwd(q.numpy(), k.numpy(), v.numpy(), keep, d**-0.5)
     np.testing.assert_allclose(out.numpy(), ref["out"], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(lse.numpy(), ref["lse"], rtol=1e-4, atol=1e-5)
-    assert list(out.shape) == list(q.shape)
+    assert list(out.shape) == list(q.shape[:3]) + [v.shape[3]]  # value may have a head dim of its own
     return out
 
 
@@ -816,12 +816,26 @@ def test_bad_sm90_env_switch(spy, monkeypatch, name, value):
 
 
 # --------------------------------------------------------------------------------------
-# head_dim 256 on GPU: the Hopper (sm90) kernels only, not deterministic. The checks read
-# the query's place, dtype and the GPU's compute capability; here a small fake query on a
-# fake GPU place stands in (no GPU on the CI machine), the GPU tests repeat them for real.
+# head_dim 256, and 192 with value head_dim 128, on GPU: the Hopper (sm90) kernels only, not
+# deterministic, at most 2^18 rows and keys per kernel call. The checks read the query's place,
+# dtype and the GPU's compute capability; here a small fake query on a fake GPU place stands in
+# (no GPU on the CI machine), the GPU tests repeat them for real.
 # --------------------------------------------------------------------------------------
 
-HOPPER_ONLY = r"head_dim 256 on GPU runs on the Hopper \(sm90\) kernels only"
+# (query/key head dim, value head dim) of every pair only the Hopper kernels take
+HOPPER_ONLY_PAIRS = [(256, 256), (192, 128)]
+HOPPER_ONLY_IDS = ["256", "192-128"]
+VALUE_RULE = (r"the GPU kernels take value head_dim 128 with 192 \(the Hopper kernels\) and value head_dim "
+              r"equal to head_dim otherwise; the CPU kernel takes any")
+
+
+def hopper_only(dim, dim_v):
+    """The start of the message for a Hopper-only pair off the Hopper kernels."""
+    pair = f"head_dim {dim}" if dim_v == dim else f"head_dim {dim} with value head_dim {dim_v}"
+    return rf"{pair} on GPU runs on the Hopper \(sm90\) kernels only"
+
+
+hopper_only_pairs = pytest.mark.parametrize("dim,dim_v", HOPPER_ONLY_PAIRS, ids=HOPPER_ONLY_IDS)
 
 
 class _FakeGpuPlace:
@@ -852,33 +866,39 @@ def fake_gpu(monkeypatch):
     return make
 
 
+@hopper_only_pairs
 @pytest.mark.parametrize("capability", [(8, 0), (8, 9), (10, 0), (9, 1)])
-def test_head_dim_256_needs_a_hopper_gpu(fake_gpu, capability):
+def test_hopper_only_head_dims_need_a_hopper_gpu(fake_gpu, capability, dim, dim_v):
     q = fake_gpu(capability=capability)
-    with pytest.raises(ValueError, match=rf"{HOPPER_ONLY}: needs a compute capability 9.0 GPU.*got a compute "
-                                         rf"capability {capability[0]}\.{capability[1]} GPU"):
-        validation.check_device_support(q, 256, 256, "auto")
+    with pytest.raises(ValueError, match=rf"{hopper_only(dim, dim_v)}: needs a compute capability 9.0 GPU.*got a "
+                                         rf"compute capability {capability[0]}\.{capability[1]} GPU"):
+        validation.check_device_support(q, dim, dim_v, "auto")
 
 
-def test_head_dim_256_not_on_forced_fa2_kernels(fake_gpu):
+@hopper_only_pairs
+def test_hopper_only_head_dims_not_on_forced_fa2_kernels(fake_gpu, dim, dim_v):
     q = fake_gpu()
-    with pytest.raises(ValueError, match=rf"{HOPPER_ONLY}: .*got gpu_kernel 'fa2'"):
-        validation.check_device_support(q, 256, 256, "fa2")
+    with pytest.raises(ValueError, match=rf"{hopper_only(dim, dim_v)}: .*got gpu_kernel 'fa2'"):
+        validation.check_device_support(q, dim, dim_v, "fa2")
 
 
-def test_head_dim_256_needs_a_build_with_the_sm90_kernels(fake_gpu):
+@hopper_only_pairs
+def test_hopper_only_head_dims_need_a_build_with_the_sm90_kernels(fake_gpu, dim, dim_v):
     q = fake_gpu(sm90_built=False)
-    with pytest.raises(ValueError, match=rf"{HOPPER_ONLY}: .*got a build of the op without the sm90 kernels"):
-        validation.check_device_support(q, 256, 256, "auto")
+    with pytest.raises(ValueError, match=rf"{hopper_only(dim, dim_v)}: .*got a build of the op without the sm90 "
+                                         rf"kernels"):
+        validation.check_device_support(q, dim, dim_v, "auto")
 
 
+@hopper_only_pairs
 @pytest.mark.parametrize("kernel", ["auto", "sm90"])
 @pytest.mark.parametrize("sm90_built", [True, None])  # None: an op installed without its sources
-def test_head_dim_256_taken_on_hopper(fake_gpu, kernel, sm90_built):
+def test_hopper_only_head_dims_taken_on_hopper(fake_gpu, kernel, sm90_built, dim, dim_v):
     q = fake_gpu(sm90_built=sm90_built)
-    validation.check_device_support(q, 256, 256, kernel)
-    validation.check_sm90_forced(q, 256, kernel)
-    validation.check_deterministic_support(q, 256, False)
+    validation.check_device_support(q, dim, dim_v, kernel)
+    validation.check_sm90_forced(q, dim, kernel)
+    validation.check_deterministic_support(q, dim, False)
+    validation.check_sm90_only_length(q, dim, 1 << 18, 1 << 18, "query/key")
 
 
 @pytest.mark.parametrize("dim", [32, 64, 96, 128])
@@ -889,33 +909,81 @@ def test_other_head_dims_keep_their_kernels_anywhere(fake_gpu, dim):
     validation.check_deterministic_support(q, dim, True)
 
 
-def test_head_dim_256_value_head_dim_must_match(fake_gpu):
-    with pytest.raises(ValueError, match="value head_dim on GPU must equal the query/key head_dim 256, got 128"):
-        validation.check_device_support(fake_gpu(), 256, 128, "auto")
+@pytest.mark.parametrize("dim_v", [None, 192, 64, 256, 96])  # None: value's head dim equals query's
+def test_head_dim_192_takes_value_head_dim_128_only(fake_gpu, dim_v):
+    # wherever the call would run: the value head dim is refused before the Hopper checks
+    for q in (fake_gpu(), fake_gpu(capability=(8, 0))):
+        with pytest.raises(ValueError, match=rf"^value head_dim {dim_v or 192} with query/key head_dim 192 on GPU: "
+                                             rf"{VALUE_RULE}$"):
+            validation.check_device_support(q, 192, dim_v, "auto")
 
 
-@pytest.mark.parametrize("dim", [192, 512])
-def test_gpu_head_dim_list_names_256(fake_gpu, dim):
-    with pytest.raises(ValueError, match=rf"head_dim on GPU must be one of \(32, 64, 96, 128, 256\), got {dim}"):
+@pytest.mark.parametrize("dim,dim_v", [(256, 128), (128, 64), (64, 128), (128, 192), (32, 16)])
+def test_other_head_dims_take_value_head_dim_equal_only(fake_gpu, dim, dim_v):
+    # value head dim 128 is 192's alone: 256 with 128 (the Hopper kernels' other wide head dim) too is refused
+    with pytest.raises(ValueError, match=rf"^value head_dim {dim_v} with query/key head_dim {dim} on GPU: "
+                                         rf"{VALUE_RULE}$"):
+        validation.check_device_support(fake_gpu(), dim, dim_v, "sm90")
+
+
+def test_gpu_value_head_dims_table():
+    assert validation.GPU_VALUE_HEAD_DIMS == {32: 32, 64: 64, 96: 96, 128: 128, 192: 128, 256: 256}
+    assert [validation.gpu_value_head_dim(d) for d in (192, 256, 64, 160)] == [128, 256, 64, None]
+    assert set(validation.SM90_ONLY_HEAD_DIMS) <= set(validation.SM90_HEAD_DIMS) <= set(validation.GPU_HEAD_DIMS)
+    assert validation.SM90_ONLY_HEAD_DIMS == (192, 256)
+
+
+@pytest.mark.parametrize("dim", [160, 512])
+def test_gpu_head_dim_list_names_192_and_256(fake_gpu, dim):
+    with pytest.raises(ValueError, match=rf"head_dim on GPU must be one of \(32, 64, 96, 128, 192, 256\), got {dim}"):
         validation.check_device_support(fake_gpu(), dim, dim, "auto")
 
 
-def test_head_dim_256_rejects_deterministic_on_gpu(fake_gpu):
-    with pytest.raises(ValueError, match=r"deterministic=True with head_dim 256 on GPU: the deterministic "
-                                         r"backward has no head_dim 256 kernel; pass deterministic=False"):
-        validation.check_deterministic_support(fake_gpu(), 256, True)
+@hopper_only_pairs
+def test_hopper_only_head_dims_reject_deterministic_on_gpu(fake_gpu, dim, dim_v):
+    with pytest.raises(ValueError, match=rf"deterministic=True with head_dim {dim} on GPU: the deterministic "
+                                         rf"backward has no head_dim {dim} kernel; pass deterministic=False"):
+        validation.check_deterministic_support(fake_gpu(), dim, True)
 
 
-def test_head_dim_256_runs_on_cpu_with_any_kernel_setting_and_deterministic(default_gpu_kernel):
+@hopper_only_pairs
+def test_hopper_only_head_dims_at_most_2_18_rows_and_keys_per_call(fake_gpu, dim, dim_v):
+    # no FA2-class kernel to fall back on beyond the Hopper kernels' longest call
+    q = fake_gpu()
+    label = f"head_dim {dim}" if dim == dim_v else f"head_dim {dim} with value head_dim {dim_v}"
+    for sq, sk in (((1 << 18) + 1, 100), (100, (1 << 18) + 1)):
+        with pytest.raises(ValueError, match=rf"^{label} on GPU takes at most 262144 query rows and keys per kernel "
+                                             rf"call, got query/key of {sq} and {sk}"):
+            validation.check_sm90_only_length(q, dim, sq, sk, "query/key")
+    validation.check_sm90_only_length(q, 128, (1 << 18) + 1, 100, "query/key")  # 128: up to 2^19, then FA2-class
+
+
+@pytest.mark.parametrize("capability,sm90_built,dim,why", [
+    ((8, 0), True, 192, "needs a compute capability 9.0 GPU"),
+    ((9, 0), False, 192, "this build of the op has no sm90 kernels"),
+    ((9, 0), True, 32, r"takes head_dim \(64, 128, 192, 256\), got 32"),
+    ((9, 0), True, 96, r"takes head_dim \(64, 128, 192, 256\), got 96"),
+])
+def test_forced_sm90_where_it_cannot_run(fake_gpu, capability, sm90_built, dim, why):
+    with pytest.raises(ValueError, match=rf"gpu_kernel 'sm90'.*{why}"):
+        validation.check_sm90_forced(fake_gpu(capability=capability, sm90_built=sm90_built), dim, "sm90")
+
+
+@hopper_only_pairs
+def test_hopper_only_head_dims_run_on_cpu_with_any_kernel_setting_and_deterministic(default_gpu_kernel, dim,
+                                                                                    dim_v):
     # the CPU kernel takes any head dim and is always deterministic: none of the GPU rules apply
     pfm.set_gpu_kernel("fa2")
-    q, k, v = qkv(d=256)
-    validation.check_device_support(q, 256, 256, "fa2")
-    validation.check_deterministic_support(q, 256, True)
+    q, k, _ = qkv(d=dim)
+    v = rand(B, S, HK, dim_v, seed=3)
+    validation.check_device_support(q, dim, dim_v, "fa2")
+    validation.check_deterministic_support(q, dim, True)
     check_against_reference(q, k, v, None, True, deterministic=True)
 
 
-def test_attention_passes_kernel_family_and_deterministic_to_the_device_checks(default_gpu_kernel, monkeypatch):
+@hopper_only_pairs
+def test_attention_passes_kernel_family_and_deterministic_to_the_device_checks(default_gpu_kernel, monkeypatch, dim,
+                                                                               dim_v):
     # the checks above only act on GPU: here (CPU) the call must still hand them what they need
     seen = {}
     real_device, real_det = validation.check_device_support, validation.check_deterministic_support
@@ -926,14 +994,15 @@ def test_attention_passes_kernel_family_and_deterministic_to_the_device_checks(d
     monkeypatch.setattr(attention_mod, "_has_deterministic_flag", True)
     monkeypatch.setattr(paddle, "get_flags", lambda flags: {"FLAGS_cudnn_deterministic": True})
     pfm.set_gpu_kernel("fa2")
-    q, k, v = qkv(d=256)
-    F(q, k, v, causal=True)  # deterministic=None: follows the (patched) flag
-    assert seen["device"][1:] == (256, 256, "fa2")
-    assert seen["deterministic"][1:] == (256, True)
+    q, k, _ = qkv(d=dim)
+    F(q, k, rand(B, S, HK, dim_v, seed=3), causal=True)  # deterministic=None: follows the (patched) flag
+    assert seen["device"][1:] == (dim, dim_v, "fa2")
+    assert seen["deterministic"][1:] == (dim, True)
 
 
+@hopper_only_pairs
 def test_context_parallel_passes_kernel_family_and_deterministic_to_the_device_checks(default_gpu_kernel,
-                                                                                      monkeypatch):
+                                                                                      monkeypatch, dim, dim_v):
     from paddle_flashmask.distributed import ContextParallelPlan
     from paddle_flashmask.distributed import flashmask_attention as cp_attention
 
@@ -944,26 +1013,42 @@ def test_context_parallel_passes_kernel_family_and_deterministic_to_the_device_c
     monkeypatch.setattr(validation, "check_deterministic_support",
                         lambda *a: (seen.append(("deterministic",) + a[1:]), real_det(*a))[1])
     pfm.set_gpu_kernel("fa2")
-    q, k, v = qkv(d=256)
-    cp_attention(q, k, v, None, causal=True, plan=ContextParallelPlan(None, True, 1, seqlen=S), deterministic=True)
+    q, k, _ = qkv(d=dim)
+    v = rand(B, S, HK, dim_v, seed=3)
+    out = cp_attention(q, k, v, None, causal=True, plan=ContextParallelPlan(None, True, 1, seqlen=S),
+                       deterministic=True)
     # its own checks first (then the single-device op's, for a group of one rank)
-    assert seen[:2] == [("device", 256, 256, "fa2"), ("deterministic", 256, True)]
+    assert seen[:2] == [("device", dim, dim_v, "fa2"), ("deterministic", dim, True)]
+    assert list(out.shape) == [B, S, H, dim_v]
 
 
-def test_gpu_supports_tells_where_head_dim_256_runs(default_gpu_kernel, fake_gpu, monkeypatch):
+@hopper_only_pairs
+def test_gpu_supports_tells_where_the_hopper_only_head_dims_run(default_gpu_kernel, fake_gpu, monkeypatch, dim,
+                                                                dim_v):
     from paddle_flashmask.attention import gpu_supports
 
     monkeypatch.setattr(attention_mod, "_has_deterministic_flag", False)  # deterministic=None: False
-    assert gpu_supports(fake_gpu(), 256)
-    assert not gpu_supports(fake_gpu(), 256, deterministic=True)
-    assert not gpu_supports(fake_gpu(capability=(8, 0)), 256)
+    assert gpu_supports(fake_gpu(), dim, value_head_dim=dim_v)
+    assert not gpu_supports(fake_gpu(), dim, deterministic=True, value_head_dim=dim_v)
+    assert not gpu_supports(fake_gpu(capability=(8, 0)), dim, value_head_dim=dim_v)
+    assert not gpu_supports(fake_gpu(sm90_built=False), dim, value_head_dim=dim_v)
     assert gpu_supports(fake_gpu(capability=(8, 0)), 128, deterministic=True)
-    assert not gpu_supports(fake_gpu(), 192)
     assert not gpu_supports(_FakeGpuQuery(paddle.float32), 128)
     pfm.set_gpu_kernel("fa2")
-    assert not gpu_supports(fake_gpu(), 256)
-    assert gpu_supports(qkv(d=256)[0], 256, deterministic=True)  # CPU: every call
+    assert not gpu_supports(fake_gpu(), dim, value_head_dim=dim_v)
+    assert gpu_supports(qkv(d=dim)[0], dim, deterministic=True, value_head_dim=dim_v)  # CPU: every call
     pfm.set_gpu_kernel(None)
     monkeypatch.setattr(attention_mod, "_has_deterministic_flag", True)
     monkeypatch.setattr(paddle, "get_flags", lambda flags: {"FLAGS_cudnn_deterministic": True})
-    assert not gpu_supports(fake_gpu(), 256)  # the default follows FLAGS_cudnn_deterministic
+    # the default follows FLAGS_cudnn_deterministic
+    assert not gpu_supports(fake_gpu(), dim, value_head_dim=dim_v)
+
+
+@pytest.mark.parametrize("dim,dim_v", [(192, None), (192, 192), (192, 64), (256, 128), (128, 64), (160, 160)])
+def test_gpu_supports_refuses_pairs_no_gpu_kernel_takes(default_gpu_kernel, fake_gpu, monkeypatch, dim, dim_v):
+    # value_head_dim=None: equal to head_dim (192/192 has no kernel: the patches' dense fallback)
+    from paddle_flashmask.attention import gpu_supports
+
+    monkeypatch.setattr(attention_mod, "_has_deterministic_flag", False)
+    assert not gpu_supports(fake_gpu(), dim, value_head_dim=dim_v)
+    assert gpu_supports(qkv(d=dim)[0], dim, value_head_dim=dim_v)  # CPU: every call

@@ -399,9 +399,9 @@ def test_assign_matches_the_exhaustive_search():
 
 def test_allgather_groups_follow_the_kernel_limit_of_the_head_dim(monkeypatch):
     # One kernel call takes the keys of a group of ring distances; the Hopper kernels take
-    # 2^19 keys at head dims 64/128 and 2^18 at 256 (long_sequence.sm90_max_seqlen), so the
-    # same plan groups its peers twice as finely at 256. Scaled down: 2^19 -> 4 x the rows
-    # of a rank, 2^18 -> 2 x.
+    # 2^19 keys at head dims 64/128 and 2^18 at 192 and 256 (long_sequence.sm90_max_seqlen),
+    # so the same plan groups its peers twice as finely at 192 and 256. Scaled down: 2^19 ->
+    # 4 x the rows of a rank, 2^18 -> 2 x.
     from paddle_flashmask import long_sequence
     from paddle_flashmask.distributed import allgather
 
@@ -409,7 +409,7 @@ def test_allgather_groups_follow_the_kernel_limit_of_the_head_dim(monkeypatch):
     plan = ContextParallelPlan(None, True, W, seqlen=S)
     most = max(plan.num_local_rows(r) for r in range(W))
     monkeypatch.setattr(long_sequence, "SM90_MAX_SEQLEN", 4 * most)
-    monkeypatch.setattr(long_sequence, "SM90_MAX_SEQLEN_HD256", 2 * most)
+    monkeypatch.setattr(long_sequence, "SM90_MAX_SEQLEN_WIDE_HEADS", 2 * most)
     monkeypatch.setattr(allgather, "KEYS_PER_PART", 1 << 30)
 
     def groups(head_dim):
@@ -418,7 +418,8 @@ def test_allgather_groups_follow_the_kernel_limit_of_the_head_dim(monkeypatch):
 
     assert [len(g) for g in groups(128)] == [4, 3]
     assert [len(g) for g in groups(256)] == [2, 2, 2, 1]
-    for head_dim in (128, 256):  # every ring distance exactly once, in order
+    assert [len(g) for g in groups(192)] == [2, 2, 2, 1]  # q/k 192 (value 128): the head dim of q counts
+    for head_dim in (128, 192, 256):  # every ring distance exactly once, in order
         assert [d for g in groups(head_dim) for d in g] == list(range(1, W))
     # cached index tensors are kept apart per part size (the grouping differs)
     a = allgather.Spec(plan, 0, None, None, True, 1.0, 0, False, 1, None, 128)

@@ -30,12 +30,16 @@ TOL = 1e-2  # bf16/fp16 inputs, fp32 accumulation
 FORMS = [(True, 0), (True, 1), (True, 2), (False, 0), (False, 2), (False, 4)]
 
 
-# Head dims the sm90 kernels take (flashmask_api_cuda.cu refuses others when forced).
-SM90_HEAD_DIMS = (64, 128, 256)
+# Head dims the sm90 kernels take (flashmask_api_cuda.cu refuses others when forced); 192
+# with value head dim 128 only.
+SM90_HEAD_DIMS = (64, 128, 192, 256)
 # Head dims with kernels in both families, for the tests run per family (96: the FA2-class
-# ones only). 256 (the Hopper kernels only, no deterministic backward) has its own tests below.
+# ones only). 256 and 192/128 (the Hopper kernels only, no deterministic backward) have their
+# own tests below.
 DIMS = [d for d in (32, 64, 96, 128) if d in validation.GPU_HEAD_DIMS]
 HOPPER_ONLY_DIM = 256
+# MLA's head dims (DeepSeek: q/k 192, v 128), the one pair with a value head dim of its own
+MLA_DIM, MLA_DIM_V = 192, 128
 
 
 def gpu():
@@ -67,7 +71,7 @@ def skip_unsupported(dim):
     kernel = pfm.get_gpu_kernel()
     if kernel == "sm90" and dim not in SM90_HEAD_DIMS:
         pytest.skip(f"the sm90 kernels take head dims {SM90_HEAD_DIMS}, not {dim}")
-    if dim == HOPPER_ONLY_DIM and (kernel == "fa2" or not is_sm90()):
+    if dim in validation.SM90_ONLY_HEAD_DIMS and (kernel == "fa2" or not is_sm90()):
         pytest.skip(f"head dim {dim} runs on the sm90 kernels only (gpu_kernel {kernel!r}, GPU 0 is "
                     f"{device_capability()})")
 
@@ -99,13 +103,15 @@ def cpu_reference(q, k, v, dout, indices, causal, window):
     return res
 
 
-def gpu_inputs(seed, batch, seqlen_q, seqlen_k, heads, heads_k, dim, dtype):
-    """q, k, v (requiring grad) and dout on the GPU, standard normal."""
+def gpu_inputs(seed, batch, seqlen_q, seqlen_k, heads, heads_k, dim, dtype, dim_v=None):
+    """q, k, v (requiring grad) and dout on the GPU, standard normal; v and dout of head dim
+    ``dim_v`` (default ``dim``)."""
+    dim_v = dim if dim_v is None else dim_v
     rng = np.random.default_rng(seed)
     arrays = [rng.standard_normal((batch, seqlen_q, heads, dim)).astype(np.float32),
               rng.standard_normal((batch, seqlen_k, heads_k, dim)).astype(np.float32),
-              rng.standard_normal((batch, seqlen_k, heads_k, dim)).astype(np.float32),
-              rng.standard_normal((batch, seqlen_q, heads, dim)).astype(np.float32)]
+              rng.standard_normal((batch, seqlen_k, heads_k, dim_v)).astype(np.float32),
+              rng.standard_normal((batch, seqlen_q, heads, dim_v)).astype(np.float32)]
     q, k, v, dout = (to_gpu(a, dtype) for a in arrays)
     for t in (q, k, v):
         t.stop_gradient = False
@@ -123,9 +129,9 @@ def gpu_run(q, k, v, dout, indices, causal, window=None, deterministic=None):
 
 
 def run_gpu_case(seed, batch, seqlen_q, seqlen_k, heads, heads_k, dim, causal, indices=None,
-                 window=None, dtype="bfloat16", use_cpu_reference=False, deterministic=None):
+                 window=None, dtype="bfloat16", use_cpu_reference=False, deterministic=None, dim_v=None):
     skip_unsupported(dim)
-    q, k, v, dout = gpu_inputs(seed, batch, seqlen_q, seqlen_k, heads, heads_k, dim, dtype)
+    q, k, v, dout = gpu_inputs(seed, batch, seqlen_q, seqlen_k, heads, heads_k, dim, dtype, dim_v)
     got = gpu_run(q, k, v, dout, indices, causal, window, deterministic)
 
     rounded = [to_host_f64(t) for t in (q, k, v, dout)]  # what the GPU actually saw
@@ -139,6 +145,8 @@ def run_gpu_case(seed, batch, seqlen_q, seqlen_k, heads, heads_k, dim, causal, i
         ref = attention_fwd_bwd(*rounded[:3], keep, dim**-0.5, rounded[3])
         mags = {n: ref[n + "_mag"] for n in ("dq", "dk", "dv")}
 
+    for name in ("out", "dq", "dk", "dv"):  # out and dv of value's head dim
+        assert got[name].shape == ref[name].shape, (name, got[name].shape, ref[name].shape)
     finite = np.isfinite(ref["lse"])
     np.testing.assert_array_equal(np.isfinite(got["lse"]), finite)
     assert np.all(got["out"][~finite.transpose(0, 2, 1)] == 0)
@@ -588,6 +596,150 @@ def test_head_dim_256_off_the_hopper_kernels_raises(kernel, why):
 
 
 # --------------------------------------------------------------------------------------
+# head dim 192 with value head dim 128 (MLA): the Hopper kernels only, as head dim 256
+# (compute capability 9.0, not "fa2", non-deterministic backward only, 2^18 tokens per call);
+# the one pair whose value has a head dim of its own on GPU. out and dV have 128 columns.
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def mla_dims():
+    """The sm90 kernels forced, for head dims 192/128 (skipped where they do not run)."""
+    if not is_sm90():
+        pytest.skip(f"head dims {MLA_DIM}/{MLA_DIM_V} need compute capability 9.0, GPU 0 is {device_capability()}")
+    old = pfm.set_gpu_kernel("sm90")
+    yield MLA_DIM, MLA_DIM_V
+    pfm.set_gpu_kernel(old)
+
+
+def run_mla_case(seed, batch, seqlen_q, seqlen_k, heads, heads_k, causal, indices=None, **kwargs):
+    """run_gpu_case at q/k 192, v 128, non-deterministic."""
+    return run_gpu_case(seed, batch, seqlen_q, seqlen_k, heads, heads_k, MLA_DIM, causal, indices,
+                        deterministic=False, dim_v=MLA_DIM_V, **kwargs)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("causal,cols", FORMS)
+@pytest.mark.parametrize("seqlen", [77, 1000])
+def test_head_dim_192_128_forms(mla_dims, dtype, causal, cols, seqlen):
+    idx = None if cols == 0 else random_indices(np.random.default_rng(seqlen), 2, 2, seqlen, seqlen, causal, cols)
+    run_mla_case(seed_of("mla", dtype, causal, cols, seqlen), 2, seqlen, seqlen, 4, 2, causal, idx, dtype=dtype)
+
+
+@pytest.mark.parametrize("causal,cols", [(True, 0), (True, 2), (False, 4)])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(100, 300), (300, 100)])
+def test_head_dim_192_128_unequal_lengths(mla_dims, causal, cols, seqlen_q, seqlen_k):
+    # causal with Sq > Sk: the first Sq - Sk rows see no key
+    rng = np.random.default_rng(seqlen_q * 7 + seqlen_k)
+    idx = None if cols == 0 else random_indices(rng, 1, 1, seqlen_q, seqlen_k, causal, cols)
+    run_mla_case(seed_of("mla", causal, cols, seqlen_q, seqlen_k), 1, seqlen_q, seqlen_k, 4, 1, causal, idx,
+                 dtype="float16")
+
+
+@pytest.mark.parametrize("heads,heads_k,hm", [(8, 2, 1), (8, 2, 2), (8, 2, 8), (8, 1, 8)])
+def test_head_dim_192_128_gqa_mask_heads(mla_dims, heads, heads_k, hm):
+    idx = random_indices(np.random.default_rng(heads * 10 + hm), 2, hm, 333, 333, False, 4)
+    run_mla_case(seed_of("mla", heads, heads_k, hm), 2, 333, 333, heads, heads_k, False, idx)
+
+
+@pytest.mark.parametrize("name", ["causal_document", "share_question"])
+@pytest.mark.parametrize("heads_k", [1, 2])
+def test_head_dim_192_128_packed_masks(mla_dims, name, heads_k):
+    idx, causal = masks.example_mask(name, 1000, batch_size=2, num_heads=1, seed=1000, place=paddle.CPUPlace())
+    run_mla_case(seed_of("mla", name, heads_k), 2, 1000, 1000, 4, heads_k, causal, idx.numpy())
+
+
+def test_head_dim_192_128_fully_masked_rows(mla_dims):
+    idx = np.zeros((1, 1, 300, 4), dtype=np.int32)
+    idx[..., 1] = 130  # rows [0, 130) see nothing
+    idx[..., 2], idx[..., 3] = 200, 260
+    run_mla_case(seed_of("mla-empty"), 1, 300, 300, 4, 2, False, idx)
+
+
+@pytest.mark.parametrize("sm90_fwd_schedule", list(FWD_SCHEDULES), indirect=True)
+@pytest.mark.parametrize("causal,cols", [(True, 0), (True, 1), (False, 4)])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(1000, 1000), (300, 517)])
+def test_head_dim_192_128_fwd_schedules(sm90_fwd_schedule, causal, cols, seqlen_q, seqlen_k):
+    rng = np.random.default_rng(seed_of("pp-idx", causal, cols, seqlen_q, seqlen_k))
+    idx = None if cols == 0 else random_indices(rng, 2, 2, seqlen_q, seqlen_k, causal, cols)
+    run_mla_case(seed_of("pp", MLA_DIM, causal, cols, seqlen_q, seqlen_k), 2, seqlen_q, seqlen_k, 4, 2, causal, idx)
+
+
+@pytest.mark.parametrize("mask", ["causal", "short_documents", "empty_query_blocks"])
+def test_head_dim_192_128_many_tiles_per_cta(mla_dims, mask):
+    # about 4 tiles per CTA of the persistent forward, as test_sm90_fwd_many_tiles_per_cta
+    # (default schedule only)
+    batch, seqlen, heads, heads_k = 2, 2048, 16, 4
+    causal, idx = True, _many_tiles_indices(mask, batch, seqlen)
+    run_mla_case(seed_of("many-tiles-mla", mask), batch, seqlen, seqlen, heads, heads_k, causal, idx,
+                 use_cpu_reference=True)
+
+
+@pytest.mark.parametrize("causal,cols", [(True, 0), (True, 1), (False, 0), (False, 4)])
+def test_head_dim_192_128_long_sequence_pieces(mla_dims, monkeypatch, causal, cols):
+    # as test_long_sequence_pieces: cut at 512 tokens (beyond 2^18 at this head dim unforced)
+    monkeypatch.setenv("PADDLE_FLASHMASK_SPLIT_SEQLEN", "512")
+    S = 1300
+    idx = None if cols == 0 else random_indices(np.random.default_rng(S + cols), 1, 2, S, S, causal, cols)
+    run_mla_case(seed_of("pieces-mla", causal, cols), 1, S, S, 8, 2, causal, idx)
+
+
+def test_auto_takes_head_dims_192_128_on_hopper():
+    # "auto" on compute capability 9.0: the Hopper kernels (no FA2-class kernel to fall back to)
+    if not is_sm90():
+        pytest.skip(f"head dims {MLA_DIM}/{MLA_DIM_V} need compute capability 9.0, GPU 0 is {device_capability()}")
+    old = pfm.set_gpu_kernel("auto")
+    try:
+        idx = random_indices(np.random.default_rng(192), 2, 2, 333, 333, True, 2)
+        run_mla_case(seed_of("auto192"), 2, 333, 333, 8, 2, True, idx)
+    finally:
+        pfm.set_gpu_kernel(old)
+
+
+def _mla_inputs():
+    return gpu_inputs(seed_of("mla-raise"), 1, 64, 64, 2, 2, MLA_DIM, "bfloat16", MLA_DIM_V)[:3]
+
+
+@pytest.mark.parametrize("how", ["argument", "flag"])
+def test_head_dims_192_128_deterministic_raises(monkeypatch, how):
+    q, k, v = _mla_inputs()
+    kwargs = {"deterministic": True}
+    if how == "flag":  # deterministic=None follows FLAGS_cudnn_deterministic
+        monkeypatch.setattr(pfm.attention, "_has_deterministic_flag", True)
+        monkeypatch.setattr(paddle, "get_flags", lambda flags: {"FLAGS_cudnn_deterministic": True})
+        kwargs = {}
+    # elsewhere than compute capability 9.0 the head dims themselves are refused first
+    match = ("deterministic=True with head_dim 192" if is_sm90()
+             else "head_dim 192 with value head_dim 128 on GPU runs on the Hopper")
+    with pytest.raises(ValueError, match=match):
+        pfm.flashmask_attention(q, k, v, causal=True, **kwargs)
+
+
+@pytest.mark.parametrize("kernel,why", [("fa2", "gpu_kernel 'fa2'"), ("auto", "a compute capability")])
+def test_head_dims_192_128_off_the_hopper_kernels_raises(kernel, why):
+    # forced onto the FA2-class kernels, or "auto" on a GPU other than compute capability 9.0
+    if kernel == "auto" and is_sm90():
+        pytest.skip("a compute capability 9.0 GPU runs head dims 192/128")
+    q, k, v = _mla_inputs()
+    old = pfm.set_gpu_kernel(kernel)
+    try:
+        with pytest.raises(ValueError, match=r"head_dim 192 with value head_dim 128 on GPU runs on the Hopper "
+                                             r"\(sm90\) kernels only: .*got " + why):
+            pfm.flashmask_attention(q, k, v, causal=True, deterministic=False)
+    finally:
+        pfm.set_gpu_kernel(old)
+
+
+def test_value_head_dim_128_with_192_only():
+    # value head dim 128 belongs to 192 alone, and 192 takes no other (on every GPU, every family)
+    for dim, dim_v in ((192, 192), (256, 128)):
+        q, k, v = gpu_inputs(seed_of("mla-pairs", dim, dim_v), 1, 64, 64, 2, 2, dim, "bfloat16", dim_v)[:3]
+        with pytest.raises(ValueError, match=rf"value head_dim {dim_v} with query/key head_dim {dim} on GPU: the "
+                                             r"GPU kernels take value head_dim 128 with 192 \(the Hopper kernels\)"):
+            pfm.flashmask_attention(q, k, v, causal=True, deterministic=False)
+
+
+# --------------------------------------------------------------------------------------
 # block_mask: 128 x 128 blocks masked on top of the column mask (both families)
 # --------------------------------------------------------------------------------------
 
@@ -626,8 +778,8 @@ def test_block_mask(gpu_kernel, causal, cols, seqlen_q, seqlen_k, deterministic)
 
 
 # Self-attention cut into pieces (paddle_flashmask/long_sequence.py: beyond 2^19 tokens on Hopper,
-# 2^18 at head dim 256), forced here at 512 tokens: the remap, merge, sum and concat ops around
-# the kernels, on the GPU.
+# 2^18 at head dims 192 and 256), forced here at 512 tokens: the remap, merge, sum and concat ops
+# around the kernels, on the GPU (192/128: test_head_dim_192_128_long_sequence_pieces).
 @pytest.mark.parametrize("dim", [64, HOPPER_ONLY_DIM])
 @pytest.mark.parametrize("causal,cols", [(True, 0), (True, 1), (False, 0), (False, 4)])
 def test_long_sequence_pieces(gpu_kernel, monkeypatch, dim, causal, cols):
@@ -638,8 +790,8 @@ def test_long_sequence_pieces(gpu_kernel, monkeypatch, dim, causal, cols):
 
 
 def test_value_head_dim_of_its_own_rejected_on_gpu():
-    # the GPU kernels take one head dim for q, k and v (the CPU kernel takes value's own)
+    # the GPU kernels take one head dim for q, k and v but 192/128 (the CPU kernel takes value's own)
     q, k, _, _ = gpu_inputs(3, 1, 64, 64, 2, 1, 64, "bfloat16")
     v = to_gpu(np.ones((1, 64, 1, 32), np.float32), "bfloat16")
-    with pytest.raises(ValueError, match="value head_dim on GPU must equal"):
+    with pytest.raises(ValueError, match="value head_dim 32 with query/key head_dim 64 on GPU: the GPU kernels take"):
         pfm.flashmask_attention(q, k, v, causal=True)

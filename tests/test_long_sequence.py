@@ -71,6 +71,14 @@ def test_pieces_with_a_mask_per_query_head_and_value_head_dim(split_at_128):
     check(rng, 300, False, random_indices(rng, 2, 4, 300, 300, False, 4), Dv=8)
 
 
+@pytest.mark.parametrize("causal,cols", [(True, 0), (True, 2), (False, 4)])
+def test_pieces_with_the_mla_head_dims(split_at_128, causal, cols):
+    # q/k 192 with v 128 (the Hopper kernels' pair of its own): pieces of q, k and v, merged out/dv of 128
+    rng = np.random.default_rng(192 + cols)
+    idx = None if cols == 0 else random_indices(rng, 1, 2, 300, 300, causal, cols)
+    check(rng, 300, causal, idx, B=1, H=4, Hk=2, D=192, Dv=128)
+
+
 def test_pieces_in_bfloat16(split_at_128):
     rng = np.random.default_rng(8)
     check(rng, 300, True, random_indices(rng, 1, 1, 300, 300, True, 1), B=1, dtype="bfloat16", tol=1e-2)
@@ -114,12 +122,12 @@ def test_piece_boundaries_exact(monkeypatch, S, limit):
 
 
 # --------------------------------------------------------------------------------------
-# The Hopper kernels' longest sequence per call depends on the head dim (2^18 at 256: its
-# tiles leave less shared memory for the live lists); the cut must follow it.
+# The Hopper kernels' longest sequence per call depends on the head dim (2^18 at 192 and 256:
+# their tiles leave less shared memory for the live lists); the cut must follow it.
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("head_dim,limit", [(64, 1 << 19), (128, 1 << 19), (256, 1 << 18)])
+@pytest.mark.parametrize("head_dim,limit", [(64, 1 << 19), (128, 1 << 19), (192, 1 << 18), (256, 1 << 18)])
 def test_sm90_longest_sequence_per_head_dim(monkeypatch, head_dim, limit):
     monkeypatch.delenv("PADDLE_FLASHMASK_SPLIT_SEQLEN", raising=False)
     assert long_sequence.sm90_max_seqlen(head_dim) == limit
@@ -147,25 +155,28 @@ class _FakeHopperQuery:
 
 
 @pytest.mark.parametrize("head_dim,seqlen,cut", [(256, 1 << 18, False), (256, (1 << 18) + 1, True),
+                                                 (192, 1 << 18, False), (192, (1 << 18) + 1, True),
                                                  (128, (1 << 18) + 1, False), (128, (1 << 19) + 1, True),
                                                  (64, 1 << 19, False)])
 def test_hopper_splits_beyond_the_head_dims_limit(monkeypatch, head_dim, seqlen, cut):
     monkeypatch.delenv("PADDLE_FLASHMASK_SPLIT_SEQLEN", raising=False)
     monkeypatch.setattr(long_sequence.validation, "compute_capability", lambda device_id: (9, 0))
     q = _FakeHopperQuery(seqlen, head_dim)
-    assert long_sequence.splits(q, False, head_dim, (64, 128, 256)) is cut
+    # the head dims the op hands it (attention.py, ulysses.py)
+    assert long_sequence.splits(q, False, head_dim, long_sequence.validation.SM90_HEAD_DIMS) is cut
 
 
-@pytest.mark.parametrize("head_dim,pieces", [(256, 3), (64, 2)])
-def test_pieces_cut_at_the_limit_splits_decided_with(monkeypatch, head_dim, pieces):
+@pytest.mark.parametrize("head_dim,head_dim_v,pieces", [(256, 256, 3), (192, 128, 3), (64, 64, 2)])
+def test_pieces_cut_at_the_limit_splits_decided_with(monkeypatch, head_dim, head_dim_v, pieces):
     # Both limits scaled down (CPU-sized), no PADDLE_FLASHMASK_SPLIT_SEQLEN: the unforced cut
     # must take the head dim's limit, as splits() does, and stay exact.
     monkeypatch.delenv("PADDLE_FLASHMASK_SPLIT_SEQLEN", raising=False)
     monkeypatch.setattr(long_sequence, "SM90_MAX_SEQLEN", 256)
-    monkeypatch.setattr(long_sequence, "SM90_MAX_SEQLEN_HD256", 128)
+    monkeypatch.setattr(long_sequence, "SM90_MAX_SEQLEN_WIDE_HEADS", 128)
     rng = np.random.default_rng(head_dim)
     S = 300
-    q, k, v = (paddle.to_tensor(rng.standard_normal((1, S, h, head_dim)).astype(np.float32)) for h in (2, 1, 1))
+    q, k, v = (paddle.to_tensor(rng.standard_normal((1, S, h, d)).astype(np.float32))
+               for h, d in ((2, head_dim), (1, head_dim), (1, head_dim_v)))
     idx = paddle.to_tensor(random_indices(rng, 1, 1, S, S, True, 1))
     scale = head_dim ** -0.5
     out, lse, state = long_sequence.pieces_forward(q, k, v, idx, True, scale, 0, False)

@@ -357,6 +357,35 @@ def test_entry_value_head_dim_differs(Dq, Dv, op_calls):
     assert maxdiff(out, eager_ref(q, k, v, masks.to_dense(idx, True), 0.2)) < 1e-5
 
 
+@pytest.mark.parametrize("Dq,Dv,taken,want", [
+    (192, 128, {(192, 128)}, (192, 128)),  # a Hopper GPU: MLA's pair as it is
+    (192, 128, {(128, 128), (256, 256)}, None),  # elsewhere: 192/192 has no GPU kernel, dense
+    (128, 64, {(128, 128)}, (128, 128)),  # one head dim for q, k and v: v zero-padded
+    (64, 128, {(128, 128)}, (128, 128)),  # q/k zero-padded
+    (128, 128, {(128, 128)}, (128, 128)),
+    (128, 128, set(), None),
+])
+def test_entry_head_dims_for_the_op(monkeypatch, Dq, Dv, taken, want):
+    """What the entry asks of the op per (Dq, Dv), given the pairs the device's kernels take:
+    the call's own pair where taken, else both padded to the wider, else the dense path."""
+    monkeypatch.setattr(pfp, "_op_supports", lambda q, d, dv: (d, dv) in taken)
+    assert pfp._op_head_dims(None, Dq, Dv) == want
+
+
+def test_entry_value_head_dim_192_128_on_a_hopper_gpu_goes_to_the_op_unpadded(monkeypatch):
+    # the GPU's answer stood in by _op_supports (CPU here): 192/128 taken as it is, v not padded
+    q, k, v = qkv(D=192, Dv=128, S=8)
+    monkeypatch.setattr(pfp, "_op_supports", lambda q_, d, dv: (d, dv) == (192, 128))
+    head_dims = []
+    real = paddle_flashmask.flashmask_attention
+    monkeypatch.setattr(paddle_flashmask, "flashmask_attention",
+                        lambda q_, k_, v_, *a, **kw: (head_dims.append((q_.shape[-1], v_.shape[-1])),
+                                                      real(q_, k_, v_, *a, **kw))[1])
+    out = pfp.flashmask_attention_forward(_Attn(2), q, k, v, scaling=0.1)[0]
+    assert head_dims == [(192, 128)]
+    assert maxdiff(out, eager_ref(q, k, v, np.tril(np.ones((8, 8), bool))[None, None], 0.1)) < 1e-5
+
+
 def test_entry_deepseek_placeholder_convention():
     """DeepSeek-V3 under "flashmask" scales q by `scaling` itself, pads v and passes a bare
     nn.Layer(): that call must use 1/sqrt(Dq) (an attention layer's `scaling` is honoured)."""
@@ -405,7 +434,7 @@ def test_entry_dense_paths_sink_softcap_dropout_gpu_fallback(monkeypatch, op_cal
     assert list(out.shape) == [2, 12, 64] and bool(paddle.isfinite(out).all())
     assert not op_calls
     # a dtype/head dim without a GPU kernel: the same exact dense path, warned once
-    monkeypatch.setattr(pfp, "_op_supports", lambda q, d: False)
+    monkeypatch.setattr(pfp, "_op_supports", lambda q, d, dv: False)
     with pytest.warns(UserWarning, match="no GPU kernel"):
         out = pfp.flashmask_attention_forward(_Attn(2), q, k, v, attn_mask_startend_row_indices=idx)[0]
     with warnings.catch_warnings():

@@ -268,3 +268,25 @@ def test_lora_wrapped_model_is_rebound():
     want = dense_ref(**to_tensors(SFTCollator(flash_mask=False)(ROWS)))[1].numpy()
     real = SFTCollator()(ROWS)["labels"] != -100
     assert np.abs((got - want)[real]).max() < TOL
+
+
+def test_gpu_fallback_asks_for_the_calls_value_head_dim(monkeypatch):
+    # On GPU the op is taken where gpu_supports says so for q's head dim AND v's (192/128 runs on the
+    # Hopper kernels, 192/192 nowhere); a stand-in GPU query, the answer recorded.
+    class _GpuPlace:
+        def is_gpu_place(self):
+            return True
+
+    class _Tensor:
+        def __init__(self, dim):
+            self.place, self.shape = _GpuPlace(), [1, 8, 2, dim]
+
+    asked = []
+    monkeypatch.setattr(paddle_flashmask.attention, "gpu_supports",
+                        lambda q, d, deterministic=None, value_head_dim=None: asked.append((d, value_head_dim)) or True)
+    assert llama_attention._op_supports(_Tensor(192), _Tensor(128))
+    assert llama_attention._op_supports(_Tensor(64), _Tensor(64))
+    assert asked == [(192, 128), (64, 64)]
+    cpu = paddle.zeros([1, 8, 2, 192])
+    assert llama_attention._op_supports(cpu, paddle.zeros([1, 8, 2, 128]))  # CPU: every call, not asked
+    assert len(asked) == 2

@@ -1,6 +1,7 @@
 """benchmarks/report.py on small synthetic result files: the numbers in its tables,
 the speed-up column and target marks, the causal 16K line, old-format records
-(impl "paddle_flashmask" = fa2), later-wins merging, error records and the plot."""
+(impl "paddle_flashmask" = fa2), later-wins merging, error records, head dims kept
+apart and named ("192/128"), and the plot; benchmarks/mask_area.py's FLOP count."""
 
 import importlib.util
 import json
@@ -9,13 +10,21 @@ import os
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location("pfm_report", os.path.join(ROOT, "benchmarks", "report.py"))
-report = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(report)
 
 
-def rec(impl, mask, seqlen, fwd_ms, bwd_ms, fwd_tflops, bwd_tflops, heads=32, heads_k=8, **extra):
-    return dict(impl=impl, mask=mask, seqlen=seqlen, heads=heads, heads_k=heads_k, dim=128, dtype="bfloat16",
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"pfm_{name}", os.path.join(ROOT, "benchmarks", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+report = _load("report")
+mask_area = _load("mask_area")
+
+
+def rec(impl, mask, seqlen, fwd_ms, bwd_ms, fwd_tflops, bwd_tflops, heads=32, heads_k=8, dim=128, **extra):
+    return dict(impl=impl, mask=mask, seqlen=seqlen, heads=heads, heads_k=heads_k, dim=dim, dtype="bfloat16",
                 device="Test GPU", fwd_ms=fwd_ms, bwd_ms=bwd_ms, fwd_tflops=fwd_tflops,
                 bwd_tflops=bwd_tflops, **extra)
 
@@ -83,7 +92,7 @@ def test_report_tables(results, tmp_path):
     text = open(out).read()
     t = tables(text)
 
-    row = t[("S = 8192, 32:8 heads", "causal")]
+    row = t[("S = 8192, 32:8 heads, head dim 128", "causal")]
     assert [row["sm90 fwd"], row["sm90 bwd"], row["sm90 fwd+bwd"]] == ["500", "300", "340"]
     # the new run's fa2 record wins over the old file's (same key, later input)
     assert [row["fa2 fwd"], row["fa2 bwd"], row["fa2 fwd+bwd"]] == ["200", "125", "140"]
@@ -96,17 +105,17 @@ def test_report_tables(results, tmp_path):
     assert row["ours peak GiB"] == "0.56" and row["Flex mask build ms"] == "1.4"
     assert row["sm90/Flex back to back"] == "1.80"
 
-    row = t[("S = 8192, 32:8 heads", "causal_document")]
+    row = t[("S = 8192, 32:8 heads, head dim 128", "causal_document")]
     assert row[speed] == "1.20 ✗"
     assert row["sm90/Flex back to back"] == "-"  # records without back-to-back times
     assert row["SDPA fwd+bwd"] == "23"  # dense mask: (20*8 + 25*12) / 20
     assert row["fa2 fwd+bwd"] == "65"  # (50*4 + 75*6) / 10
     # Flex failed on share_question: n/a, and no speed-up; no fa2 record there.
-    row = t[("S = 8192, 32:8 heads", "share_question")]
+    row = t[("S = 8192, 32:8 heads, head dim 128", "share_question")]
     assert row["Flex fwd+bwd"] == "n/a" and row[speed] == "-" and row["fa2 fwd"] == "-"
 
     # the old-format-only config: fa2 from impl "paddle_flashmask", nothing for sm90
-    row = t[("S = 4096, 32:8 heads", "causal")]
+    row = t[("S = 4096, 32:8 heads, head dim 128", "causal")]
     assert row["fa2 fwd+bwd"] == "140" and row["sm90 fwd"] == "-" and row[speed] == "-"
 
     # causal 16K against the 550/400 targets, one line per heads config
@@ -131,3 +140,65 @@ def test_report_refuses_input_without_our_records(tmp_path):
     write(path, [rec("flex_attention", "causal", 8192, 2.5, 5.0, 200.0, 250.0)])
     with pytest.raises(SystemExit, match="no paddle_flashmask records"):
         report.main([path, "--out", str(tmp_path / "r.md")])
+
+
+def test_report_keeps_head_dims_apart_and_names_them(tmp_path):
+    # one file with head dim 128 (one record without "dim": 128 too), 192/128 and 256 at the same
+    # (mask, S, heads): three tables, none overwriting another, each naming its head dims
+    path = str(tmp_path / "mixed.jsonl")
+    no_dim = rec("paddle_flashmask_fa2", "causal", 8192, 2.0, 8.0, 200.0, 125.0)
+    del no_dim["dim"]
+    write(path, [
+        rec("paddle_flashmask_sm90", "causal", 8192, 1.0, 4.0, 500.0, 300.0),
+        no_dim,
+        rec("paddle_flashmask_sm90", "causal", 8192, 1.5, 5.0, 520.0, 310.0, dim=192, dim_v=128),
+        rec("paddle_flashmask_sm90", "causal", 8192, 2.0, 8.0, 540.0, 320.0, dim=256, dim_v=256),
+        # Flex at 192/128 only: 13 / 6.5 = 2.00 against sm90 192/128
+        rec("flex_attention", "causal", 8192, 4.0, 9.0, 200.0, 180.0, dim=192, dim_v=128),
+        rec("sdpa_dense_mask", "causal", 8192, 5.0, 10.0, 100.0, 125.0, dim=192, dim_v=128),
+    ])
+    out = str(tmp_path / "r.md")
+    assert report.main([path, "--out", out]) == 0
+    text = open(out).read()
+    t = tables(text)
+    assert {section for section, _ in t} == {"S = 8192, 32:8 heads, head dim 128",
+                                             "S = 8192, 32:8 heads, head dim 192/128",
+                                             "S = 8192, 32:8 heads, head dim 256"}
+    row = t[("S = 8192, 32:8 heads, head dim 128", "causal")]
+    assert row["sm90 fwd"] == "500" and row["fa2 fwd"] == "200" and row["Flex fwd"] == "-"
+    row = t[("S = 8192, 32:8 heads, head dim 192/128", "causal")]
+    assert row["sm90 fwd"] == "520" and row["fa2 fwd"] == "-" and row["Flex fwd"] == "200"
+    assert row["SDPA fwd"] == "100"
+    assert row[next(k for k in row if k.startswith("sm90/Flex fwd+bwd"))] == "2.00 ✓"
+    row = t[("S = 8192, 32:8 heads, head dim 256", "causal")]
+    assert row["sm90 fwd"] == "540" and row["Flex fwd"] == "-"
+    assert "bf16, head dim 128, 192/128, 256 (query and key / value where they differ)" in text
+    assert "fwd = 2·area·H·(D + Dv)" in text
+
+
+@pytest.mark.parametrize("dims,label", [((128, 128), "128"), ((192, 128), "192/128"), ((64, 32), "64/32")])
+def test_report_head_dims_label(dims, label):
+    assert report.dims_label(dims) == label
+    assert report.head_dims_of(dict(dim=dims[0], dim_v=dims[1])) == dims
+    assert report.head_dims_of(dict(dim=dims[0])) == (dims[0], dims[0])  # older records: value alike
+    assert report.head_dims_of({}) == (128, 128)  # the oldest: head dim 128
+
+
+def test_flops_count_value_head_dim_of_its_own():
+    # fwd = 2 * area * H * (D + Dv): Q K^T over D, P V over Dv; bwd 2.5 x fwd
+    S, H = 64, 4
+    area = S * (S + 1) / 2  # plain causal
+    fwd, bwd = mask_area.attention_flops(None, True, S, S, H, 192, head_dim_v=128)
+    assert fwd == 2 * area * H * (192 + 128) and bwd == 2.5 * fwd
+    fwd, bwd = mask_area.attention_flops(None, True, S, S, H, 128)  # value alike: 4 * area * H * D
+    assert fwd == 4 * area * H * 128 and bwd == 2.5 * fwd
+    assert mask_area.attention_flops(None, True, S, S, H, 128, head_dim_v=128)[0] == fwd
+
+
+def test_bench_value_head_dim_default_is_the_gpu_kernels():
+    # mask_area (no Paddle: the peers' process has none) repeats validation.GPU_VALUE_HEAD_DIMS
+    from paddle_flashmask import validation
+
+    for dim in validation.GPU_HEAD_DIMS:
+        assert mask_area.gpu_value_head_dim(dim) == validation.gpu_value_head_dim(dim), dim
+    assert mask_area.gpu_value_head_dim(192) == 128 and mask_area.gpu_value_head_dim(48) == 48
