@@ -1,6 +1,7 @@
 """Where the op loses against the bare kernel (a script, not a test; GPU).
 
-For plain causal bf16 attention (D=128, 32:8 heads) it times, in one process:
+For plain causal bf16 attention (32:8 heads; head dims from --dims, default 128) it times, in
+one process:
 - per call: CUDA events around each single call (how bench_gpu.py times; the GPU idles
   while Python dispatches, so host latency counts);
 - back to back: events around N calls queued without a sync (host latency hidden when it
@@ -32,21 +33,24 @@ def main():
     ap.add_argument("--lengths", type=int, nargs="+", default=[8192, 16384, 32768])
     ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--kernel", default="sm90")
+    ap.add_argument("--dims", nargs="+", default=["128"],
+                    help='query/key head dims, "D/Dv" for a value head dim of its own (e.g. 192/128)')
     args = ap.parse_args()
+    dims = [tuple(int(x) for x in d.split("/")) if "/" in d else (int(d), int(d)) for d in args.dims]
     place = paddle.CUDAPlace(0)
     pfm.build()
     pfm.set_gpu_kernel(args.kernel)
     ev = StreamEvents()
     rng = np.random.default_rng(0)
-    H, Hk, D = 32, 8, 128
-    print("| S | pass | per call ms (TFLOP/s) | back to back ms (TFLOP/s) | host us per call |")
-    print("|---|---|---|---|---|")
-    for S in args.lengths:
-        q, k, v, do = (device_tensor(rng.standard_normal((1, S, h, D), dtype=np.float32), "bfloat16", place)
-                       for h in (H, Hk, Hk, H))
+    H, Hk = 32, 8
+    print("| S | D/Dv | pass | per call ms (TFLOP/s) | back to back ms (TFLOP/s) | host us per call |")
+    print("|---|---|---|---|---|---|")
+    for S, (D, Dv) in ((S, d) for S in args.lengths for d in dims):
+        q, k, v, do = (device_tensor(rng.standard_normal((1, S, h, d), dtype=np.float32), "bfloat16", place)
+                       for h, d in ((H, D), (Hk, D), (Hk, Dv), (H, Dv)))
         for t in (q, k, v):
             t.stop_gradient = False
-        fwd_flops, bwd_flops = attention_flops(None, True, S, S, H, D)
+        fwd_flops, bwd_flops = attention_flops(None, True, S, S, H, D, head_dim_v=Dv)
         fwd = lambda: pfm.flashmask_attention(q, k, v, causal=True)
         outs = [fwd()]
         bwd = lambda: paddle.grad(outs, [q, k, v], [do], retain_graph=True)
@@ -64,7 +68,7 @@ def main():
             burst()
             host_us = (time.perf_counter() - t0) / args.calls * 1e6
             paddle.device.cuda.synchronize()
-            print(f"| {S} | {name} | {single:.3f} ({flops / single / 1e9:.0f}) | {many:.3f} ({flops / many / 1e9:.0f}) "
+            print(f"| {S} | {D}/{Dv} | {name} | {single:.3f} ({flops / single / 1e9:.0f}) | {many:.3f} ({flops / many / 1e9:.0f}) "
                   f"| {host_us:.0f} |", flush=True)
         outs = None
 
