@@ -433,6 +433,10 @@ int main(int argc, char** argv) {
   // (bf16, 32:8 heads), and the backward's head grouping.
   const std::string mode = argc > 1 ? argv[1] : "";
   const int time_hd = mode == "--time-hd256" ? 256 : mode == "--time-hd192" ? 192 : 0;
+  // --check-hd256, --check-hd192: that head dim's cases once each (default
+  // grouping) and a case of about 4 tiles per CTA, nothing timed: small enough
+  // for compute-sanitizer.
+  const int check_hd = mode == "--check-hd256" ? 256 : mode == "--check-hd192" ? 192 : 0;
   struct Schedule {
     const char* name;
     const char* overlap;
@@ -495,6 +499,15 @@ int main(int argc, char** argv) {
       {"none", 2, 77, 77, 2, 2, 192, false, 0, nullptr, 128},
   };
   int failures = 0;
+  if (check_hd > 0) {
+    for (const Case& c : sm90_only_cases) {
+      if (c.d == check_hd) failures += !check_case(c, GpuKernel::kSm90, false, 0, -1, rng);
+    }
+    failures += !check_case({"causal_doc", 2, 2048, 2048, 16, 4, check_hd, true, 1, doc_mask, paired_value_dim(check_hd)},
+                            GpuKernel::kSm90, false, 4, -1, rng);
+    std::printf("%d failures\n", failures);
+    return failures ? 1 : 0;
+  }
   if (time_hd > 0) {
     for (const Case& c : sm90_only_cases) {
       if (c.d == time_hd) failures += check_sm90_head_groups(c, false, rng);
