@@ -22,7 +22,9 @@
 //   Head dims 192/128 and 256 (BwdTraits::kSplitHeadDim): the two warpgroups
 //     share 64 keys and split the head dims of dK/dV/dQ instead; S = Q K^T
 //     and dP = dO V^T are split over the keys, P and dS pass through shared
-//     memory, and dQ goes to dq_accum with vector atomics from the consumers.
+//     memory, and dQ goes to the dQ writer warp as above at 192/128 and to
+//     dq_accum with vector atomics from the consumers at 256 (no room for its
+//     staging buffer; BwdTraits::kStageDQ).
 //     (192/128: q and k have 192 columns, v and dO 128; dK, dQ 192, dV 128.)
 // dK/dV stay in registers for the whole CTA (summed over its heads) and go to
 // the slot of the plan (BwdParams::accum_heads_k): stored where the CTA is
@@ -278,7 +280,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   if (warp_group == 0) {
     // ---------------- producer ----------------
     cutlass::arch::warpgroup_reg_dealloc<Traits::kLoadRegisters>();
-    if (warp == 1 && !p.deterministic && !Traits::kSplitHeadDim) {
+    if (warp == 1 && !p.deterministic && Traits::kStageDQ) {
       // dQ writer: each step's two half tiles, once their warpgroups stored
       // them, are added to the step's tile of dq_accum (same float order) with
       // one bulk reduce each; a half's buffer is handed back as soon as the
@@ -429,6 +431,24 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
                p.dv_accum, 1.f, direct, slot, sole_writer);
   };
 
+  // This warpgroup's half of a step's dQ to shared memory in accumulator
+  // order, 16 bytes per thread and store (the writer warp drained the
+  // previous step's half before signalling kdQEmpty), handed to the writer
+  // warp, which adds it to dq_accum in that order (BwdTraits::kStageDQ).
+  auto stage_dq_half = [&](auto const& tdQrdQ, int step) FLASHMASK_INLINE {
+    static_assert(decltype(size(tdQrdQ))::value % 4 == 0, "whole float4s");
+    const bool second_wg = mma_tid >= 128;
+    float4* dq_half = reinterpret_cast<float4*>(ss.smem_dq.data() + (second_wg ? Traits::kDQHalfFloats : 0));
+    if (step > 0) dq_hand_over<kdQEmpty>(second_wg);
+    CUTLASS_PRAGMA_UNROLL
+    for (int k = 0; k < size(tdQrdQ) / 4; ++k) {
+      dq_half[k * 128 + mma_tid % 128] =
+          make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2), tdQrdQ(4 * k + 3));
+    }
+    cutlass::arch::fence_view_async_shared();  // the copy engine reads it next
+    dq_hand_over<kdQFull, /*kArrive=*/true>(second_wg);
+  };
+
   // The same in both layouts: dV/dK's dO and Q, dQ's operands, dK/dV's
   // accumulators (for the whole CTA).
   Tensor tdVrdO = thr_dv.partition_fragment_B(sdOt);  // (MMA, N, K, stage)
@@ -468,7 +488,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     PipelineState read;
     int step = 0;
     for (int head = first_head; head < first_head + ss.cta_heads; ++head) {
-      float* const head_tiles = dq_head_tiles<kBlockM * kDim, kBlockM>(p, batch, head);
+      [[maybe_unused]] float* const head_tiles = dq_head_tiles<kBlockM * kDim, kBlockM>(p, batch, head);
       for (int i = 0; i < ss.num_live_blocks; ++i, ++step) {
         const uint16_t entry = live_list[i];
         const int m = live_block_index(entry);
@@ -529,8 +549,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         warpgroup_gemm</*zero_init=*/false, /*wait=*/-1>(mma_dk, tdKrdSt, tdKrQ(_, _, _, stage), tdKrdK);
         warpgroup_wait<2>();
         warpgroup_fence_operand(tdQrdQ);
-        float* tile = head_tiles + int64_t(m) * (kBlockM * kDim);
-        add_dq_half(tile + (second_wg ? Traits::kDQHalfFloats : 0), tdQrdQ, wg_tid);
+        if constexpr (Traits::kStageDQ) {
+          stage_dq_half(tdQrdQ, step);
+        } else {
+          float* tile = head_tiles + int64_t(m) * (kBlockM * kDim);
+          add_dq_half(tile + (second_wg ? Traits::kDQHalfFloats : 0), tdQrdQ, wg_tid);
+        }
         warpgroup_wait<0>();  // dV and dK have read dO and Q
         pipeline.consumer_release(read);
         ++read;
@@ -628,20 +652,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
           warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_dq, tdQrdS(_, _, _, buf), tdQrK, tdQrdQ);
           warpgroup_gemm</*zero_init=*/false, /*wait=*/1>(mma_dk, tdKrdS, tdKrQ(_, _, _, stage), tdKrdK);
           warpgroup_fence_operand(tdQrdQ);
-          // This warpgroup's half of dQ to shared memory in accumulator order,
-          // 16 bytes per thread and store (the writer warp drained the previous
-          // step's half before signalling kdQEmpty); dq_accum keeps that order.
-          static_assert(decltype(size(tdQrdQ))::value % 4 == 0, "whole float4s");
-          const bool second_wg = mma_tid >= 128;
-          float4* dq_half = reinterpret_cast<float4*>(ss.smem_dq.data() + (second_wg ? Traits::kDQHalfFloats : 0));
-          if (step > 0) dq_hand_over<kdQEmpty>(second_wg);
-          CUTLASS_PRAGMA_UNROLL
-          for (int k = 0; k < size(tdQrdQ) / 4; ++k) {
-            dq_half[k * 128 + mma_tid % 128] =
-                make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2), tdQrdQ(4 * k + 3));
-          }
-          cutlass::arch::fence_view_async_shared();  // the copy engine reads it next
-          dq_hand_over<kdQFull, /*kArrive=*/true>(second_wg);
+          stage_dq_half(tdQrdQ, step);
           warpgroup_wait<0>();  // dK has read Q
           pipeline.consumer_release(read);  // Q and dO of this stage are no longer read
         } else {

@@ -153,9 +153,10 @@ struct FwdTraits {
 //   and split the head dims of dK/dV/dQ (dK and dV 64 registers each at 256;
 //   48 and 32 at 192/128); S = Q K^T and dP = dO V^T are split over the keys
 //   (32 each), and P and dS reach the other warpgroup through shared memory.
-//   dQ goes from registers to dq_accum with vector atomics (no shared memory
-//   is left for its staging at 256: K, V, two stages of Q and dO and P/dS
-//   take 208 KB).
+//   dQ is staged for the writer warp's bulk reduce-adds at 192/128 and goes
+//   from registers to dq_accum with vector atomics at 256 (no shared memory is
+//   left for its staging there: K, V, two stages of Q and dO and P/dS take
+//   208 KB).
 // kHeadDim is q's and k's (dQ, dK), kHeadDimV v's and dO's (dV).
 template <int kHeadDim_, typename Element_>
 struct BwdTraits {
@@ -279,10 +280,13 @@ struct BwdTraits {
   static constexpr uint32_t kRowStatsBytes = kBlockM * sizeof(float);  // LSE or delta of a step
 
   // dQ of one step, per warpgroup (its head-dim half): stored in accumulator
-  // order (BwdParams::dq_accum_tiled), one bulk reduce-add each (not split)
-  // or vector atomics from the registers (split: no staging buffer).
+  // order (BwdParams::dq_accum_tiled), staged in shared memory and added with
+  // one bulk reduce-add each by the producer's dQ writer warp where there is
+  // room for the 64 x D fp32 staging buffer (head dims up to 192: 48 KB at
+  // 192/128, 187 KB in all), else (256) vector atomics from the registers.
+  static constexpr bool kStageDQ = kHeadDim <= 192;
   static constexpr int kDQHalfFloats = kBlockM * kHeadDim / kNumMmaWarpGroups;
-  static constexpr int kDQStagingFloats = kSplitHeadDim ? 4 : kBlockM * kHeadDim;
+  static constexpr int kDQStagingFloats = kStageDQ ? kBlockM * kHeadDim : 4;
   static constexpr int kPElems = kSplitHeadDim ? kBlockM * kBlockN : 8;  // P (split only)
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
