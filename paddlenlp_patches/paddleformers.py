@@ -25,8 +25,11 @@ Contract (from PaddleFormers' sources): q ``[B, H, Sq, Dq]``, k ``[B, Hk, Sk, Dq
 - ``Dv != Dq`` (MLA): the CPU kernel takes v's own head dim, the Hopper kernels 192 with 128;
   elsewhere on GPU, whose kernels take one head dim, the narrower of v and q/k is zero-padded
   to the wider one (exact: zero columns add nothing to q.k or to the output) and the output
-  sliced back to ``Dv``. (DeepSeek-V3 pads v to Dq itself before calling, so its 192/128 comes
-  here as 192/192, which no GPU kernel takes: the dense path there.)
+  sliced back to ``Dv``. DeepSeek-V3 pads v to Dq itself before calling (under "flashmask");
+  for a model passed to :func:`enable_flashmask` the entry knows its value head dim from the
+  config and takes the padding off again, so its 192/128 reaches the op as 192/128 (the Hopper
+  kernels on GPU; less work on CPU). A DeepSeek-V3 model not passed in arrives as 192/192,
+  which no GPU kernel takes: the dense path there.
 - ``scaling`` is honoured (PaddleFormers' own entry ignores it: wrong for Gemma3 when
   ``query_pre_attn_scalar != head_dim``). Exception: DeepSeek-V3 under "flashmask" pre-scales q
   by ``scaling`` and pads v itself, expecting ``1/sqrt(Dq)``; it is recognised by the bare
@@ -177,6 +180,30 @@ def _warn_once(msg):
         warnings.warn(msg, stacklevel=3)
 
 
+# {q/k head dim: value head dim} of MLA models passed to enable_flashmask whose attention zero-pads
+# v to the q/k head dim before calling the "flashmask" entry with a bare nn.Layer() as module
+# (DeepSeek-V3's scaled_dot_product_attention): the entry slices the padding off (exact: it is
+# zeros). None for a q/k head dim seen with two value head dims (left padded).
+_PADDED_VALUE_HEAD_DIMS = {}
+
+
+def _mla_head_dims(config):
+    """(q/k head dim, value head dim) of an MLA config whose value head dim is the narrower, or None."""
+    dims = [getattr(config, name, None) for name in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")]
+    if not all(isinstance(d, int) and d > 0 for d in dims):
+        return None
+    qk, v = dims[0] + dims[1], dims[2]
+    return (qk, v) if v < qk else None
+
+
+def _record_padded_value_head_dims(model):
+    for layer in model.sublayers(include_self=True):
+        dims = _mla_head_dims(getattr(layer, "config", None))
+        if dims is not None:
+            qk, v = dims
+            _PADDED_VALUE_HEAD_DIMS[qk] = v if _PADDED_VALUE_HEAD_DIMS.get(qk, v) == v else None
+
+
 def _pad_last(x, d):
     if x.shape[-1] == d:
         return x
@@ -203,8 +230,12 @@ def flashmask_attention_forward(module, query, key, value, attention_mask=None,
     if attention_mask is not None and attn_mask_startend_row_indices is not None:
         raise ValueError("flashmask attention: pass attn_mask_startend_row_indices or a dense attention_mask, "
                          "not both")
+    padded_to = None  # the head dim the caller padded v to (DeepSeek-V3), given back in the output
     if type(module) is paddle.nn.Layer:  # DeepSeek-V3's placeholder: q already scaled for 1/sqrt(Dq)
         scale = Dq**-0.5
+        unpadded = _PADDED_VALUE_HEAD_DIMS.get(Dq)
+        if unpadded is not None and Dv == Dq:
+            value, Dv, padded_to = value[:, :, :, :unpadded], unpadded, Dq
     else:
         scale = float(scaling) if scaling is not None else Dq**-0.5
 
@@ -249,6 +280,8 @@ def flashmask_attention_forward(module, query, key, value, attention_mask=None,
             keep = _causal_keep(Sq, Sk)
         out = _dense_attention(query, key, value, keep, additive, scale, sink, softcap, dropout or 0.0)
         out = out.transpose([0, 2, 1, 3])
+    if padded_to is not None:  # the caller slices the width it padded v to
+        out, Dv = _pad_last(out, padded_to), padded_to
     return out.reshape([B, Sq, H * Dv]), None
 
 
@@ -279,7 +312,9 @@ def enable_flashmask(model=None):
     """Register our op as PaddleFormers' "flashmask" attention. Idempotent; returns ``model``.
 
     Models built with ``_attn_implementation="flashmask"`` use it at once. A model passed in is
-    also switched to "flashmask" (its previous choice comes back with ``disable_flashmask(model)``).
+    also switched to "flashmask" (its previous choice comes back with ``disable_flashmask(model)``),
+    and where it is an MLA model that pads its values (DeepSeek-V3) its calls reach the op with
+    their own value head dim.
     """
     current = AttentionInterface._global_mapping.get(KEY)
     if not _is_ours(current):
@@ -287,6 +322,8 @@ def enable_flashmask(model=None):
         AttentionInterface.register(KEY, flashmask_attention_forward)
     if model is not None and not hasattr(model, _MODEL_ATTR):
         setattr(model, _MODEL_ATTR, _route_model(model, KEY))
+    if model is not None:
+        _record_padded_value_head_dims(model)
     return model
 
 
@@ -294,6 +331,7 @@ def disable_flashmask(model=None):
     """Restore PaddleFormers' own "flashmask" entry (and a passed model's previous choice)."""
     if is_enabled():
         AttentionInterface._global_mapping[KEY] = _STATE["orig"]
+    _PADDED_VALUE_HEAD_DIMS.clear()
     if model is not None:
         _unroute(model)
     return model

@@ -386,17 +386,80 @@ def test_entry_value_head_dim_192_128_on_a_hopper_gpu_goes_to_the_op_unpadded(mo
     assert maxdiff(out, eager_ref(q, k, v, np.tril(np.ones((8, 8), bool))[None, None], 0.1)) < 1e-5
 
 
-def test_entry_deepseek_placeholder_convention():
+@pytest.fixture
+def op_head_dims(monkeypatch):
+    """The (q/k, v) head dims of each paddle_flashmask.flashmask_attention call."""
+    dims = []
+    real = paddle_flashmask.flashmask_attention
+
+    def spy(q_, k_, v_, *args, **kwargs):
+        dims.append((q_.shape[-1], v_.shape[-1]))
+        return real(q_, k_, v_, *args, **kwargs)
+
+    monkeypatch.setattr(paddle_flashmask, "flashmask_attention", spy)
+    return dims
+
+
+@pytest.mark.parametrize("recorded,op_dims", [({}, (24, 24)), ({24: 12}, (24, 12)), ({24: None}, (24, 24))])
+def test_entry_deepseek_placeholder_convention(monkeypatch, op_head_dims, recorded, op_dims):
     """DeepSeek-V3 under "flashmask" scales q by `scaling` itself, pads v and passes a bare
-    nn.Layer(): that call must use 1/sqrt(Dq) (an attention layer's `scaling` is honoured)."""
+    nn.Layer(): that call must use 1/sqrt(Dq) (an attention layer's `scaling` is honoured). Where
+    the model's value head dim is known (enable_flashmask(model)), the op gets v unpadded and the
+    output comes back padded with zeros, as the caller slices it."""
+    monkeypatch.setattr(pfp, "_PADDED_VALUE_HEAD_DIMS", dict(recorded))
     q, k, v = qkv(H=4, Hk=4, D=24, Dv=12)
     s = 0.26
     ref = eager_ref(q, k, v, np.tril(np.ones((12, 12), bool))[None, None], s)
     pre = s * 24**0.5  # what DeepSeek-V3's scaled_dot_product_attention does for "flashmask"
     v_pad = paddle.concat([v, paddle.zeros([2, 4, 12, 12])], axis=-1)
     out = pfp.flashmask_attention_forward(paddle.nn.Layer(), q * pre, k, v_pad, scaling=pre)[0]
-    out = out.reshape([2, 12, 4, 24])[..., :12].reshape([2, 12, -1])
-    assert maxdiff(out, ref) < 1e-5
+    assert op_head_dims == [op_dims]
+    out = out.reshape([2, 12, 4, 24])
+    assert float(paddle.abs(out[..., 12:]).max()) == 0.0
+    assert maxdiff(out[..., :12].reshape([2, 12, -1]), ref) < 1e-5
+
+
+def test_padded_value_head_dims_recorded_from_mla_configs():
+    """enable_flashmask(model) records {q/k head dim: v head dim} of MLA configs whose v is the
+    narrower; a q/k head dim seen with two value head dims is left padded (None); disable clears."""
+    def layer(**config):
+        lay = paddle.nn.Layer()
+        lay.config = types.SimpleNamespace(**config)
+        return lay
+
+    model = paddle.nn.LayerList([layer(qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12),
+                                 layer(qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
+                                 layer(qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=24),  # not narrower
+                                 layer(hidden_size=32)])
+    pfp.enable_flashmask(model)
+    assert pfp._PADDED_VALUE_HEAD_DIMS == {24: 12, 192: 128}
+    pfp.enable_flashmask(paddle.nn.LayerList([layer(qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=8)]))
+    assert pfp._PADDED_VALUE_HEAD_DIMS == {24: None, 192: 128}
+    pfp.disable_flashmask()
+    assert pfp._PADDED_VALUE_HEAD_DIMS == {}
+
+
+@pytest.mark.skipif(DEEPSEEK is None, reason="DeepSeek-V3 not importable here")
+def test_deepseek_v3_passed_in_runs_mla_unpadded_and_equals_eager(op_head_dims):
+    """A DeepSeek-V3 model passed to enable_flashmask: every attention call reaches the op as q/k 24
+    with v 12 (not padded to 24), and the loss and every gradient equal the eager path's."""
+    S = sum(DOCS)
+    kw = dict(input_ids=ids_of(S, 7), position_ids=positions(*[(0, n) for n in DOCS]),
+              attn_mask_startend_row_indices=masks.causal_document_mask(DOCS), labels=ids_of(S, 8))
+    res = []
+    for impl in ("eager", "flashmask"):
+        model = build("deepseek_v3", impl)
+        if impl == "flashmask":
+            pfp.enable_flashmask(model)
+        model.train()
+        out = model(**kw)
+        loss = out[0] if isinstance(out, (tuple, list)) else out.loss
+        loss.backward()
+        res.append((float(loss), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}))
+    (l0, g0), (l1, g1) = res
+    assert op_head_dims and set(op_head_dims) == {(24, 12)}
+    assert abs(l0 - l1) < 1e-5 and g0.keys() == g1.keys() and len(g0) > 10
+    assert max(maxdiff(g0[n], g1[n]) for n in g0) < 1e-5
 
 
 def test_entry_kv_cache_rows_are_bottom_right_causal():
