@@ -562,39 +562,6 @@ def test_auto_takes_head_dim_256_on_hopper():
         pfm.set_gpu_kernel(old)
 
 
-def _head_dim_256_inputs():
-    return gpu_inputs(seed_of("hd256-raise"), 1, 64, 64, 2, 2, HOPPER_ONLY_DIM, "bfloat16")[:3]
-
-
-@pytest.mark.parametrize("how", ["argument", "flag"])
-def test_head_dim_256_deterministic_raises(monkeypatch, how):
-    q, k, v = _head_dim_256_inputs()
-    kwargs = {"deterministic": True}
-    if how == "flag":  # deterministic=None follows FLAGS_cudnn_deterministic
-        monkeypatch.setattr(pfm.attention, "_has_deterministic_flag", True)
-        monkeypatch.setattr(paddle, "get_flags", lambda flags: {"FLAGS_cudnn_deterministic": True})
-        kwargs = {}
-    # elsewhere than compute capability 9.0 the head dim itself is refused first
-    match = "deterministic=True with head_dim 256" if is_sm90() else "head_dim 256 on GPU runs on the Hopper"
-    with pytest.raises(ValueError, match=match):
-        pfm.flashmask_attention(q, k, v, causal=True, **kwargs)
-
-
-@pytest.mark.parametrize("kernel,why", [("fa2", "gpu_kernel 'fa2'"), ("auto", "a compute capability")])
-def test_head_dim_256_off_the_hopper_kernels_raises(kernel, why):
-    # forced onto the FA2-class kernels, or "auto" on a GPU other than compute capability 9.0
-    if kernel == "auto" and is_sm90():
-        pytest.skip("a compute capability 9.0 GPU runs head dim 256")
-    q, k, v = _head_dim_256_inputs()
-    old = pfm.set_gpu_kernel(kernel)
-    try:
-        with pytest.raises(ValueError, match=r"head_dim 256 on GPU runs on the Hopper \(sm90\) kernels only: .*"
-                                             r"got " + why):
-            pfm.flashmask_attention(q, k, v, causal=True, deterministic=False)
-    finally:
-        pfm.set_gpu_kernel(old)
-
-
 # --------------------------------------------------------------------------------------
 # head dim 192 with value head dim 128 (MLA): the Hopper kernels only, as head dim 256
 # (compute capability 9.0, not "fa2", non-deterministic backward only, 2^18 tokens per call);
@@ -696,35 +663,40 @@ def test_auto_takes_head_dims_192_128_on_hopper():
         pfm.set_gpu_kernel(old)
 
 
-def _mla_inputs():
-    return gpu_inputs(seed_of("mla-raise"), 1, 64, 64, 2, 2, MLA_DIM, "bfloat16", MLA_DIM_V)[:3]
+# The Hopper-only head dims (q/k, v) and how the messages name them.
+HOPPER_ONLY_PAIRS = [pytest.param(HOPPER_ONLY_DIM, HOPPER_ONLY_DIM, "head_dim 256", id="256"),
+                     pytest.param(MLA_DIM, MLA_DIM_V, "head_dim 192 with value head_dim 128", id="192-128")]
 
 
+def _hopper_only_inputs(dim, dim_v):
+    return gpu_inputs(seed_of(f"hopper-only-raise-{dim}"), 1, 64, 64, 2, 2, dim, "bfloat16", dim_v)[:3]
+
+
+@pytest.mark.parametrize("dim,dim_v,label", HOPPER_ONLY_PAIRS)
 @pytest.mark.parametrize("how", ["argument", "flag"])
-def test_head_dims_192_128_deterministic_raises(monkeypatch, how):
-    q, k, v = _mla_inputs()
+def test_hopper_only_head_dims_deterministic_raises(monkeypatch, how, dim, dim_v, label):
+    q, k, v = _hopper_only_inputs(dim, dim_v)
     kwargs = {"deterministic": True}
     if how == "flag":  # deterministic=None follows FLAGS_cudnn_deterministic
         monkeypatch.setattr(pfm.attention, "_has_deterministic_flag", True)
         monkeypatch.setattr(paddle, "get_flags", lambda flags: {"FLAGS_cudnn_deterministic": True})
         kwargs = {}
     # elsewhere than compute capability 9.0 the head dims themselves are refused first
-    match = ("deterministic=True with head_dim 192" if is_sm90()
-             else "head_dim 192 with value head_dim 128 on GPU runs on the Hopper")
+    match = f"deterministic=True with head_dim {dim}" if is_sm90() else f"{label} on GPU runs on the Hopper"
     with pytest.raises(ValueError, match=match):
         pfm.flashmask_attention(q, k, v, causal=True, **kwargs)
 
 
+@pytest.mark.parametrize("dim,dim_v,label", HOPPER_ONLY_PAIRS)
 @pytest.mark.parametrize("kernel,why", [("fa2", "gpu_kernel 'fa2'"), ("auto", "a compute capability")])
-def test_head_dims_192_128_off_the_hopper_kernels_raises(kernel, why):
+def test_hopper_only_head_dims_off_the_hopper_kernels_raise(kernel, why, dim, dim_v, label):
     # forced onto the FA2-class kernels, or "auto" on a GPU other than compute capability 9.0
     if kernel == "auto" and is_sm90():
-        pytest.skip("a compute capability 9.0 GPU runs head dims 192/128")
-    q, k, v = _mla_inputs()
+        pytest.skip(f"a compute capability 9.0 GPU runs {label}")
+    q, k, v = _hopper_only_inputs(dim, dim_v)
     old = pfm.set_gpu_kernel(kernel)
     try:
-        with pytest.raises(ValueError, match=r"head_dim 192 with value head_dim 128 on GPU runs on the Hopper "
-                                             r"\(sm90\) kernels only: .*got " + why):
+        with pytest.raises(ValueError, match=rf"{label} on GPU runs on the Hopper \(sm90\) kernels only: .*got {why}"):
             pfm.flashmask_attention(q, k, v, causal=True, deterministic=False)
     finally:
         pfm.set_gpu_kernel(old)
