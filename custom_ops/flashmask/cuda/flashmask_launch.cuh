@@ -4,6 +4,9 @@
 
 #include <cuda_runtime.h>
 
+#include <stdexcept>
+#include <string>
+
 #include "../flashmask_params.h"
 #include "cuda_check.h"
 #include "flashmask_bwd_dq_kernel.cuh"
@@ -22,19 +25,32 @@ void run_bwd_(const BwdParams& p, cudaStream_t stream);
 template <int kHeadDim, typename T>
 void run_bwd_dq_(const BwdParams& p, cudaStream_t stream);
 
+// Opts the kernel into `bytes` of dynamic shared memory, with a clear error
+// where the GPU allows less per block: compute capability 8.6/8.9 (RTX
+// 30x0/40x0, A10, L40) allows 99 KB, which the FA2-class backward at head
+// dims 96 and 128 exceeds (one tile configuration for every GPU so far;
+// NOTES.md, "Plan for the sm80 rework").
 template <typename Kernel>
-void allow_large_smem(Kernel kernel, int bytes) {
-  if (bytes > 48 * 1024) {
-    FLASHMASK_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+void allow_large_smem(Kernel kernel, int bytes, int head_dim) {
+  if (bytes <= 48 * 1024) return;
+  int device = 0, limit = 0;
+  FLASHMASK_CUDA_CHECK(cudaGetDevice(&device));
+  FLASHMASK_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (bytes > limit) {
+    throw std::invalid_argument(
+        "flashmask_attention: the FA2-class GPU kernel for head_dim " + std::to_string(head_dim) + " needs " +
+        std::to_string(bytes) + " bytes of shared memory per block, this GPU allows " + std::to_string(limit) +
+        " (GPUs of compute capability 8.6/8.9 lack the backward at head dims 96 and 128 so far; use head_dim "
+        "32 or 64 there, or the CPU)");
   }
+  FLASHMASK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
 // One CTA of Traits::kNThreads per (block of `block` rows along `seqlen`,
 // head, batch).
 template <typename Traits, typename Kernel, typename Params>
 void launch_rows(Kernel kernel, const Params& p, int seqlen, int block, cudaStream_t stream) {
-  allow_large_smem(kernel, Traits::kSmemBytes);
+  allow_large_smem(kernel, Traits::kSmemBytes, p.head_dim);
   const dim3 grid((seqlen + block - 1) / block, p.num_heads, p.batch);
   kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
