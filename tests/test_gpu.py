@@ -550,16 +550,6 @@ def test_head_dim_256_many_tiles_per_cta(hopper_only_dim, mask):
                  idx, use_cpu_reference=True, deterministic=False)
 
 
-def test_auto_takes_head_dim_256_on_hopper():
-    # "auto" on compute capability 9.0: the Hopper kernels (no FA2-class kernel to fall back to)
-    if not is_sm90():
-        pytest.skip(f"head dim {HOPPER_ONLY_DIM} needs compute capability 9.0, GPU 0 is {device_capability()}")
-    old = pfm.set_gpu_kernel("auto")
-    try:
-        idx = random_indices(np.random.default_rng(256), 2, 2, 333, 333, True, 2)
-        run_gpu_case(seed_of("auto256"), 2, 333, 333, 8, 2, HOPPER_ONLY_DIM, True, idx, deterministic=False)
-    finally:
-        pfm.set_gpu_kernel(old)
 
 
 # --------------------------------------------------------------------------------------
@@ -651,21 +641,24 @@ def test_head_dim_192_128_long_sequence_pieces(mla_dims, monkeypatch, causal, co
     run_mla_case(seed_of("pieces-mla", causal, cols), 1, S, S, 8, 2, causal, idx)
 
 
-def test_auto_takes_head_dims_192_128_on_hopper():
-    # "auto" on compute capability 9.0: the Hopper kernels (no FA2-class kernel to fall back to)
-    if not is_sm90():
-        pytest.skip(f"head dims {MLA_DIM}/{MLA_DIM_V} need compute capability 9.0, GPU 0 is {device_capability()}")
-    old = pfm.set_gpu_kernel("auto")
-    try:
-        idx = random_indices(np.random.default_rng(192), 2, 2, 333, 333, True, 2)
-        run_mla_case(seed_of("auto192"), 2, 333, 333, 8, 2, True, idx)
-    finally:
-        pfm.set_gpu_kernel(old)
 
 
 # The Hopper-only head dims (q/k, v) and how the messages name them.
 HOPPER_ONLY_PAIRS = [pytest.param(HOPPER_ONLY_DIM, HOPPER_ONLY_DIM, "head_dim 256", id="256"),
                      pytest.param(MLA_DIM, MLA_DIM_V, "head_dim 192 with value head_dim 128", id="192-128")]
+
+
+@pytest.mark.parametrize("dim,dim_v,label", HOPPER_ONLY_PAIRS)
+def test_auto_takes_hopper_only_head_dims_on_hopper(dim, dim_v, label):
+    # "auto" on compute capability 9.0: the Hopper kernels (no FA2-class kernel to fall back to)
+    if not is_sm90():
+        pytest.skip(f"{label} needs compute capability 9.0, GPU 0 is {device_capability()}")
+    old = pfm.set_gpu_kernel("auto")
+    try:
+        idx = random_indices(np.random.default_rng(dim), 2, 2, 333, 333, True, 2)
+        run_gpu_case(seed_of(f"auto{dim}"), 2, 333, 333, 8, 2, dim, True, idx, deterministic=False, dim_v=dim_v)
+    finally:
+        pfm.set_gpu_kernel(old)
 
 
 def _hopper_only_inputs(dim, dim_v):

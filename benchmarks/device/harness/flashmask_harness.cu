@@ -475,7 +475,7 @@ int main(int argc, char** argv) {
       {"random4+empty", 1, 333, 333, 4, 4, 128, false, 4, random4_mask},
       {"random4+empty", 1, 1024, 1024, 2, 1, 64, false, 4, random4_mask},
   };
-  // Head dim 96: the FA2-class kernels only (the Hopper ones take 64, 128 and 256).
+  // Head dim 96: the FA2-class kernels only (the Hopper ones take 64, 128, 192/128 and 256).
   const Case fa2_only_cases[] = {
       {"causal", 1, 1000, 1000, 4, 2, 96, true, 0, nullptr},
       {"none", 2, 77, 77, 2, 2, 96, false, 0, nullptr},
