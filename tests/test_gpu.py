@@ -204,10 +204,17 @@ def test_window(gpu_kernel, causal, window):
     run_gpu_case(seed_of(causal, window), 1, 500, 500, 2, 2, 64, causal, window=window)
 
 
-def test_fully_masked_rows(gpu_kernel):
+def fully_masked_rows_indices():
+    """C = 4 indices over 300 keys in which query rows [0, 130) see nothing (LSE -inf, O = 0)
+    and rows [200, 260) are masked as well."""
     idx = np.zeros((1, 1, 300, 4), dtype=np.int32)
-    idx[..., 1] = 130  # rows [0, 130) see nothing
+    idx[..., 1] = 130
     idx[..., 2], idx[..., 3] = 200, 260
+    return idx
+
+
+def test_fully_masked_rows(gpu_kernel):
+    idx = fully_masked_rows_indices()
     run_gpu_case(1, 1, 300, 300, 2, 1, 128, False, idx)
 
 
@@ -241,9 +248,7 @@ def test_deterministic_packed_masks(gpu_kernel, name, heads_k, dim, seqlen):
 
 @pytest.mark.parametrize("heads_k", [1, 2])
 def test_deterministic_fully_masked_rows(gpu_kernel, heads_k):
-    idx = np.zeros((1, 1, 300, 4), dtype=np.int32)
-    idx[..., 1] = 130  # rows [0, 130) see nothing
-    idx[..., 2], idx[..., 3] = 200, 260
+    idx = fully_masked_rows_indices()
     run_gpu_case(seed_of("det-empty", heads_k), 1, 300, 300, 4, heads_k, 128, False, idx, deterministic=True)
 
 
@@ -301,9 +306,7 @@ def test_sm90_bwd_head_groups(sm90_bwd_head_group, heads, heads_k, hm, causal, c
 
 @pytest.mark.parametrize("sm90_bwd_head_group", [(4, 0), (4, 6)], indirect=True, ids=str)
 def test_sm90_bwd_head_group_fully_masked_and_reproducible(sm90_bwd_head_group):
-    idx = np.zeros((1, 1, 300, 4), dtype=np.int32)
-    idx[..., 1] = 130  # rows [0, 130) see nothing
-    idx[..., 2], idx[..., 3] = 200, 260
+    idx = fully_masked_rows_indices()
     run_gpu_case(seed_of("hg-empty"), 1, 300, 300, 8, 2, 128, False, idx, deterministic=True)
     run_gpu_case(seed_of("hg-empty-nd"), 1, 300, 300, 8, 2, 128, False, idx, deterministic=False)
     q, k, v, dout = gpu_inputs(seed_of("hg-repro"), 1, 300, 300, 8, 2, 128, "bfloat16")
@@ -349,9 +352,7 @@ def test_sm90_fwd_schedules(sm90_fwd_schedule, dim, causal, cols, seqlen_q, seql
 
 @pytest.mark.parametrize("sm90_fwd_schedule", list(FWD_SCHEDULES), indirect=True)
 def test_sm90_fwd_schedules_fully_masked_rows(sm90_fwd_schedule):
-    idx = np.zeros((1, 1, 300, 4), dtype=np.int32)
-    idx[..., 1] = 130  # rows [0, 130) see nothing
-    idx[..., 2], idx[..., 3] = 200, 260
+    idx = fully_masked_rows_indices()
     run_gpu_case(seed_of("pp-empty"), 1, 300, 300, 8, 2, 128, False, idx)
 
 
@@ -524,9 +525,7 @@ def test_head_dim_256_packed_masks(hopper_only_dim, name, heads_k):
 
 
 def test_head_dim_256_fully_masked_rows(hopper_only_dim):
-    idx = np.zeros((1, 1, 300, 4), dtype=np.int32)
-    idx[..., 1] = 130  # rows [0, 130) see nothing
-    idx[..., 2], idx[..., 3] = 200, 260
+    idx = fully_masked_rows_indices()
     run_gpu_case(seed_of("hd256-empty"), 1, 300, 300, 4, 2, hopper_only_dim, False, idx, deterministic=False)
 
 
@@ -607,9 +606,7 @@ def test_head_dim_192_128_packed_masks(mla_dims, name, heads_k):
 
 
 def test_head_dim_192_128_fully_masked_rows(mla_dims):
-    idx = np.zeros((1, 1, 300, 4), dtype=np.int32)
-    idx[..., 1] = 130  # rows [0, 130) see nothing
-    idx[..., 2], idx[..., 3] = 200, 260
+    idx = fully_masked_rows_indices()
     run_mla_case(seed_of("mla-empty"), 1, 300, 300, 4, 2, False, idx)
 
 
