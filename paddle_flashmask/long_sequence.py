@@ -9,9 +9,9 @@ kernel). Here the call is cut into query pieces and key parts of at most
 q/k 192). Every (piece, part) pair runs the single-device kernels on the GLOBAL mask through
 the remap op (its masked rows in the piece's row numbers, for the part's keys), so tiles
 are skipped exactly as in one call; a piece's partial results over the key parts merge by
-their LSE, and the pieces are put back together with our concat op. Backward: every pair's backward with the
-merged out and LSE (P and rowsum(dO * O) are those of all keys), dQ summed over the key
-parts and dK/dV over the query pieces. Every data movement is one of our ops (the runtimes
+their LSE, and the pieces are put back together with our concat op. Backward: every pair's
+backward with the merged out and LSE (P and rowsum(dO * O) are those of all keys), dQ summed
+over the key parts and dK/dV over the query pieces. Every data movement is one of our ops (the runtimes
 this project is tested in run no Paddle GPU kernel).
 
 Taken for self-attention (Sq == Sk) without ``window_size`` or ``block_mask``, on a GPU of
