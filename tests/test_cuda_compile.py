@@ -78,6 +78,10 @@ def test_cuda_sources_compile_for_sm80_and_sm90a(compiled):
             elif "hdim96" in name:
                 # the backward on sm_80 at the 255-register limit: 28 bytes (NOTES.md, head dim 96)
                 limit = 32 if "_bwd_hdim96" in name else 0
+            elif "_fwd_hdim128" in name:
+                # The forward at the 255-register limit with its fragments loaded a step
+                # ahead (issue 15 step 2): 124 bytes, kept off the MMA runs (NOTES.md)
+                limit = 128
             else:
                 # hdim128: 56 bytes on sm_80 before the block_mask check, 72 since (NOTES.md)
                 limit = 80 if "hdim128" in name else 0

@@ -21,6 +21,22 @@
 namespace flashmask {
 namespace cuda {
 
+// The warp's ldmatrix base addresses of one operand: one per swizzle phase
+// (SwizzledTile::kPhases), for the lane's row `row` (a multiple of 8 plus
+// lane % 8) and 8-column half `half` of each 16-column step.
+template <typename Tile>
+struct FragmentBases {
+  uint32_t addr[Tile::kPhases];
+  __device__ __forceinline__ FragmentBases(uint32_t smem, int row, int half) {
+#pragma unroll
+    for (int ph = 0; ph < Tile::kPhases; ++ph) addr[ph] = smem + 2 * Tile::offset(row, ph * 16 + half * 8);
+  }
+  // Step k of the head dim (or of the keys, for V^T), `rows` rows further down.
+  __device__ __forceinline__ uint32_t at(int k, int rows) const {
+    return addr[k % Tile::kPhases] + 2 * (Tile::step_shift(k) + rows * Tile::kChunks * 8);
+  }
+};
+
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kNThreads)
     flashmask_fwd_kernel(const FwdParams p) {
@@ -29,8 +45,10 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kThreads = Traits::kNThreads;
-  constexpr int kNTiles = kBlockN / 8;  // 8-column accumulator tiles of S
-  constexpr int kDTiles = kDim / 8;     // 8-column accumulator tiles of O
+  constexpr int kNTiles = kBlockN / 8;   // 8-column accumulator tiles of S
+  constexpr int kDTiles = kDim / 8;      // 8-column accumulator tiles of O
+  constexpr int kKSteps = kDim / 16;     // k-steps of S = QK^T
+  constexpr int kNSteps = kBlockN / 16;  // 16-key groups: K fragments per k-step, k-steps of PV
   constexpr int kMTiles = Traits::kMTiles;
   constexpr int kWarpRows = 16 * kMTiles;
   using Tile = SwizzledTile<kDim>;
@@ -95,15 +113,19 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const T* q = static_cast<const T*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
   const T* k = static_cast<const T*>(p.k) + batch * p.k_batch_stride + head_k * p.k_head_stride;
   const T* v = static_cast<const T*>(p.v) + batch * p.v_batch_stride + head_k * p.v_head_stride;
+  // K/V tile copies take the thread index opaquely, so their per-thread
+  // addresses are recomputed at each copy (a few integer ops under the GEMMs)
+  // instead of being hoisted out of the loop into live (or spilled) registers.
+  auto load_kv = [&](T* smem, const T* gmem, int64_t row_stride, int n) {
+    load_tile_async<kBlockN, kDim, kThreads>(smem, gmem + int64_t(n) * kBlockN * row_stride, row_stride,
+                                             seqlen_k - n * kBlockN, int(opaque(uint32_t(tid))));
+  };
+  auto load_k = [&](int n) { load_kv(sK, k, p.k_row_stride, n); };
 
   load_tile_async<kBlockM, kDim, kThreads>(sQ, q + int64_t(r0) * p.q_row_stride, p.q_row_stride,
                                            r1 - r0, tid);
-  cp_async_commit();
   int n = next_live_block(0);
-  if (n < n_end) {
-    load_tile_async<kBlockN, kDim, kThreads>(sK, k + int64_t(n) * kBlockN * p.k_row_stride,
-                                             p.k_row_stride, seqlen_k - n * kBlockN, tid);
-  }
+  if (n < n_end) load_k(n);
   cp_async_commit();
 
   float acc_o[kMTiles][kDTiles][4];
@@ -119,43 +141,40 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     row_sum[mt][0] = row_sum[mt][1] = 0.f;
   }
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
-  const int warp_row0 = warp * kWarpRows;            // within the block
-  const int row_a = r0 + warp_row0 + lane / 4;       // + mt * 16 + h * 8
+  const int warp_row0 = warp * kWarpRows;       // within the block
+  const int row_a = r0 + warp_row0 + lane / 4;  // + mt * 16 + h * 8
 
-  // Q as A fragments: in registers for small head dims, else re-read per block.
-  uint32_t frag_q[Traits::kQInRegs ? kMTiles : 1][Traits::kQInRegs ? kDim / 16 : 1][4];
-  auto load_q_frag = [&](uint32_t (&a)[4], uint32_t q_base, int mt, int kk, int ln) {
-    ldmatrix_x4(a, q_base + 2 * Tile::offset(warp_row0 + mt * 16 + ln % 16, kk * 16 + (ln / 16) * 8));
-  };
-  bool q_loaded = false;
+  // ldmatrix bases. Q (A of QK^T): rows warp_row0 + lane % 16, half lane / 16.
+  // K (B of QK^T, two 8-key tiles per x4): keys lane % 8 + (lane / 16) x 8,
+  // half (lane / 8) % 2. V^T (B of PV, transposed): keys lane % 16, half lane / 16.
+  const FragmentBases<Tile> q_frag(smem_addr(sQ), warp_row0 + lane % 16, lane / 16);
+  const FragmentBases<Tile> k_frag(smem_addr(sK), lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
+  // V^T's lanes meet the same swizzle phases as Q's (rows lane % 16 in both, a
+  // multiple of 8 apart): one register moves Q's bases onto V.
+  const uint32_t v_from_q = 2 * (Traits::kSmemQ + Traits::kSmemKV - warp_row0 * kDim);
+  auto v_at = [&](int step, int keys) { return q_frag.at(step, keys) + v_from_q; };
 
+  // Two barriers per key block, as FlashAttention-2: (1) K[n] has landed and
+  // every warp left V[n-1] and the column bounds: V[n] and the bounds load
+  // under S = QK^T; (2) V[n] has landed and every warp left K[n]: K[next]
+  // loads under the softmax and O += PV.
+  TileKind kind = n < n_end ? classify(n) : TileKind::kSkip;
   while (n < n_end) {
-    const TileKind kind = classify(n);
     const int c0 = n * kBlockN;
-    load_tile_async<kBlockN, kDim, kThreads>(sV, v + int64_t(c0) * p.v_row_stride,
-                                             p.v_row_stride, seqlen_k - c0, tid);
+    cp_async_wait<0>();  // Q and K[n]
+    __syncthreads();
+    load_kv(sV, v, p.v_row_stride, n);
     cp_async_commit();
     if (kind == TileKind::kPartial && has_columns) {
       stage_column_bounds<kBlockN>(sCol, columns, p.mask, c0, seqlen_q, seqlen_k, tid);
     }
-    cp_async_wait<1>();  // Q and K[n] have landed
-    __syncthreads();
-    if constexpr (Traits::kQInRegs) {
-      if (!q_loaded) {
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-          for (int kk = 0; kk < kDim / 16; ++kk) load_q_frag(frag_q[mt][kk], smem_addr(sQ), mt, kk, lane);
-        q_loaded = true;
-      }
-    }
+    // The next live block, found while the GEMM runs (its bounds come from L2).
+    const int n_next = next_live_block(n + 1);
 
-    // lane and bases re-read opaquely each block, so fragment addresses are
-    // recomputed where used rather than hoisted into dozens of live registers.
-    const int ln = int(opaque(uint32_t(lane)));
-    const uint32_t q_base = opaque(smem_addr(sQ));
-    const uint32_t k_base = opaque(smem_addr(sK));
-    // S = Q K^T for the warp's rows x kBlockN keys; each K fragment feeds kMTiles MMAs.
+    // S = Q K^T for the warp's rows x kBlockN keys; each K fragment feeds
+    // kMTiles MMAs. Software-pipelined: the fragments of the next 16 keys (and,
+    // before a k-step's last group, the next k-step's Q) are loaded ahead of
+    // this group's MMAs, so ldmatrix latency hides under them.
     float acc_s[kMTiles][kNTiles][4];
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
@@ -163,32 +182,38 @@ __global__ void __launch_bounds__(Traits::kNThreads)
       for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc_s[mt][j][e] = 0.f;
-    // Not unrolled: fragment addresses are recomputed per step instead of
-    // living in registers next to the accumulators.
-#pragma unroll 1
-    for (int kk = 0; kk < kDim / 16; ++kk) {
-      uint32_t a_q[kMTiles][4];
+    {
+      uint32_t a_q[2][kMTiles][4], b_k[2][4];
+      auto load_a = [&](uint32_t (&a)[kMTiles][4], int kk) {
 #pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        if constexpr (Traits::kQInRegs) {
+        for (int mt = 0; mt < kMTiles; ++mt) ldmatrix_x4(a[mt], q_frag.at(kk, mt * 16));
+      };
+      load_a(a_q[0], 0);
+      ldmatrix_x4(b_k[0], k_frag.at(0, 0));
 #pragma unroll
-          for (int r = 0; r < 4; ++r) a_q[mt][r] = frag_q[mt][kk][r];
-        } else {
-          load_q_frag(a_q[mt], q_base, mt, kk, ln);
-        }
-      }
+      for (int kk = 0; kk < kKSteps; ++kk) {
 #pragma unroll
-      for (int nn = 0; nn < kBlockN / 16; ++nn) {
-        uint32_t b[4];
-        ldmatrix_x4(b, k_base + 2 * Tile::offset(nn * 16 + ln % 8 + (ln / 16) * 8,
-                                                 kk * 16 + ((ln / 8) % 2) * 8));
+        for (int nn = 0; nn < kNSteps; ++nn) {
+          const int i = kk * kNSteps + nn;  // this group; i + 1 is the next
+          if (nn + 1 < kNSteps) {
+            ldmatrix_x4(b_k[(i + 1) % 2], k_frag.at(kk, (nn + 1) * 16));
+          } else if (kk + 1 < kKSteps) {
+            load_a(a_q[(kk + 1) % 2], kk + 1);
+            ldmatrix_x4(b_k[(i + 1) % 2], k_frag.at(kk + 1, 0));
+          }
 #pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_16816<T>(acc_s[mt][2 * nn], a_q[mt], b[0], b[1]);
-          mma_16816<T>(acc_s[mt][2 * nn + 1], a_q[mt], b[2], b[3]);
+          for (int mt = 0; mt < kMTiles; ++mt) {
+            mma_16816<T>(acc_s[mt][2 * nn], a_q[kk % 2][mt], b_k[i % 2][0], b_k[i % 2][1]);
+            mma_16816<T>(acc_s[mt][2 * nn + 1], a_q[kk % 2][mt], b_k[i % 2][2], b_k[i % 2][3]);
+          }
         }
       }
     }
+
+    cp_async_wait<0>();  // V[n]
+    __syncthreads();
+    if (n_next < n_end) load_k(n_next);
+    cp_async_commit();
 
     if (kind == TileKind::kPartial) {
 #pragma unroll
@@ -206,7 +231,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
         }
     }
 
-    // Online softmax in the log2 domain.
+    // Online softmax in the log2 domain; P packed to 16-bit pairs right away
+    // (the A operand of PV), which frees the fp32 scores.
+    uint32_t a_p[kMTiles][kNSteps][4];
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -226,7 +253,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
         for (int j = 0; j < kNTiles; ++j) {
 #pragma unroll
           for (int e = 2 * h; e < 2 * h + 2; ++e) {
-            const float prob = exp2f(acc_s[mt][j][e] * scale_log2 - max_used);
+            const float prob = exp2f(fmaf(acc_s[mt][j][e], scale_log2, -max_used));
             acc_s[mt][j][e] = prob;
             sum += prob;
           }
@@ -239,45 +266,40 @@ __global__ void __launch_bounds__(Traits::kNThreads)
           acc_o[mt][j][2 * h + 1] *= alpha;
         }
       }
-    }
-
-    __syncthreads();  // every warp is done with sK
-    const int n_next = next_live_block(n + 1);
-    if (n_next < n_end) {
-      load_tile_async<kBlockN, kDim, kThreads>(sK, k + int64_t(n_next) * kBlockN * p.k_row_stride,
-                                               p.k_row_stride, seqlen_k - n_next * kBlockN, tid);
-    }
-    cp_async_commit();
-    cp_async_wait<1>();  // V[n] has landed
-    __syncthreads();
-
-    const uint32_t v_base = opaque(smem_addr(sV));
-    const int lv = int(opaque(uint32_t(lane)));
-    // O += P V, P taken straight from the S accumulators.
 #pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      uint32_t a[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        a[mt][0] = pack2<T>(acc_s[mt][2 * kk][0], acc_s[mt][2 * kk][1]);
-        a[mt][1] = pack2<T>(acc_s[mt][2 * kk][2], acc_s[mt][2 * kk][3]);
-        a[mt][2] = pack2<T>(acc_s[mt][2 * kk + 1][0], acc_s[mt][2 * kk + 1][1]);
-        a[mt][3] = pack2<T>(acc_s[mt][2 * kk + 1][2], acc_s[mt][2 * kk + 1][3]);
+      for (int kk = 0; kk < kNSteps; ++kk) {
+        a_p[mt][kk][0] = pack2<T>(acc_s[mt][2 * kk][0], acc_s[mt][2 * kk][1]);
+        a_p[mt][kk][1] = pack2<T>(acc_s[mt][2 * kk][2], acc_s[mt][2 * kk][3]);
+        a_p[mt][kk][2] = pack2<T>(acc_s[mt][2 * kk + 1][0], acc_s[mt][2 * kk + 1][1]);
+        a_p[mt][kk][3] = pack2<T>(acc_s[mt][2 * kk + 1][2], acc_s[mt][2 * kk + 1][3]);
       }
+    }
+
+    // O += P V: for each 16 keys, the head dim in 16-column steps; each V^T
+    // fragment is loaded one step ahead of its MMAs.
+    {
+      uint32_t b_v[2][4];
+      ldmatrix_x4_trans(b_v[0], v_at(0, 0));
 #pragma unroll
-      for (int dd = 0; dd < kDim / 16; ++dd) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, v_base + 2 * Tile::offset(kk * 16 + lv % 8 + ((lv / 8) % 2) * 8,
-                                                       dd * 16 + (lv / 16) * 8));
+      for (int kk = 0; kk < kNSteps; ++kk) {
 #pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_16816<T>(acc_o[mt][2 * dd], a[mt], b[0], b[1]);
-          mma_16816<T>(acc_o[mt][2 * dd + 1], a[mt], b[2], b[3]);
+        for (int dd = 0; dd < kKSteps; ++dd) {
+          const int i = kk * kKSteps + dd;
+          if (dd + 1 < kKSteps) {
+            ldmatrix_x4_trans(b_v[(i + 1) % 2], v_at(dd + 1, kk * 16));
+          } else if (kk + 1 < kNSteps) {
+            ldmatrix_x4_trans(b_v[(i + 1) % 2], v_at(0, (kk + 1) * 16));
+          }
+#pragma unroll
+          for (int mt = 0; mt < kMTiles; ++mt) {
+            mma_16816<T>(acc_o[mt][2 * dd], a_p[mt][kk], b_v[i % 2][0], b_v[i % 2][1]);
+            mma_16816<T>(acc_o[mt][2 * dd + 1], a_p[mt][kk], b_v[i % 2][2], b_v[i % 2][3]);
+          }
         }
       }
     }
-    __syncthreads();  // sV and sCol are free for the next block
     n = n_next;
+    if (n < n_end) kind = classify(n);
   }
   cp_async_wait<0>();
 

@@ -20,8 +20,6 @@ struct FwdTraits {
   static constexpr int kMTiles = 2;
   static constexpr int kBlockM = 16 * kMTiles * kNWarps;
   static constexpr int kBlockN = kMaskBlockN;
-  // Q fragments stay in registers only where they fit next to the accumulators.
-  static constexpr bool kQInRegs = false;
   static constexpr int kSmemQ = kBlockM * kHeadDim;   // elements
   static constexpr int kSmemKV = kBlockN * kHeadDim;  // elements, K or V
   // Q, K, V and the staged column bounds. K and V have one buffer each: V[n]

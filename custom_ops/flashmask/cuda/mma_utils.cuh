@@ -139,9 +139,10 @@ template <int kDim>
 struct SwizzledTile {
   static constexpr int kChunks = kDim / 8;
   static_assert(kDim % 32 == 0, "rows of whole 4-chunk groups");
-  __device__ __forceinline__ static int offset(int row, int col) {
+  static constexpr bool kPow2 = (kChunks & (kChunks - 1)) == 0;
+  __host__ __device__ __forceinline__ static constexpr int offset(int row, int col) {
     const int chunk = col >> 3;
-    if constexpr ((kChunks & (kChunks - 1)) == 0) {
+    if constexpr (kPow2) {
       // 4, 8 or 16 chunks: the same permutation as the grouped form below,
       // in the form the head dims 32/64/128 kernels were tuned with.
       return row * kDim + (((chunk ^ (row & 7)) & (kChunks - 1)) << 3) + (col & 7);
@@ -150,7 +151,36 @@ struct SwizzledTile {
       return row * kDim + (swizzled << 3) + (col & 7);
     }
   }
+
+  // Fragment addressing for ldmatrix, whose lane-dependent row is a multiple
+  // of 8 plus (lane % 8): along the columns, 16-column step k is step
+  // k % kPhases moved right by whole swizzle groups, and along the rows,
+  // 8 rows down is 8 x kDim elements on. So a warp keeps kPhases base
+  // addresses per operand and reaches every fragment with an immediate offset
+  // (the swizzle is not recomputed per load, and no address lives per step).
+  static constexpr int kPhases = kPow2 && kChunks >= 8 ? 4 : 2;
+  static constexpr int kSteps = kDim / 16;  // 16-column steps of a row
+  __host__ __device__ __forceinline__ static constexpr int step_shift(int k) {
+    return (k / kPhases) * kPhases * 16;
+  }
+
+  // Compile-time proof of the two identities above, over every row residue,
+  // step and 8-column half.
+  static constexpr bool phases_hold() {
+    for (int r = 0; r < 8; ++r)
+      for (int k = 0; k < kSteps; ++k)
+        for (int half = 0; half < 2; ++half) {
+          const int col = k * 16 + half * 8, base = (k % kPhases) * 16 + half * 8;
+          if (offset(r, col) != offset(r, base) + step_shift(k)) return false;
+          for (int down = 8; down < 128; down += 8)
+            if (offset(r + down, col) != offset(r, col) + down * kDim) return false;
+        }
+    return true;
+  }
 };
+static_assert(SwizzledTile<32>::phases_hold() && SwizzledTile<64>::phases_hold() &&
+                  SwizzledTile<96>::phases_hold() && SwizzledTile<128>::phases_hold(),
+              "ldmatrix fragment addresses are phase bases plus immediates");
 
 // Warp-wide reductions over the 4 lanes that share an accumulator row.
 __device__ __forceinline__ float quad_max(float x) {
