@@ -21,6 +21,23 @@
 namespace flashmask {
 namespace cuda {
 
+// The masked rows of key columns [c0, c0 + kCols) of a partial tile, as two
+// intervals each (MaskedRows; the causal diagonal and the columns past
+// seqlen_k folded in; without a column mask only those two remain).
+template <int kCols>
+__device__ __forceinline__ void stage_masked_rows(MaskedRows* smem, const int32_t* columns,
+                                                  const MaskParams& mask, int c0, int seqlen_q, int seqlen_k,
+                                                  int causal_offset, int tid) {
+  if (tid < kCols) {
+    const int col = c0 + tid;
+    const ColumnBounds bounds = columns != nullptr && col < seqlen_k
+                                    ? load_column_bounds(columns + int64_t(col) * mask.col_stride, mask.num_cols,
+                                                         mask.causal, seqlen_q)
+                                    : ColumnBounds{0, 0, 0, 0};
+    smem[tid] = masked_rows(bounds, col, mask.causal, causal_offset, seqlen_k);
+  }
+}
+
 // The warp's ldmatrix base addresses of one operand: one per swizzle phase
 // (SwizzledTile::kPhases), for the lane's row `row` (a multiple of 8 plus
 // lane % 8) and 8-column half `half` of each 16-column step.
@@ -88,6 +105,11 @@ __global__ void __launch_bounds__(Traits::kNThreads)
                                              mask_batch * p.mask.batch_stride +
                                              mask_head * p.mask.head_stride
                                        : nullptr;
+  // Partial tiles test each column's masked rows as two intervals
+  // (MaskedRows: the causal diagonal and the ragged tail folded in), except
+  // causal calls with 4 bounds a column, which need three and keep the
+  // general test.
+  const bool two_intervals = !(has_columns && causal && p.mask.num_cols == 4);
   const BlockBounds* block_bounds =
       has_columns ? reinterpret_cast<const BlockBounds*>(p.block_bounds) +
                         (int64_t(mask_batch) * p.mask.num_heads + mask_head) * k_blocks
@@ -105,9 +127,29 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     return classify_tile(has_columns ? &block_bounds[n] : nullptr, causal, seqlen_q, seqlen_k, r0,
                          r1, n * kBlockN, n * kBlockN + kBlockN);
   };
-  auto next_live_block = [&](int n) {
-    while (n < n_end && classify(n) == TileKind::kSkip) ++n;
-    return n;
+  // The first live key block at or after `from` (n_end if none) and its kind.
+  // Each warp classifies 32 blocks at once (one round of summary loads instead
+  // of one dependent load per skipped block) and keeps the window's live and
+  // partial bits for the following calls; every lane holds the same answer.
+  int scan_base = -64;
+  unsigned live_bits = 0, partial_bits = 0;
+  auto next_live_block = [&](int from, TileKind& kind) {
+    for (;;) {
+      if (from >= n_end) return n_end;
+      if (from >= scan_base + 32) {
+        scan_base = from;
+        const TileKind lane_kind = from + lane < n_end ? classify(from + lane) : TileKind::kSkip;
+        live_bits = __ballot_sync(0xffffffffu, lane_kind != TileKind::kSkip);
+        partial_bits = __ballot_sync(0xffffffffu, lane_kind == TileKind::kPartial);
+      }
+      const unsigned ahead = live_bits & (0xffffffffu << (from - scan_base));
+      if (ahead != 0) {
+        const int bit = __ffs(ahead) - 1;
+        kind = (partial_bits >> bit) & 1u ? TileKind::kPartial : TileKind::kFull;
+        return scan_base + bit;
+      }
+      from = scan_base + 32;
+    }
   };
 
   const T* q = static_cast<const T*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
@@ -124,7 +166,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 
   load_tile_async<kBlockM, kDim, kThreads>(sQ, q + int64_t(r0) * p.q_row_stride, p.q_row_stride,
                                            r1 - r0, tid);
-  int n = next_live_block(0);
+  TileKind kind = TileKind::kSkip;
+  int n = next_live_block(0, kind);
   if (n < n_end) load_k(n);
   cp_async_commit();
 
@@ -158,18 +201,23 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   // every warp left V[n-1] and the column bounds: V[n] and the bounds load
   // under S = QK^T; (2) V[n] has landed and every warp left K[n]: K[next]
   // loads under the softmax and O += PV.
-  TileKind kind = n < n_end ? classify(n) : TileKind::kSkip;
   while (n < n_end) {
     const int c0 = n * kBlockN;
     cp_async_wait<0>();  // Q and K[n]
     __syncthreads();
     load_kv(sV, v, p.v_row_stride, n);
     cp_async_commit();
-    if (kind == TileKind::kPartial && has_columns) {
-      stage_column_bounds<kBlockN>(sCol, columns, p.mask, c0, seqlen_q, seqlen_k, tid);
+    if (kind == TileKind::kPartial) {
+      if (two_intervals) {
+        stage_masked_rows<kBlockN>(reinterpret_cast<MaskedRows*>(sCol), columns, p.mask, c0, seqlen_q,
+                                   seqlen_k, causal_offset, tid);
+      } else {
+        stage_column_bounds<kBlockN>(sCol, columns, p.mask, c0, seqlen_q, seqlen_k, tid);
+      }
     }
     // The next live block, found while the GEMM runs (its bounds come from L2).
-    const int n_next = next_live_block(n + 1);
+    TileKind kind_next = TileKind::kSkip;
+    const int n_next = next_live_block(n + 1, kind_next);
 
     // S = Q K^T for the warp's rows x kBlockN keys; each K fragment feeds
     // kMTiles MMAs. Software-pipelined: the fragments of the next 16 keys (and,
@@ -215,7 +263,23 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     if (n_next < n_end) load_k(n_next);
     cp_async_commit();
 
-    if (kind == TileKind::kPartial) {
+    if (kind == TileKind::kPartial && two_intervals) {
+      // Each of the thread's 16 columns is loaded once and tested against its
+      // 4 rows: two subtractions and unsigned compares an element.
+      const MaskedRows* rows_of = reinterpret_cast<const MaskedRows*>(sCol);
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const MaskedRows m = rows_of[j * 8 + (lane % 4) * 2 + c];
+#pragma unroll
+          for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              if (row_masked(m, row_a + mt * 16 + h * 8)) acc_s[mt][j][2 * h + c] = -CUDART_INF_F;
+            }
+        }
+    } else if (kind == TileKind::kPartial) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -299,7 +363,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
       }
     }
     n = n_next;
-    if (n < n_end) kind = classify(n);
+    kind = kind_next;
   }
   cp_async_wait<0>();
 
