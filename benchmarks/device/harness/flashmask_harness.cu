@@ -3,6 +3,9 @@
 // dq/dk/dv, for both kernel families (head dims 192/128 and 256: the Hopper
 // ones only);
 // then timings of a few large cases.
+// --check-fa2 / --time-fa2 / --mma-peak: the FA2-class kernels alone (their
+// rework, NOTES.md issue 15; build_variant.sh builds one binary per version
+// and ../fa2_steps.sh times them against each other and torch's FA2).
 // Built on a CPU machine (benchmarks/device/harness/build.sh) and run on the
 // device without the Paddle GPU runtime: a quick first look at a new kernel.
 // The Paddle-level GPU tests (tests/test_gpu.py) remain the full check.
@@ -412,6 +415,113 @@ int check_sm90_head_groups(const Case& c, bool deterministic, std::mt19937& rng)
   return failures;
 }
 
+// --mma-peak: the mma.sync rate (m16n8k16, fp32 accumulate) with nothing else
+// in the loop, the ceiling of the FA2-class kernels (the A100 estimate in
+// NOTES.md divides by it). 8 independent accumulator chains per warp (the
+// HMMA latency hidden within the warp too), operands in registers.
+template <bool kBf16>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  if constexpr (kBf16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+}
+constexpr int kPeakChains = 8, kPeakThreads = 128;
+template <bool kBf16>
+__global__ void __launch_bounds__(kPeakThreads) mma_peak_kernel(int iters, int write, float* out, long long* cycles) {
+  // Operands from the thread index (small values, no overflow): nothing to fold.
+  const uint32_t base = kBf16 ? 0x3b003b00u : 0x1c001c00u, t = threadIdx.x & 3;
+  const uint32_t a[4] = {base | t, base | (t ^ 1), base | (t ^ 2), base | (t ^ 3)}, b[2] = {base | (t << 16), base};
+  float c[kPeakChains][4] = {};
+  const long long t0 = clock64();
+#pragma unroll 4
+  for (int it = 0; it < iters; ++it) {
+#pragma unroll
+    for (int j = 0; j < kPeakChains; ++j) mma_16816<kBf16>(c[j], a, b);
+  }
+  const long long t1 = clock64();
+  // write is 0 at run time, unknown at compile time: the chains stay live.
+  if (write) {
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kPeakChains; ++j) sum += c[j][0] + c[j][1] + c[j][2] + c[j][3];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = sum;
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) *cycles = t1 - t0;
+}
+
+// About `ms` of mma.sync at 4 CTAs per SM: the clocks out of idle before a
+// timing (--mma-peak, --time-fa2).
+void warm_up_gpu(float ms) {
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  float* out;
+  long long* cycles;
+  CHECK(cudaMalloc(&out, size_t(4) * sms * kPeakThreads * 4));
+  CHECK(cudaMalloc(&cycles, 8));
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::duration<float, std::milli>(std::chrono::steady_clock::now() - start).count() < ms) {
+    mma_peak_kernel<true><<<4 * sms, kPeakThreads>>>(1 << 14, 0, out, cycles);
+    CHECK(cudaGetLastError());
+    CHECK(cudaDeviceSynchronize());
+  }
+  CHECK(cudaFree(out));
+  CHECK(cudaFree(cycles));
+}
+
+// Best of 3 timed launches after one warm-up, at 1-8 CTAs of 4 warps per SM
+// (all resident: one wave); the SM clock during the run from block 0's
+// clock64() span over the event time.
+template <bool kBf16>
+double mma_peak(int sms, const char* name) {
+  const int iters = 1 << 17;
+  float* out;
+  long long* cycles;
+  CHECK(cudaMalloc(&out, size_t(8) * sms * kPeakThreads * 4));
+  CHECK(cudaMalloc(&cycles, 8));
+  int resident = 0;
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, mma_peak_kernel<kBf16>, kPeakThreads, 0));
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  double best = 0;
+  for (int per_sm : {1, 2, 4, 8}) {
+    if (per_sm > resident) continue;
+    const int grid = per_sm * sms;
+    float best_ms = 1e30f;
+    long long best_cycles = 0;
+    for (int i = 0; i < 4; ++i) {
+      CHECK(cudaEventRecord(e0));
+      mma_peak_kernel<kBf16><<<grid, kPeakThreads>>>(iters, 0, out, cycles);
+      CHECK(cudaGetLastError());
+      CHECK(cudaEventRecord(e1));
+      CHECK(cudaEventSynchronize(e1));
+      float ms;
+      CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      long long cyc;
+      CHECK(cudaMemcpy(&cyc, cycles, 8, cudaMemcpyDeviceToHost));
+      if (i > 0 && ms < best_ms) best_ms = ms, best_cycles = cyc;  // first launch warms up
+    }
+    const double flops = double(grid) * (kPeakThreads / 32) * iters * kPeakChains * (2.0 * 16 * 8 * 16);
+    const double tflops = flops / best_ms / 1e9, mhz = best_cycles / (best_ms * 1e3);
+    best = std::max(best, tflops);
+    std::printf("| %s | %d | %.3f | %.1f | %.0f | %.0f |\n", name, per_sm, best_ms, tflops, mhz,
+                tflops * 1e12 / (sms * mhz * 1e6));
+  }
+  CHECK(cudaEventDestroy(e0));
+  CHECK(cudaEventDestroy(e1));
+  CHECK(cudaFree(out));
+  CHECK(cudaFree(cycles));
+  return best;
+}
+
 // The table time_case's rows belong to (--time, --time-hd256, --time-hd192).
 void print_time_header() {
   std::printf("| kernel | mask | S | H:Hk | D/Dv | bwd heads/CTA / max steps | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | fwd+bwd TFLOP/s | bwd prep+finish ms |\n"
@@ -456,7 +566,44 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1234);
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
+#ifdef FLASHMASK_HARNESS_VARIANT
+  std::printf("# %s, cc %d.%d, variant %s\n", prop.name, prop.major, prop.minor, FLASHMASK_HARNESS_VARIANT);
+#else
   std::printf("# %s, cc %d.%d\n", prop.name, prop.major, prop.minor);
+#endif
+  if (mode == "--mma-peak") {
+    int sms = 0, clock_khz = 0;
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+    std::printf("| mma.sync m16n8k16, f32 accumulate | CTAs/SM (4 warps, %d chains each) | ms | TFLOP/s | SM MHz (clock64 / time) | flop/clk/SM |\n"
+                "|---|---|---|---|---|---|\n",
+                kPeakChains);
+    warm_up_gpu(300.f);
+    const double bf16 = mma_peak<true>(sms, "bf16"), fp16 = mma_peak<false>(sms, "fp16");
+    std::printf("mma_peak: bf16 %.1f TFLOP/s, fp16 %.1f TFLOP/s; %d SMs, cudaDevAttrClockRate %d kHz\n", bf16, fp16,
+                sms, clock_khz);
+    return 0;
+  }
+  // --time-fa2: the FA2-class kernels' timings (bf16, 32:8 heads), nothing
+  // checked (--check-fa2 does that): causal at 8K and 16K for head dims 64, 96
+  // and 128; causal document, sliding window and short documents at 8K and
+  // 32K (D=128; the masks of --time-hd256); deterministic causal 16K.
+  if (mode == "--time-fa2") {
+    warm_up_gpu(300.f);
+    print_time_header();
+    for (int d : {64, 96, 128})
+      for (int s : {8192, 16384}) time_case("causal", s, 32, 8, d, GpuKernel::kFA2, rng);
+    for (int s : {8192, 32768}) {
+      std::mt19937 mask_rng(s);
+      const std::vector<int32_t> docs = timing_docs(s, mask_rng), short_docs = timing_short_docs(s, mask_rng),
+                                 window = timing_window(s);
+      time_case("causal_document", s, 32, 8, 128, GpuKernel::kFA2, rng, docs);
+      time_case("sliding_window", s, 32, 8, 128, GpuKernel::kFA2, rng, window);
+      time_case("short_documents", s, 32, 8, 128, GpuKernel::kFA2, rng, short_docs);
+    }
+    time_case("causal", 16384, 32, 8, 128, GpuKernel::kFA2, rng, {}, true);
+    return 0;
+  }
   if (argc > 1 && std::string(argv[1]) == "--profile") {
     // Only causal document, then sliding window, at 8K (sm90, defaults): for
     // Nsight Compute, each kernel launched 7 times per case.
@@ -498,7 +645,26 @@ int main(int argc, char** argv) {
       {"random4+empty", 1, 333, 333, 4, 4, 192, false, 4, random4_mask, 128},
       {"none", 2, 77, 77, 2, 2, 192, false, 0, nullptr, 128},
   };
+  // Head dim 32: the FA2-class kernels only (--check-fa2).
+  const Case fa2_hd32_cases[] = {
+      {"causal", 1, 1000, 1000, 4, 2, 32, true, 0, nullptr},
+      {"none", 2, 77, 77, 2, 2, 32, false, 0, nullptr},
+      {"causal_doc", 1, 777, 777, 2, 1, 32, true, 1, doc_mask},
+      {"random4+empty", 1, 333, 333, 4, 4, 32, false, 4, random4_mask},
+  };
   int failures = 0;
+  // --check-fa2: every FA2-class case (head dims 32-128), both backward modes,
+  // nothing timed, no sm90: small enough for compute-sanitizer.
+  if (mode == "--check-fa2") {
+    auto check_fa2 = [&](const Case& c) {
+      for (bool det : {false, true}) failures += !check_case(c, GpuKernel::kFA2, det, 1, 0, rng);
+    };
+    for (const Case& c : cases) check_fa2(c);
+    for (const Case& c : fa2_only_cases) check_fa2(c);
+    for (const Case& c : fa2_hd32_cases) check_fa2(c);
+    std::printf("%d failures\n", failures);
+    return failures ? 1 : 0;
+  }
   if (check_hd > 0) {
     for (const Case& c : sm90_only_cases) {
       if (c.d == check_hd) failures += !check_case(c, GpuKernel::kSm90, false, 0, -1, rng);
