@@ -63,22 +63,6 @@ __device__ __forceinline__ void copy_tile_async(T* smem, const T* gmem, int64_t 
   }
 }
 
-// The warp's ldmatrix base addresses of one operand: one per swizzle phase
-// (SwizzledTile::kPhases), for the lane's row `row` (a multiple of 8 plus
-// lane % 8) and 8-column half `half` of each 16-column step.
-template <typename Tile>
-struct FragmentBases {
-  uint32_t addr[Tile::kPhases];
-  __device__ __forceinline__ FragmentBases(uint32_t smem, int row, int half) {
-#pragma unroll
-    for (int ph = 0; ph < Tile::kPhases; ++ph) addr[ph] = smem + 2 * Tile::offset(row, ph * 16 + half * 8);
-  }
-  // Step k of the head dim (or of the keys, for V^T), `rows` rows further down.
-  __device__ __forceinline__ uint32_t at(int k, int rows) const {
-    return addr[k % Tile::kPhases] + 2 * (Tile::step_shift(k) + rows * Tile::kChunks * 8);
-  }
-};
-
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kNThreads)
     flashmask_fwd_kernel(const FwdParams p) {
@@ -215,8 +199,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   // ldmatrix bases. Q (A of QK^T): rows warp_row0 + lane % 16, half lane / 16.
   // K (B of QK^T, two 8-key tiles per x4): keys lane % 8 + (lane / 16) x 8,
   // half (lane / 8) % 2. V^T (B of PV, transposed): keys lane % 16, half lane / 16.
-  const FragmentBases<Tile> q_frag(smem_addr(sQ), warp_row0 + lane % 16, lane / 16);
-  const FragmentBases<Tile> k_frag(smem_addr(sK), lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
+  const FragmentBases<Tile> q_frag(smem_addr(sQ), warp_row0 + lane % 16, 0, lane / 16);
+  const FragmentBases<Tile> k_frag(smem_addr(sK), lane % 8 + (lane / 16) * 8, 0, (lane / 8) % 2);
   // V^T's lanes meet the same swizzle phases as Q's (rows lane % 16 in both, a
   // multiple of 8 apart): one register moves Q's bases onto V.
   const uint32_t v_from_q = 2 * (Traits::kSmemQ + Traits::kSmemKV - warp_row0 * kDim);

@@ -165,17 +165,36 @@ struct SwizzledTile {
   }
 
   // Compile-time proof of the two identities above, over every row residue,
-  // step and 8-column half.
+  // 16-column origin (a warp's slice of the row), step and 8-column half.
   static constexpr bool phases_hold() {
     for (int r = 0; r < 8; ++r)
-      for (int k = 0; k < kSteps; ++k)
-        for (int half = 0; half < 2; ++half) {
-          const int col = k * 16 + half * 8, base = (k % kPhases) * 16 + half * 8;
-          if (offset(r, col) != offset(r, base) + step_shift(k)) return false;
-          for (int down = 8; down < 128; down += 8)
-            if (offset(r + down, col) != offset(r, col) + down * kDim) return false;
-        }
+      for (int origin = 0; origin < kSteps; ++origin)
+        for (int k = 0; origin + k < kSteps; ++k)
+          for (int half = 0; half < 2; ++half) {
+            const int col = (origin + k) * 16 + half * 8, base = (origin + k % kPhases) * 16 + half * 8;
+            if (offset(r, col) != offset(r, base) + step_shift(k)) return false;
+            for (int down = 8; down < 128; down += 8)
+              if (offset(r + down, col) != offset(r, col) + down * kDim) return false;
+          }
     return true;
+  }
+};
+
+// A warp's ldmatrix base addresses into one SwizzledTile operand: one per
+// swizzle phase, for the lane's row `row` (a multiple of 8 plus lane % 8),
+// columns from `col0` (a multiple of 16: the warp's slice) and 8-column half
+// `half` of each 16-column step. Phases past the slice are never used (and
+// compiled away).
+template <typename Tile>
+struct FragmentBases {
+  uint32_t addr[Tile::kPhases];
+  __device__ __forceinline__ FragmentBases(uint32_t smem, int row, int col0, int half) {
+#pragma unroll
+    for (int ph = 0; ph < Tile::kPhases; ++ph) addr[ph] = smem + 2 * Tile::offset(row, col0 + ph * 16 + half * 8);
+  }
+  // 16-column step k of the slice, `rows` (a multiple of 8) rows further down.
+  __device__ __forceinline__ uint32_t at(int k, int rows) const {
+    return addr[k % Tile::kPhases] + 2 * (Tile::step_shift(k) + rows * Tile::kChunks * 8);
   }
 };
 static_assert(SwizzledTile<32>::phases_hold() && SwizzledTile<64>::phases_hold() &&
