@@ -76,15 +76,20 @@ def test_cuda_sources_compile_for_sm80_and_sm90a(compiled):
                 # block_mask check (NOTES.md, block_mask); head dim 32 and the rest stay at 0.
                 limit = 8
             elif "hdim96" in name:
-                # the backward on sm_80 at the 255-register limit: 28 bytes (NOTES.md, head dim 96)
-                limit = 32 if "_bwd_hdim96" in name else 0
+                # the backward at the 255-register limit: 12 bytes on sm_80 and sm_90a since
+                # issue 15 step 3 (4 before; NOTES.md)
+                limit = 16 if "_bwd_hdim96" in name else 0
             elif "_fwd_hdim128" in name:
                 # The forward at the 255-register limit with its fragments loaded a step
                 # ahead (issue 15 step 2): 124 bytes, kept off the MMA runs (NOTES.md)
                 limit = 128
+            elif "_bwd_hdim128" in name:
+                # The backward at the 255-register limit: 44 bytes on sm_80 and sm_90a since
+                # issue 15 step 3 (36 / 72 before), outside the MMA runs but for one sm_80 reload (NOTES.md)
+                limit = 48
             else:
-                # hdim128: 56 bytes on sm_80 before the block_mask check, 72 since (NOTES.md)
-                limit = 80 if "hdim128" in name else 0
+                # the rest, the deterministic dQ kernel at 128 included, do not spill
+                limit = 0
             assert spills and max(spills) <= limit, f"{name} spills {spills} bytes (limit {limit})"
 
 

@@ -29,9 +29,10 @@ int32_t check_indices_cpu(const int32_t* indices, int64_t num_columns,
 bool cuda_supports(DType dtype, int head_dim, int head_dim_v);
 void run_fwd_cuda(const FwdParams& params, void* stream);
 // Fills the backward plan (bwd_head_group, bwd_group_max_steps,
-// accum_heads_k, dkv_accum_stored; see BwdParams) from the call's shapes,
-// flags and pointers (q/k/v/dout set), and resolves gpu_kernel to the family
-// planned for; run it before sizing dk_accum/dv_accum. On the sm90 path
+// accum_heads_k, dkv_accum_stored, dq_accum_tiled; see BwdParams) from the
+// call's shapes, flags and pointers (q/k/v/dout set), and resolves gpu_kernel
+// to the family planned for; run it before sizing the workspaces
+// (dq/dk/dv_accum, row_stats). On the sm90 path
 // `head_group` > 0 asks for that many query heads per CTA (the largest
 // divisor of the GQA group not above it is taken), 0 for the default;
 // `group_max_steps` >= 0 overrides the per-key-block fitting (0: uniform
@@ -41,8 +42,8 @@ void run_bwd_cuda(const BwdParams& params, void* stream);
 // fp32 elements of BwdParams::dq_accum for a planned call (B x Sq x H x D,
 // or whole 64-row tiles when dq_accum_tiled).
 int64_t bwd_dq_accum_elems(const BwdParams& params);
-// fp32 elements of BwdParams::row_stats for a planned call (0: the planned
-// kernel family does not use it, leave row_stats null).
+// fp32 elements of BwdParams::row_stats for a planned call (every backward
+// reads it).
 int64_t bwd_row_stats_elems(const BwdParams& params);
 // int32 elements of the block_bounds workspace: the mask's block summaries
 // (none without a column mask), the persistent kernels' tile counters and the

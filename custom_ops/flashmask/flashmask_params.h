@@ -100,18 +100,18 @@ struct BwdParams : FwdParams {
   // dq_accum: [batch, seqlen_q, num_heads, head_dim] (contiguous), or tiled
   // (dq_accum_tiled below); size bwd_dq_accum_elems (flashmask_api.h).
   // dk_accum/dv_accum: [batch, seqlen_k, accum_heads_k, head_dim] (contiguous).
-  // softmax_d: rowsum(dO * O) as [batch, num_heads, seqlen_q], for the
-  // FA2-class kernels (an sm90 backward reads row_stats and fills softmax_d
-  // only in deterministic mode, for the FA2-class dQ pass).
+  // softmax_d: rowsum(dO * O) as [batch, num_heads, seqlen_q], written in
+  // deterministic mode only, for the FA2-class dQ pass (the main kernels
+  // read row_stats).
   float* dq_accum = nullptr;
   float* dk_accum = nullptr;
   float* dv_accum = nullptr;
   float* softmax_d = nullptr;
-  // sm90 backward only (null for the FA2-class one; plan_bwd_cuda decides):
-  // per query row, each (batch, head) padded to whole 64-row blocks,
+  // Both main backward kernels (sm90 and FA2-class): per query row, each
+  // (batch, head) padded to whole 64-row blocks,
   // [2, batch, num_heads, bwd_padded_rows(seqlen_q)] fp32: LSE x log2(e)
   // (+inf where a row sees no key, and in the padding) and delta (0 in the
-  // padding). bwd_prepare writes it; the kernel loads each step's rows into
+  // padding). bwd_prepare writes it; the kernels load each step's rows into
   // shared memory next to its Q/dO tile. Size: bwd_row_stats_elems.
   float* row_stats = nullptr;
 
@@ -144,11 +144,13 @@ struct BwdParams : FwdParams {
   //   has a CTA per head and those not first in their sub-group leave after
   //   listing; dK/dV go to num_heads_k slots (zeroed, added with atomics
   //   unless one CTA covers the whole GQA group).
-  // - dq_accum_tiled (sm90, not deterministic): dq_accum holds whole
-  //   64-row tiles, [batch, num_heads, ceil(seqlen_q / 64), 64 x head_dim],
-  //   each tile's floats in the dQ GEMM's accumulator order, so the kernel
-  //   adds a tile with one bulk reduce per warpgroup and the sm90 launch
-  //   converts it to dq; zeroed by bwd_prepare.
+  // - dq_accum_tiled (not deterministic): dq_accum holds whole 64-row
+  //   tiles, [batch, num_heads, ceil(seqlen_q / 64), 64 x head_dim], each
+  //   tile's floats in the family's dQ accumulator order: the sm90 kernel
+  //   adds a tile with one bulk reduce per warpgroup and its launch converts
+  //   it to dq; the FA2-class kernel adds 128 contiguous bytes per warp RED
+  //   (cuda/dq_tile_layout.h) and bwd_finish converts. Zeroed by
+  //   bwd_prepare.
   int bwd_head_group = 1;
   int accum_heads_k = 0;
   bool dkv_accum_stored = false;

@@ -141,8 +141,9 @@ void plan_bwd_cuda(BwdParams& params, int head_group, int group_max_steps) {
   // The sm90 epilogue stores its whole slot even where no query block was
   // live; the FA2-class one only adds what it computed.
   params.dkv_accum_stored = one_writer && sm90_bwd && !fitted;
-  // The deterministic dQ pass (FA2-class, query-major) writes the row layout.
-  params.dq_accum_tiled = sm90_bwd && !params.deterministic;
+  // Both main kernels add dQ into 64-row tiles; the deterministic dQ pass
+  // (FA2-class, query-major) writes the row layout.
+  params.dq_accum_tiled = !params.deterministic;
   // The accumulator layout above belongs to this family: pin it, so the run
   // (run_bwd_cuda) cannot take the other one.
   params.gpu_kernel = sm90_bwd ? GpuKernel::kSm90 : GpuKernel::kFA2;
@@ -153,8 +154,8 @@ int64_t bwd_dq_accum_elems(const BwdParams& params) {
   return int64_t(params.batch) * rows * params.num_heads * params.head_dim;
 }
 
+// Both main kernels (sm90 and FA2-class, either mode) read row_stats.
 int64_t bwd_row_stats_elems(const BwdParams& params) {
-  if (params.gpu_kernel != GpuKernel::kSm90) return 0;
   return 2 * int64_t(params.batch) * params.num_heads * cuda::bwd_padded_rows(params.seqlen_q);
 }
 

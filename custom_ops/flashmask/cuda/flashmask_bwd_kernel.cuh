@@ -3,9 +3,15 @@
 // tiles S^T = K Q^T and dP^T = V dO^T, so P^T and dS^T come out of the
 // accumulators already in the A-operand layout for dV += P^T dO and
 // dK += dS^T Q. dS^T goes through shared memory once for dQ += dS K, which is
-// accumulated in fp32 with atomics (as FA2 does). In deterministic mode the dQ
-// part is skipped (flashmask_bwd_dq_kernel.cuh computes dQ without atomics)
-// and dK/dV go to this query head's own accumulator slot.
+// accumulated in fp32 with atomics (as FA2 does) into the query block's tile
+// of the tiled dq_accum (dq_tile_layout.h), one 128-byte RED per accumulator
+// register and warp. In deterministic mode the dQ part is skipped
+// (flashmask_bwd_dq_kernel.cuh computes dQ without atomics) and dK/dV go to
+// this query head's own accumulator slot.
+//
+// Each query block's LSE and delta come with its Q/dO by cp.async from
+// BwdParams::row_stats, where rows that see no key and padding rows have
+// LSE = +inf: P = exp2(S * scale_log2 - LSE) is 0 there without a test.
 //
 // FlashMask: the query-block range starts at the first row the causal
 // diagonal lets see this key block, and every query block is classified from
@@ -14,16 +20,43 @@
 // from the column bounds, which are staged once since the key block is fixed.
 #pragma once
 
-#include <math_constants.h>
-
 #include "../flashmask_params.h"
 #include "../mask_bounds.h"
+#include "dq_tile_layout.h"
 #include "kernel_traits.h"
 #include "mma_utils.cuh"
 #include "tile_io.cuh"
 
 namespace flashmask {
 namespace cuda {
+
+// A query block's row statistics, kBlockM LSE then kBlockM delta floats, from
+// row_stats (`lse` at the block's first row, `delta` the same rows in the
+// delta plane) into shared memory: one 16-byte cp.async each for the first
+// kBlockM / 2 threads. Padded per (batch, head), so no row is out of range.
+template <int kBlockM>
+__device__ __forceinline__ void load_row_stats_async(float* smem, const float* lse, const float* delta,
+                                                     int tid) {
+  constexpr int kChunks = kBlockM / 4;  // 16-byte chunks per statistic
+  if (tid < 2 * kChunks) {
+    const int c = (tid % kChunks) * 4;
+    cp_async_16(smem + (tid / kChunks) * kBlockM + c, (tid < kChunks ? lse : delta) + c, true);
+  }
+}
+
+// Adds a warp's m16n16 block (row_tile, step) of dQ, two m16n8 accumulators,
+// to its query block's tile at DQTileLayout::index: each register is one RED
+// over 32 consecutive floats, all 8 from one address.
+template <int kDim>
+__device__ __forceinline__ void add_dq_block(float* tile, const float (&acc)[2][4], int row_tile, int step,
+                                             int lane) {
+  using Layout = DQTileLayout<kDim>;
+  float* block = tile + Layout::block_offset(row_tile, step) + lane;
+#pragma unroll
+  for (int t = 0; t < 2; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) atomicAdd(block + Layout::register_offset(t, e), acc[t][e]);
+}
 
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kNThreads)
@@ -44,9 +77,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   T* sQbuf = sV + Traits::kSmemKV;        // 2 buffers: the next block loads
   T* sdObuf = sQbuf + 2 * Traits::kSmemQ;  // while this one is computed
   T* sdS = sdObuf + 2 * Traits::kSmemQ;   // dS^T: [keys][queries]
-  float* sLseBuf = reinterpret_cast<float*>(sdS + Traits::kSmemDS);  // 2 x kBlockM
-  float* sDeltaBuf = sLseBuf + 2 * kBlockM;                             // 2 x kBlockM
-  ColumnBounds* sCol = reinterpret_cast<ColumnBounds*>(sDeltaBuf + 2 * kBlockM);
+  // 2 buffers of kBlockM LSE then kBlockM delta floats, with Q/dO.
+  float* sStatsBuf = reinterpret_cast<float*>(sdS + Traits::kSmemDS);
+  ColumnBounds* sCol = reinterpret_cast<ColumnBounds*>(sStatsBuf + 4 * kBlockM);
 
   const int n_block = blockIdx.x;
   const int head = blockIdx.y;
@@ -91,9 +124,12 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const T* q = static_cast<const T*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
   const T* dout =
       static_cast<const T*>(p.dout) + batch * p.do_batch_stride + head * p.do_head_stride;
-  const float* lse = p.softmax_lse + (int64_t(batch) * p.num_heads + head) * seqlen_q;
-  const float* delta = p.softmax_d + (int64_t(batch) * p.num_heads + head) * seqlen_q;
-  float* dq_accum = p.dq_accum + (int64_t(batch) * seqlen_q * p.num_heads + head) * kDim;
+  // This (batch, head)'s LSE rows in row_stats (whole 64-row blocks; delta
+  // the same rows delta_plane floats on).
+  static_assert(kBlockM == kBwdRowBlock, "a query block is one row_stats block and one dQ tile");
+  const int64_t stats_rows = bwd_padded_rows(seqlen_q);
+  const float* lse = p.row_stats + (int64_t(batch) * p.num_heads + head) * stats_rows;
+  const int64_t delta_plane = int64_t(p.batch) * p.num_heads * stats_rows;
 
   load_tile_async<kBlockN, kDim, kThreads>(sK, k + int64_t(c0) * p.k_row_stride, p.k_row_stride,
                                            seqlen_k - c0, tid);
@@ -135,7 +171,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     while (m < q_blocks && classify(m) == TileKind::kSkip) ++m;
     return m;
   };
-  // Q, dO (async) and the row statistics of query block m into buffer `buf`.
+  // Q, dO and the row statistics of query block m into buffer `buf`.
   auto load_query_block = [&](int m, int buf) {
     const int r0 = m * kBlockM;
     const int rows = min(kBlockM, seqlen_q - r0);
@@ -145,13 +181,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     load_tile_async<kBlockM, kDim, kThreads>(sdObuf + buf * Traits::kSmemQ,
                                              dout + int64_t(r0) * p.do_row_stride,
                                              p.do_row_stride, rows, tid);
+    load_row_stats_async<kBlockM>(sStatsBuf + buf * 2 * kBlockM, lse + r0, lse + delta_plane + r0, tid);
     cp_async_commit();
-    if (tid < kBlockM) {
-      const int row = r0 + tid;
-      // LSE in the log2 domain; padding rows act as fully masked (P = 0).
-      sLseBuf[buf * kBlockM + tid] = row < seqlen_q ? lse[row] * 1.4426950408889634f : -CUDART_INF_F;
-      sDeltaBuf[buf * kBlockM + tid] = row < seqlen_q ? delta[row] : 0.f;
-    }
   };
 
   int m = next_live_block(m_begin);
@@ -160,7 +191,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   while (m < q_blocks) {
     const int r0 = m * kBlockM;
     const TileKind kind = classify(m);
-    cp_async_wait<0>();  // this block's Q/dO (and, the first time, K/V)
+    cp_async_wait<0>();  // this block's Q/dO/row statistics (and, the first time, K/V)
     __syncthreads();
     // Prefetch the next live query block into the other buffer, which every
     // warp left at the end of the previous iteration.
@@ -168,8 +199,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     if (m_next < q_blocks) load_query_block(m_next, buf ^ 1);
     const T* sQ = sQbuf + buf * Traits::kSmemQ;
     const T* sdO = sdObuf + buf * Traits::kSmemQ;
-    const float* sLse = sLseBuf + buf * kBlockM;
-    const float* sDelta = sDeltaBuf + buf * kBlockM;
+    const float* sLse = sStatsBuf + buf * 2 * kBlockM;
+    const float* sDelta = sLse + kBlockM;
 
     // lane re-read opaquely each block: fragment addresses are recomputed where
     // used instead of being hoisted out of the loop into live registers.
@@ -200,19 +231,19 @@ __global__ void __launch_bounds__(Traits::kNThreads)
       }
     }
 
-    // P^T = exp(S^T * scale - lse) and dS^T = P^T * (dP^T - delta), per element.
+    // P^T = exp2(S^T * scale_log2 - lse) and dS^T = P^T * (dP^T - delta), per
+    // element; lse = +inf (no key seen, padding) gives P = 0 by itself, and
+    // partial tiles mask after the exp2 so the lse loads stay unconditional.
 #pragma unroll
     for (int j = 0; j < kQTiles; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int qi = j * 8 + (lane % 4) * 2 + (e % 2);
         const int key = key_a + (e / 2) * 8;
-        const float row_lse = sLse[qi];
-        const bool masked =
-            row_lse == -CUDART_INF_F ||
-            (kind == TileKind::kPartial &&
-             element_masked(sCol, has_columns, causal, causal_offset, seqlen_k, r0 + qi, key, c0));
-        const float prob = masked ? 0.f : exp2f(acc_s[j][e] * scale_log2 - row_lse);
+        float prob = exp2f(acc_s[j][e] * scale_log2 - sLse[qi]);
+        if (kind == TileKind::kPartial &&
+            element_masked(sCol, has_columns, causal, causal_offset, seqlen_k, r0 + qi, key, c0))
+          prob = 0.f;
         acc_s[j][e] = prob;
         acc_dp[j][e] = prob * (acc_dp[j][e] - sDelta[qi]);
       }
@@ -232,8 +263,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
       a_ds[3] = pack2<T>(acc_dp[2 * kk + 1][2], acc_dp[2 * kk + 1][3]);
       if (with_dq) {
         // dS^T to shared memory for the dQ product below.
-        const int key_local = warp * 16 + lane / 4;
-        const int q_local = kk * 16 + (lane % 4) * 2;
+        const int key_local = warp * 16 + ln / 4;
+        const int q_local = kk * 16 + (ln % 4) * 2;
         *reinterpret_cast<uint32_t*>(sdS + DSTile::offset(key_local, q_local)) = a_ds[0];
         *reinterpret_cast<uint32_t*>(sdS + DSTile::offset(key_local + 8, q_local)) = a_ds[1];
         *reinterpret_cast<uint32_t*>(sdS + DSTile::offset(key_local, q_local + 8)) = a_ds[2];
@@ -266,7 +297,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
         ldmatrix_x4_trans(a_ds[kk], sdS + DSTile::offset(kk * 16 + ln % 8 + (ln / 16) * 8,
                                                          row_tile * 16 + ((ln / 8) % 2) * 8));
       }
-      const int q_row = r0 + row_tile * 16 + lane / 4;
+      float* dq_tile = p.dq_accum + dq_tile_offset(batch, head, m, p.num_heads, seqlen_q, kDim);
 #pragma unroll
       for (int step = 0; step < kSliceSteps; ++step) {
         const int dd = dd0 + step;
@@ -279,17 +310,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
           mma_16816<T>(acc_dq[0], a_ds[kk], b[0], b[1]);
           mma_16816<T>(acc_dq[1], a_ds[kk], b[2], b[3]);
         }
-#pragma unroll
-        for (int t = 0; t < 2; ++t) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = q_row + (e / 2) * 8;
-            const int col = (2 * dd + t) * 8 + (lane % 4) * 2 + (e % 2);
-            if (row < seqlen_q) {
-              atomicAdd(dq_accum + int64_t(row) * p.num_heads * kDim + col, acc_dq[t][e]);
-            }
-          }
-        }
+        // Padding rows add zeros (their P is 0) to the tile's padding.
+        add_dq_block<kDim>(dq_tile, acc_dq, row_tile, dd, lane);
       }
     }
     __syncthreads();  // sdS and this buffer are free again

@@ -64,6 +64,12 @@ void launch_fwd(const FwdParams& p, cudaStream_t stream) {
 
 template <int kHeadDim, typename T>
 void launch_bwd(const BwdParams& p, cudaStream_t stream) {
+  // The kernel reads row_stats and, unless deterministic, adds dQ into tiles.
+  if (p.row_stats == nullptr || p.dq_accum_tiled == p.deterministic) {
+    throw std::invalid_argument(
+        "flashmask FA2-class backward: plan it with plan_bwd_cuda (row_stats of bwd_row_stats_elems floats, "
+        "dq_accum tiled unless deterministic)");
+  }
   using Traits = BwdTraits<kHeadDim, T>;
   launch_rows<Traits>(flashmask_bwd_kernel<Traits>, p, p.seqlen_k, Traits::kBlockN, stream);
 }

@@ -14,6 +14,7 @@
 #include "../flashmask_api.h"
 #include "../mask_bounds.h"
 #include "cuda_check.h"
+#include "dq_tile_layout.h"
 #include "kernel_traits.h"
 #include "workspace.h"
 #include "mma_utils.cuh"
@@ -83,12 +84,10 @@ struct alignas(sizeof(T) * kVec) Pack {
 // row (32 / kLanes rows per warp and pass), kVec elements per load. A grid of
 // a few waves strides over the rows so that every SM keeps many rows' loads in
 // flight: one warp per row and a block per 8 rows was latency-bound (v9's one
-// extra LSE load per row cost 0.1 ms at 32K). The same lanes zero the row's
-// dq_accum (when the dQ atomics add into it), so that buffer is written once
-// here instead of by a separate memset pass, and write row_stats for the sm90
-// backward.
+// extra LSE load per row cost 0.1 ms at 32K). The same lanes write the row's
+// row_stats for the main backward kernels.
 template <typename T, int kVec, int kLanes>
-__global__ void softmax_d_kernel(BwdParams p, bool zero_dq_accum) {
+__global__ void softmax_d_kernel(BwdParams p) {
   static_assert(32 % kLanes == 0, "a row's lanes lie in one warp");
   constexpr int kRowsPerWarp = 32 / kLanes;
   const int lane = threadIdx.x % 32;
@@ -125,10 +124,10 @@ __global__ void softmax_d_kernel(BwdParams p, bool zero_dq_accum) {
 #pragma unroll
     for (int off = kLanes / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
     if (!active) continue;  // the warp's last pass; no shuffle follows
-    // softmax_d feeds the FA2-class kernels (also the deterministic dQ pass
-    // after an sm90 backward); the sm90 backward reads row_stats instead.
-    if (sub == 0 && (p.row_stats == nullptr || p.deterministic)) p.softmax_d[row_id] = sum;
-    if (p.row_stats != nullptr) {  // the sm90 backward's padded copy (BwdParams::row_stats)
+    // softmax_d feeds the deterministic dQ pass only; the main kernels read
+    // row_stats.
+    if (sub == 0 && p.deterministic) p.softmax_d[row_id] = sum;
+    if (p.row_stats != nullptr) {  // the padded copy (BwdParams::row_stats)
       float* stats = p.row_stats + (int64_t(b) * p.num_heads + h) * padded;
       if (sub == 0) {
         stats[i] = lse == -CUDART_INF_F ? CUDART_INF_F : lse * 1.4426950408889634f;
@@ -139,12 +138,6 @@ __global__ void softmax_d_kernel(BwdParams p, bool zero_dq_accum) {
           stats[k] = CUDART_INF_F;
           stats[plane + k] = 0.f;
         }
-      }
-    }
-    if (zero_dq_accum) {  // dq_accum is [B, Sq, H, D], contiguous
-      float* dq = p.dq_accum + ((int64_t(b) * p.seqlen_q + i) * p.num_heads + h) * p.head_dim;
-      for (int d = sub * kVec; d < p.head_dim; d += kLanes * kVec) {
-        *reinterpret_cast<Pack<float, kVec>*>(dq + d) = Pack<float, kVec>{};
       }
     }
   }
@@ -160,6 +153,46 @@ __global__ void convert_grad_kernel(const float* src, T* dst, int64_t n, float s
 #pragma unroll
     for (int e = 0; e < kVec; ++e) out.x[e] = from_float<T>(v.x[e] * scale);
     *reinterpret_cast<Pack<T, kVec>*>(dst + i) = out;
+  }
+}
+
+// dq = dq_accum x scale from the FA2-class backward's tiles
+// (BwdParams::dq_accum_tiled, dq_tile_layout.h). One CTA per (64-row tile,
+// head, batch): each warp reads 32 consecutive floats at a time (what one RED
+// of the kernel added) and places them through DQTileLayout::element into a
+// shared tile in the output dtype, which then leaves in 16-byte row chunks
+// (element-wise scattered stores made sm90's conversion twice as slow as the
+// bytes it moves; flashmask_bwd_sm90_kernel.cuh, dq_tiles_to_dq_kernel).
+constexpr int kDQConvertThreads = 256;
+template <typename T, int kDim>
+__global__ void __launch_bounds__(kDQConvertThreads) fa2_dq_tiles_to_dq_kernel(BwdParams p) {
+  using Layout = DQTileLayout<kDim>;
+  constexpr int kRowElems = kDim + 8;  // 16-byte padding spreads the rows over the banks
+  constexpr int kChunks = kDim / 8;    // 16-byte chunks per row
+  static_assert(Layout::kFloats % kDQConvertThreads == 0, "whole passes over the tile");
+  __shared__ __align__(16) T rows[Layout::kRows * kRowElems];
+  const int m = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  const float* tile = p.dq_accum + dq_tile_offset(batch, head, m, p.num_heads, p.seqlen_q, kDim);
+#pragma unroll
+  for (int k = 0; k < Layout::kFloats / kDQConvertThreads; ++k) {
+    const int i = k * kDQConvertThreads + threadIdx.x;
+    const DQTileElement x = Layout::element(i);
+    rows[x.row * kRowElems + x.col] = from_float<T>(tile[i] * p.softmax_scale);
+  }
+  __syncthreads();
+  T* dq = static_cast<T*>(p.dq) + batch * p.dq_batch_stride + head * p.dq_head_stride;
+  const bool vector_rows = reinterpret_cast<uintptr_t>(dq) % 16 == 0 && p.dq_row_stride % 8 == 0;
+  for (int c = threadIdx.x; c < Layout::kRows * kChunks; c += kDQConvertThreads) {
+    const int r = c / kChunks, col = c % kChunks * 8;
+    const int row = m * Layout::kRows + r;
+    if (row >= p.seqlen_q) break;  // chunks go row by row
+    T* dst = dq + row * p.dq_row_stride + col;
+    const T* src = rows + r * kRowElems + col;
+    if (vector_rows) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    } else {
+      for (int e = 0; e < 8; ++e) dst[e] = src[e];
+    }
   }
 }
 
@@ -232,36 +265,35 @@ bool aligned_to(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr
 constexpr int kWideVec = 8;
 constexpr int kConvertVec = 4;
 
-// softmax_d's loads of O and dO rows as v-element packs (and its zeroing of
-// dq_accum rows).
+// softmax_d's loads of O and dO rows as v-element packs.
 template <typename T>
 bool rows_vectorizable(const BwdParams& p, int v) {
-  return p.value_head_dim() % v == 0 && p.head_dim % v == 0 && aligned_to(p.out, sizeof(T) * v) && aligned_to(p.dout, sizeof(T) * v) &&
+  return p.value_head_dim() % v == 0 && aligned_to(p.out, sizeof(T) * v) && aligned_to(p.dout, sizeof(T) * v) &&
          p.o_row_stride % v == 0 && p.o_head_stride % v == 0 && p.o_batch_stride % v == 0 &&
          p.do_row_stride % v == 0 && p.do_head_stride % v == 0 && p.do_batch_stride % v == 0;
 }
 
 template <typename T, int kVec, int kLanes>
-void launch_softmax_d(const BwdParams& p, bool zero_dq, cudaStream_t stream) {
+void launch_softmax_d(const BwdParams& p, cudaStream_t stream) {
   const int64_t rows = int64_t(p.batch) * p.num_heads * p.seqlen_q;
-  softmax_d_kernel<T, kVec, kLanes><<<streaming_grid(rows * kLanes, 256), 256, 0, stream>>>(p, zero_dq);
+  softmax_d_kernel<T, kVec, kLanes><<<streaming_grid(rows * kLanes, 256), 256, 0, stream>>>(p);
 }
 
 template <typename T>
-void launch_softmax_d(const BwdParams& p, bool zero_dq, cudaStream_t stream) {
+void launch_softmax_d(const BwdParams& p, cudaStream_t stream) {
   // A row of value head_dim = 8 x lanes elements per 4, 8 or 16 lanes.
-  const bool wide = rows_vectorizable<T>(p, kWideVec) && (!zero_dq || aligned_to(p.dq_accum, 32));
+  const bool wide = rows_vectorizable<T>(p, kWideVec);
   const int dim_v = p.value_head_dim();
   if (wide && dim_v == 32) {
-    launch_softmax_d<T, kWideVec, 4>(p, zero_dq, stream);
+    launch_softmax_d<T, kWideVec, 4>(p, stream);
   } else if (wide && dim_v == 64) {
-    launch_softmax_d<T, kWideVec, 8>(p, zero_dq, stream);
+    launch_softmax_d<T, kWideVec, 8>(p, stream);
   } else if (wide && dim_v == 128) {
-    launch_softmax_d<T, kWideVec, 16>(p, zero_dq, stream);
-  } else if (rows_vectorizable<T>(p, kConvertVec) && (!zero_dq || aligned_to(p.dq_accum, 16))) {
-    launch_softmax_d<T, kConvertVec, 32>(p, zero_dq, stream);
+    launch_softmax_d<T, kWideVec, 16>(p, stream);
+  } else if (rows_vectorizable<T>(p, kConvertVec)) {
+    launch_softmax_d<T, kConvertVec, 32>(p, stream);
   } else {
-    launch_softmax_d<T, 1, 32>(p, zero_dq, stream);
+    launch_softmax_d<T, 1, 32>(p, stream);
   }
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }
@@ -290,6 +322,21 @@ void launch_convert_kv(const BwdParams& p, const float* src, void* dst, int64_t 
   } else {
     convert_kv_grad_kernel<T, 1><<<grid_for(n, 256), 256, 0, stream>>>(
         src, static_cast<T*>(dst), n, head_dim, p.num_heads_k, p.seqlen_k, written, key_block, scale);
+  }
+  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+}
+
+// dq from the FA2-class backward's dQ tiles, one CTA per tile.
+template <typename T>
+void launch_fa2_dq_tiles_to_dq(const BwdParams& p, cudaStream_t stream) {
+  const dim3 grid(unsigned(bwd_padded_rows(p.seqlen_q) / kBwdRowBlock), p.num_heads, p.batch);
+  switch (p.head_dim) {
+    case 32: fa2_dq_tiles_to_dq_kernel<T, 32><<<grid, kDQConvertThreads, 0, stream>>>(p); break;
+    case 64: fa2_dq_tiles_to_dq_kernel<T, 64><<<grid, kDQConvertThreads, 0, stream>>>(p); break;
+    case 96: fa2_dq_tiles_to_dq_kernel<T, 96><<<grid, kDQConvertThreads, 0, stream>>>(p); break;
+    case 128: fa2_dq_tiles_to_dq_kernel<T, 128><<<grid, kDQConvertThreads, 0, stream>>>(p); break;
+    default:
+      throw std::logic_error("flashmask backward: no FA2-class dQ tiles at head_dim " + std::to_string(p.head_dim));
   }
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }
@@ -341,16 +388,21 @@ void bwd_pre_post(const BwdParams& p, cudaStream_t stream, bool pre) {
       FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dv_accum, 0, v_accum_elems * sizeof(float), stream));
     }
     // Deterministic: run_bwd_dq_ writes every dq_accum element, nothing adds,
-    // so it needs no zeroing. Tiles (sm90): one contiguous memset; the row
-    // layout: zeroed row by row in the delta pass.
+    // so it needs no zeroing. Tiles (the main kernels add into them): one
+    // contiguous memset, padding rows included.
     if (p.dq_accum_tiled) {
       FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, bwd_dq_accum_elems(p) * sizeof(float), stream));
     }
-    launch_softmax_d<T>(p, !p.deterministic && !p.dq_accum_tiled, stream);
+    launch_softmax_d<T>(p, stream);
     return;
   }
-  // Tiles: the sm90 launch converted them after its kernel.
-  if (!p.dq_accum_tiled) launch_convert<T>(p.dq_accum, p.dq, q_elems, p.softmax_scale, stream);
+  // dQ rows (deterministic pass) or FA2-class tiles; the sm90 launch
+  // converted its tiles after its kernel.
+  if (!p.dq_accum_tiled) {
+    launch_convert<T>(p.dq_accum, p.dq, q_elems, p.softmax_scale, stream);
+  } else if (p.gpu_kernel != GpuKernel::kSm90) {
+    launch_fa2_dq_tiles_to_dq<T>(p, stream);
+  }
   const int group = p.accum_heads_k / p.num_heads_k;
   if (const int32_t* written = dkv_written_flags(p)) {  // fitted sm90 grouping
     launch_convert_kv<T>(p, p.dk_accum, p.dk, k_elems, p.head_dim, p.softmax_scale, written, stream);

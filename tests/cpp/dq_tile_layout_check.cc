@@ -1,0 +1,102 @@
+// The FA2-class backward's tiled dQ layout (custom_ops/flashmask/cuda/
+// dq_tile_layout.h) round trip, on the host: every warp of the kernel's dQ
+// split (BwdTraits: row tile warp % kDQRowTiles, head-dim slice warp /
+// kDQRowTiles) adds each register of its m16n8 accumulators, placed as the
+// PTX ISA defines the mma.m16n8 C fragment, at DQTileLayout::index; the
+// conversion reads float i back to DQTileLayout::element(i). For each head
+// dim, a 64 x D matrix must come back unchanged with every tile float added
+// exactly once, and the (batch, head, block) tiles must tile dq_accum.
+// (Including the header also runs its compile-time bijection proof.) Prints
+// the number of mismatches (0 expected) and the number of checks.
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "../../custom_ops/flashmask/cuda/dq_tile_layout.h"
+#include "../../custom_ops/flashmask/cuda/kernel_traits.h"
+
+using flashmask::cuda::BwdTraits;
+using flashmask::cuda::DQTileElement;
+using flashmask::cuda::DQTileLayout;
+
+template <int kDim>
+void round_trip(long& mismatches, long& checked) {
+  using Layout = DQTileLayout<kDim>;
+  using Traits = BwdTraits<kDim, uint16_t>;
+  constexpr int kSliceSteps = kDim / 16 / Traits::kDQDimSplit;
+  std::vector<double> x(Layout::kFloats), tile(Layout::kFloats, 0.0);
+  std::vector<int> adds(Layout::kFloats, 0);
+  for (int i = 0; i < Layout::kFloats; ++i) x[i] = 1.0 + i;  // distinct values, row-major
+  for (int warp = 0; warp < Traits::kNWarps; ++warp) {
+    const int row_tile = warp % Traits::kDQRowTiles;
+    const int dd0 = (warp / Traits::kDQRowTiles) * kSliceSteps;
+    for (int step = dd0; step < dd0 + kSliceSteps; ++step)
+      for (int t = 0; t < 2; ++t)
+        for (int e = 0; e < 4; ++e)
+          for (int lane = 0; lane < 32; ++lane) {
+            const int row = row_tile * 16 + lane / 4 + (e >= 2 ? 8 : 0);  // groupID (+8)
+            const int col = step * 16 + t * 8 + (lane % 4) * 2 + (e & 1);  // threadID_in_group x 2
+            const int i = Layout::index(row_tile, step, t, e, lane);
+            if (i < 0 || i >= Layout::kFloats) {
+              ++mismatches;
+              continue;
+            }
+            tile[i] += x[row * kDim + col];
+            ++adds[i];
+          }
+  }
+  std::vector<double> back(Layout::kFloats, 0.0);
+  for (int i = 0; i < Layout::kFloats; ++i) {
+    const DQTileElement el = Layout::element(i);
+    mismatches += adds[i] != 1;
+    if (el.row < 0 || el.row >= Layout::kRows || el.col < 0 || el.col >= kDim) {
+      ++mismatches;
+      continue;
+    }
+    back[el.row * kDim + el.col] = tile[i];
+  }
+  for (int i = 0; i < Layout::kFloats; ++i) {
+    mismatches += back[i] != x[i];
+    ++checked;
+  }
+}
+
+// Query block m of (batch, head) owns floats [offset, offset + 64 D): over a
+// few shapes the tiles must cover the B x H x padded x D floats once.
+void tiles_cover_dq_accum(long& mismatches, long& checked) {
+  const int dims[] = {32, 64, 96, 128};
+  for (int seqlen_q : {1, 63, 64, 65, 200, 4097})
+    for (int head_dim : dims) {
+      const int batch = 2, heads = 3;
+      const int64_t padded = flashmask::cuda::bwd_padded_rows(seqlen_q);
+      const int blocks = (seqlen_q + 63) / 64;
+      std::vector<int> owners(batch * heads * padded * head_dim, 0);
+      for (int b = 0; b < batch; ++b)
+        for (int h = 0; h < heads; ++h)
+          for (int m = 0; m < blocks; ++m) {
+            const int64_t off = flashmask::cuda::dq_tile_offset(b, h, m, heads, seqlen_q, head_dim);
+            for (int64_t k = off; k < off + 64 * head_dim; ++k) {
+              if (k < 0 || k >= int64_t(owners.size())) {
+                ++mismatches;
+                break;
+              }
+              ++owners[k];
+            }
+          }
+      for (int n : owners) {
+        mismatches += n != 1;
+        ++checked;
+      }
+    }
+}
+
+int main() {
+  long mismatches = 0, checked = 0;
+  round_trip<32>(mismatches, checked);
+  round_trip<64>(mismatches, checked);
+  round_trip<96>(mismatches, checked);
+  round_trip<128>(mismatches, checked);
+  tiles_cover_dq_accum(mismatches, checked);
+  std::printf("%ld %ld\n", mismatches, checked);
+  return mismatches != 0;
+}
