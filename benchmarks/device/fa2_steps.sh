@@ -9,6 +9,9 @@
 #   device call (run tool):     command "bash benchmarks/device/fa2_steps.sh", carry [".gpu_variants"]
 #   VARIANTS="base step1 step2"  (default: base first, then the other directories, sorted)
 #   BUDGET_S=480  (stages that would start later are skipped; the summary is always written)
+# A variant directory may hold, instead of (or beside) its binary, `binary_of` (the name of the
+# variant whose binary it runs) and `env` (KEY=VALUE lines exported for its runs): one build, two
+# settings (e.g. PADDLE_FLASHMASK_FA2_BWD=split against the default), without a second 8 MB binary.
 # $OUT (<= 8 files come back): <variant>.log each (check + both time passes), fa2_steps.log
 # (nvidia-smi, --mma-peak, the peer) and fa2_steps_summary.md (fa2_steps_summary.py: TFLOP/s per case
 # and variant as "pass 1/pass 2", the FA2 peer, check results, the mma peak; also printed at the end).
@@ -47,9 +50,20 @@ else
 fi
 (( ${#V[@]} >= 1 && ${#V[@]} <= 6 )) \
   || { echo "FATAL: ${#V[@]} variants (${V[*]}); 1 to 6 fit the 8 files of \$OUT"; exit 1; }
+# The binary a variant runs (its own, or binary_of's) and its run with its env file's settings.
+harness_of() {
+  local of=$1
+  [ -f ".gpu_variants/$1/binary_of" ] && of=$(tr -d '[:space:]' < ".gpu_variants/$1/binary_of")
+  echo ".gpu_variants/$of/flashmask_harness"
+}
+run_variant() {  # run_variant VARIANT SECONDS ARGS...
+  local v=$1 t=$2; shift 2
+  ( if [ -f ".gpu_variants/$v/env" ]; then set -a; source ".gpu_variants/$v/env"; set +a; fi
+    exec timeout -k 10 "$t" "$(harness_of "$v")" "$@" )
+}
 for v in "${V[@]}"; do
-  bin=.gpu_variants/$v/flashmask_harness
-  [ -f "$bin" ] || { echo "FATAL: $bin missing"; exit 1; }
+  bin=$(harness_of "$v")
+  [ -f "$bin" ] || { echo "FATAL: $bin missing (variant $v)"; exit 1; }
   chmod +x "$bin" 2>/dev/null
 done
 : > "$LOG"
@@ -61,7 +75,7 @@ for v in "${V[@]}"; do
   t=$(limit "$CHECK_TIMEOUT_S")
   echo "## check-fa2" > "$OUT/$v.log"
   if (( $(left) < 10 )); then rc=-1; echo "SKIPPED: $v --check-fa2 (budget)" | tee -a "$LOG"
-  else timeout -k 10 "$t" ".gpu_variants/$v/flashmask_harness" --check-fa2 >> "$OUT/$v.log" 2>&1; rc=$?; fi
+  else run_variant "$v" "$t" --check-fa2 >> "$OUT/$v.log" 2>&1; rc=$?; fi
   echo "## check-fa2 exit $rc" >> "$OUT/$v.log"
   stamp "$v --check-fa2 exit $rc: $(grep -E '^[0-9]+ failures$' "$OUT/$v.log" | tail -1)"
   grep -E " FAIL$|NOT-IDENTICAL|error|what\(\)" "$OUT/$v.log" | head -5
@@ -71,7 +85,7 @@ done
 echo "## mma-peak" >> "$LOG"
 t=$(limit 60)
 if (( $(left) >= 10 )); then
-  timeout -k 10 "$t" ".gpu_variants/${V[0]}/flashmask_harness" --mma-peak >> "$LOG" 2>&1
+  run_variant "${V[0]}" "$t" --mma-peak >> "$LOG" 2>&1
   stamp "--mma-peak exit $?: $(grep '^mma_peak:' "$LOG" | tail -1)"
 else
   echo "SKIPPED: --mma-peak (budget)" | tee -a "$LOG"
@@ -83,7 +97,7 @@ for pass in 1 2; do
     t=$(limit "$TIME_TIMEOUT_S")
     echo "## time-fa2 pass $pass" >> "$OUT/$v.log"
     if (( $(left) < 10 )); then rc=-1; echo "SKIPPED: $v --time-fa2 pass $pass (budget)" | tee -a "$LOG"
-    else timeout -k 10 "$t" ".gpu_variants/$v/flashmask_harness" --time-fa2 >> "$OUT/$v.log" 2>&1; rc=$?; fi
+    else run_variant "$v" "$t" --time-fa2 >> "$OUT/$v.log" 2>&1; rc=$?; fi
     (( rc != 0 )) && tail -3 "$OUT/$v.log"
     echo "## time-fa2 pass $pass exit $rc" >> "$OUT/$v.log"
     stamp "$v --time-fa2 pass $pass exit $rc"

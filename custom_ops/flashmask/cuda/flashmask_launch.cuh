@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -11,6 +12,7 @@
 #include "cuda_check.h"
 #include "flashmask_bwd_dq_kernel.cuh"
 #include "flashmask_bwd_kernel.cuh"
+#include "flashmask_bwd_staged_kernel.cuh"
 #include "flashmask_fwd_kernel.cuh"
 #include "kernel_traits.h"
 
@@ -46,6 +48,23 @@ void allow_large_smem(Kernel kernel, int bytes, int head_dim) {
   FLASHMASK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
+// Which FA2-class main backward runs: "staged" (FlashAttention-2's layout,
+// flashmask_bwd_staged_kernel.cuh) or "split" (one warp split for every GEMM,
+// flashmask_bwd_kernel.cuh); PADDLE_FLASHMASK_FA2_BWD, read at each launch so
+// that one build can time both. Both add into the same accumulators (dK/dV
+// slots, dQ tiles) over the same 128-key grid.
+#ifndef FLASHMASK_FA2_BWD_DEFAULT
+#define FLASHMASK_FA2_BWD_DEFAULT "staged"
+#endif
+inline bool use_staged_bwd() {
+  const char* env = std::getenv("PADDLE_FLASHMASK_FA2_BWD");
+  const std::string choice = env != nullptr && *env != '\0' ? env : FLASHMASK_FA2_BWD_DEFAULT;
+  if (choice != "staged" && choice != "split") {
+    throw std::invalid_argument("PADDLE_FLASHMASK_FA2_BWD: expected 'staged' or 'split', got '" + choice + "'");
+  }
+  return choice == "staged";
+}
+
 // One CTA of Traits::kNThreads per (block of `block` rows along `seqlen`,
 // head, batch).
 template <typename Traits, typename Kernel, typename Params>
@@ -70,8 +89,13 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
         "flashmask FA2-class backward: plan it with plan_bwd_cuda (row_stats of bwd_row_stats_elems floats, "
         "dq_accum tiled unless deterministic)");
   }
-  using Traits = BwdTraits<kHeadDim, T>;
-  launch_rows<Traits>(flashmask_bwd_kernel<Traits>, p, p.seqlen_k, Traits::kBlockN, stream);
+  if (use_staged_bwd()) {
+    using Traits = BwdStagedTraits<kHeadDim, T>;
+    launch_rows<Traits>(flashmask_bwd_staged_kernel<Traits>, p, p.seqlen_k, Traits::kBlockN, stream);
+  } else {
+    using Traits = BwdTraits<kHeadDim, T>;
+    launch_rows<Traits>(flashmask_bwd_kernel<Traits>, p, p.seqlen_k, Traits::kBlockN, stream);
+  }
 }
 
 template <int kHeadDim, typename T>

@@ -53,6 +53,31 @@ struct BwdTraits {
   static_assert(kHeadDim % 32 == 0 && kHeadDim <= 128, "head dim 32, 64, 96 or 128");
 };
 
+// The FA2-layout backward (flashmask_bwd_staged_kernel.cuh): 128 keys per
+// CTA, 8 warps re-split per GEMM, 64 query rows per step, P and dS staged in
+// shared memory. Q double-buffered, dO single (FlashAttention-2's choice for
+// these head dims on the A100: 147 KB at head dim 128).
+template <int kHeadDim_, typename Element_>
+struct BwdStagedTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kNWarps = 8;
+  static constexpr int kNThreads = kNWarps * 32;
+  static constexpr int kBlockN = 128;
+  static constexpr int kBlockM = 64;
+  // dQ's warps along the rows: 2 (32 rows x D / 4 each) where D / 4 is whole
+  // m16n16 blocks (64, 128), else 4 (16 rows x D / 2).
+  static constexpr int kDQWarpsM = (kHeadDim / 4) % 16 == 0 ? 2 : 4;
+  static constexpr int kSmemQ = kBlockM * kHeadDim;   // elements, Q (each buffer) or dO
+  static constexpr int kSmemKV = kBlockN * kHeadDim;  // elements, K or V
+  static constexpr int kSmemPS = kBlockM * kBlockN;   // elements, P or dS
+  // K, V, 2 x Q, dO, P, dS, 2 x (LSE, delta) rows and the column bounds.
+  static constexpr int kSmemBytes =
+      (2 * kSmemKV + 3 * kSmemQ + 2 * kSmemPS) * 2 + 4 * kBlockM * 4 + kBlockN * 4 * 4;
+  static_assert(kBlockN % kMaskBlockN == 0, "key tile spans whole mask summary blocks");
+  static_assert(kHeadDim % 32 == 0 && kHeadDim <= 128, "head dim 32, 64, 96 or 128");
+};
+
 // The deterministic backward's dQ kernel (flashmask_bwd_dq_kernel.cuh): the
 // forward's tiling (query rows per CTA, 64-key blocks that are the mask
 // summary blocks) with one m-tile per warp, since S, dP and dQ accumulators

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "../mask_bounds.h"
+#include "dq_tile_layout.h"
 #include "mma_utils.cuh"
 
 namespace flashmask {
@@ -45,6 +46,34 @@ __device__ __forceinline__ bool element_masked(const ColumnBounds* bounds, bool 
   if (col >= seqlen_k) return true;
   if (causal && col > row + causal_offset) return true;
   return has_columns && row_masked(bounds[col - c0], row);
+}
+
+// A query block's row statistics, kBlockM LSE then kBlockM delta floats, from
+// row_stats (`lse` at the block's first row, `delta` the same rows in the
+// delta plane) into shared memory: one 16-byte cp.async each for the first
+// kBlockM / 2 threads. Padded per (batch, head), so no row is out of range.
+template <int kBlockM>
+__device__ __forceinline__ void load_row_stats_async(float* smem, const float* lse, const float* delta,
+                                                     int tid) {
+  constexpr int kChunks = kBlockM / 4;  // 16-byte chunks per statistic
+  if (tid < 2 * kChunks) {
+    const int c = (tid % kChunks) * 4;
+    cp_async_16(smem + (tid / kChunks) * kBlockM + c, (tid < kChunks ? lse : delta) + c, true);
+  }
+}
+
+// Adds a warp's m16n16 block (row_tile, step) of dQ, two m16n8 accumulators,
+// to its query block's tile at DQTileLayout::index: each register is one RED
+// over 32 consecutive floats, all 8 from one address.
+template <int kDim>
+__device__ __forceinline__ void add_dq_block(float* tile, const float (&acc)[2][4], int row_tile, int step,
+                                             int lane) {
+  using Layout = DQTileLayout<kDim>;
+  float* block = tile + Layout::block_offset(row_tile, step) + lane;
+#pragma unroll
+  for (int t = 0; t < 2; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) atomicAdd(block + Layout::register_offset(t, e), acc[t][e]);
 }
 
 }  // namespace cuda

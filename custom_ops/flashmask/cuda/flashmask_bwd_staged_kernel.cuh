@@ -1,0 +1,410 @@
+// FlashMask backward, FA2 class, FlashAttention-2's layout: one CTA of 8
+// warps per (128-key block, query head, batch) walks the live 64-row query
+// blocks, and each GEMM gets the warp split that suits it instead of one split
+// for all:
+//   S = Q K^T, dP = dO V^T   64 rows x 128 keys, warps 2 (rows) x 4 (keys);
+//   dV += P^T dO, dK += dS^T Q   128 keys x D, warps 4 (keys) x 2 (head dim);
+//   dQ = dS K   64 rows x D, warps kDQWarpsM (rows) x the rest (head dim).
+// P and dS are staged in shared memory (16-bit, swizzled) between the splits.
+// Each warp loads only its own rows of Q/dO and its own keys of K/V in the
+// first two GEMMs (the one-split kernel, flashmask_bwd_kernel.cuh, has every
+// warp read all of Q and dO), every GEMM loads its fragments one step ahead of
+// its MMAs, and dQ leaves as 128-byte REDs into the query block's tile of
+// the tiled dq_accum (dq_tile_layout.h).
+//
+// Per query block, three barriers: (1) Q, dO and the row statistics have
+// landed, every warp is done with the previous block (the next Q and its row
+// statistics load into the other buffer); (2) P and dS are in shared memory;
+// (3) every warp is done with dO (the next dO loads, single-buffered, under
+// the dK and dQ GEMMs).
+//
+// FlashMask as in the one-split kernel: query blocks are classified from the
+// key block's merged bounds, fully masked ones skipped, partial ones masked
+// per element from the key columns' masked rows (MaskedRows, staged once).
+// Deterministic mode skips dQ (the query-major pass computes it) and writes
+// dK/dV into this query head's own slot.
+#pragma once
+
+#include "../flashmask_params.h"
+#include "../mask_bounds.h"
+#include "kernel_traits.h"
+#include "mma_utils.cuh"
+#include "tile_io.cuh"
+
+namespace flashmask {
+namespace cuda {
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kNThreads)
+    flashmask_bwd_staged_kernel(const BwdParams p) {
+  using T = typename Traits::Element;
+  constexpr int kDim = Traits::kHeadDim;
+  constexpr int kBlockM = Traits::kBlockM;  // 64 query rows per step
+  constexpr int kBlockN = Traits::kBlockN;  // 128 keys per CTA
+  constexpr int kThreads = Traits::kNThreads;
+  constexpr int kKSteps = kDim / 16;      // k-steps of S and dP
+  constexpr int kRowSteps = kBlockM / 16;  // k-steps of dV and dK
+  constexpr int kKeySteps = kBlockN / 16;  // k-steps of dQ
+  // S/dP: warp (sm, sn) owns rows sm x 32 + [0, 32) and keys sn x 32 + [0, 32).
+  constexpr int kSWarpsM = 2, kSRows = kBlockM / kSWarpsM, kSKeys = kBlockN / (Traits::kNWarps / kSWarpsM);
+  // dV/dK: warp (vn, vd) owns keys vn x 32 + [0, 32) and head dims vd x kVDims + [0, kVDims).
+  constexpr int kVWarpsN = 4, kVKeys = kBlockN / kVWarpsN, kVDims = kDim / (Traits::kNWarps / kVWarpsN);
+  // dQ: warp (qm, qd) owns rows qm x kQRows + [0, kQRows) and head dims qd x kQDims + [0, kQDims).
+  constexpr int kQRows = kBlockM / Traits::kDQWarpsM, kQDims = kDim / (Traits::kNWarps / Traits::kDQWarpsM);
+  static_assert(kSRows == 32 && kSKeys == 32 && kVKeys == 32, "two m16 tiles per warp in S/dP and dV/dK");
+  static_assert(kVDims % 16 == 0 && kQDims % 16 == 0 && kQRows % 16 == 0, "whole m16n16 blocks");
+  using DimTile = SwizzledTile<kDim>;      // Q, dO, K, V rows
+  using KeyTile = SwizzledTile<kBlockN>;   // P, dS rows (one query row: 128 keys)
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);
+  T* sV = sK + Traits::kSmemKV;
+  T* sQbuf = sV + Traits::kSmemKV;          // 2 buffers: the next block loads
+  T* sdO = sQbuf + 2 * Traits::kSmemQ;      // while this one is computed
+  T* sP = sdO + Traits::kSmemQ;             // [rows][keys]
+  T* sdS = sP + Traits::kSmemPS;            // [rows][keys]
+  float* sStatsBuf = reinterpret_cast<float*>(sdS + Traits::kSmemPS);  // 2 x (LSE, delta) x kBlockM
+  ColumnBounds* sCol = reinterpret_cast<ColumnBounds*>(sStatsBuf + 4 * kBlockM);
+
+  const int n_block = blockIdx.x;
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+
+  const int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
+  const int head_k = head / (p.num_heads / p.num_heads_k);
+  const int mask_head = p.mask.num_heads == 1 ? 0 : head / (p.num_heads / p.mask.num_heads);
+  const int c0 = n_block * kBlockN;
+  const int causal_offset = seqlen_k - seqlen_q;
+  const bool causal = p.mask.causal;
+  const int q_blocks = (seqlen_q + kBlockM - 1) / kBlockM;
+  const bool with_dq = !p.deterministic;  // else dQ is the query-major kernel's
+
+  const bool has_columns = p.mask.startend_row_indices != nullptr;
+  const int mask_batch = p.mask.batch_stride == 0 ? 0 : batch;
+  const int32_t* columns = has_columns ? p.mask.startend_row_indices + mask_batch * p.mask.batch_stride +
+                                             mask_head * p.mask.head_stride
+                                       : nullptr;
+  // As in the forward: partial tiles test two intervals a column, except
+  // causal calls with 4 bounds a column (three intervals).
+  const bool two_intervals = !(has_columns && causal && p.mask.num_cols == 4);
+  // The key block spans kBlockN / kMaskBlockN summary blocks: merge their bounds.
+  BlockBounds tile_bounds = empty_block_bounds();
+  if (has_columns) {
+    const int summary_blocks = (seqlen_k + kMaskBlockN - 1) / kMaskBlockN;
+    const BlockBounds* table = reinterpret_cast<const BlockBounds*>(p.block_bounds) +
+                               (int64_t(mask_batch) * p.mask.num_heads + mask_head) * summary_blocks;
+    for (int s = c0 / kMaskBlockN; s < min(summary_blocks, (c0 + kBlockN) / kMaskBlockN); ++s) {
+      tile_bounds = merge_block_bounds(tile_bounds, table[s]);
+    }
+  }
+  // Rows before the first one that sees key c0 are masked by causality.
+  const int m_begin = causal ? max(0, c0 - causal_offset) / kBlockM : 0;
+
+  const T* k = static_cast<const T*>(p.k) + batch * p.k_batch_stride + head_k * p.k_head_stride;
+  const T* v = static_cast<const T*>(p.v) + batch * p.v_batch_stride + head_k * p.v_head_stride;
+  const T* q = static_cast<const T*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
+  const T* dout = static_cast<const T*>(p.dout) + batch * p.do_batch_stride + head * p.do_head_stride;
+  static_assert(kBlockM == kBwdRowBlock, "a query block is one row_stats block and one dQ tile");
+  const int64_t stats_rows = bwd_padded_rows(seqlen_q);
+  const float* lse = p.row_stats + (int64_t(batch) * p.num_heads + head) * stats_rows;
+  const int64_t delta_plane = int64_t(p.batch) * p.num_heads * stats_rows;
+
+  load_tile_async<kBlockN, kDim, kThreads>(sK, k + int64_t(c0) * p.k_row_stride, p.k_row_stride, seqlen_k - c0,
+                                           tid);
+  load_tile_async<kBlockN, kDim, kThreads>(sV, v + int64_t(c0) * p.v_row_stride, p.v_row_stride, seqlen_k - c0,
+                                           tid);
+  if (tid < kBlockN) {  // the key columns' masked rows, read at the first top barrier
+    const int col = c0 + tid;
+    if (two_intervals) {
+      const ColumnBounds b = has_columns && col < seqlen_k
+                                 ? load_column_bounds(columns + int64_t(col) * p.mask.col_stride,
+                                                      p.mask.num_cols, causal, seqlen_q)
+                                 : ColumnBounds{0, 0, 0, 0};
+      reinterpret_cast<MaskedRows*>(sCol)[tid] = masked_rows(b, col, causal, causal_offset, seqlen_k);
+    }
+  }
+  if (!two_intervals) stage_column_bounds<kBlockN>(sCol, columns, p.mask, c0, seqlen_q, seqlen_k, tid);
+
+  __shared__ const int32_t* s_block_mask;
+  if (tid == 0) s_block_mask = block_mask_row(p, batch, head, 0) == nullptr
+                                   ? nullptr
+                                   : block_mask_row(p, batch, head, 0) + c0 / kBlockMaskSize;
+  __syncthreads();
+  static_assert(kBlockMaskSize % kBlockM == 0 && kBlockMaskSize % kBlockN == 0,
+                "a tile lies inside one block_mask block");
+  auto classify = [&](int m) {
+    const int32_t* block_mask = *const_cast<const int32_t* volatile*>(&s_block_mask);
+    if (block_mask != nullptr && block_mask[int64_t(m * kBlockM / kBlockMaskSize) * p.block_mask.col_blocks] == 0)
+      return TileKind::kSkip;
+    return classify_tile(has_columns, tile_bounds, causal, seqlen_q, seqlen_k, m * kBlockM,
+                         min(m * kBlockM + kBlockM, seqlen_q), c0, c0 + kBlockN);
+  };
+  auto next_live_block = [&](int m) {
+    while (m < q_blocks && classify(m) == TileKind::kSkip) ++m;
+    return m;
+  };
+  auto rows_of = [&](int m) { return min(kBlockM, seqlen_q - m * kBlockM); };
+  auto load_q = [&](int m, int buf) {
+    load_tile_async<kBlockM, kDim, kThreads>(sQbuf + buf * Traits::kSmemQ, q + int64_t(m) * kBlockM * p.q_row_stride,
+                                             p.q_row_stride, rows_of(m), tid);
+    load_row_stats_async<kBlockM>(sStatsBuf + buf * 2 * kBlockM, lse + m * kBlockM,
+                                  lse + delta_plane + m * kBlockM, tid);
+  };
+  auto load_do = [&](int m) {
+    load_tile_async<kBlockM, kDim, kThreads>(sdO, dout + int64_t(m) * kBlockM * p.do_row_stride, p.do_row_stride,
+                                             rows_of(m), tid);
+  };
+
+  // dV and dK of the warp's keys x head-dim slice, over all query blocks.
+  constexpr int kVTiles = kVDims / 8;
+  float acc_dv[2][kVTiles][4], acc_dk[2][kVTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int j = 0; j < kVTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dv[mt][j][e] = acc_dk[mt][j][e] = 0.f;
+
+  const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  // Warp positions in the three splits.
+  const int s_m = warp % kSWarpsM, s_n = warp / kSWarpsM;
+  const int v_n = warp % kVWarpsN, v_d = warp / kVWarpsN;
+  const int q_m = warp % Traits::kDQWarpsM, q_d = warp / Traits::kDQWarpsM;
+
+  int m = next_live_block(m_begin);
+  int buf = 0;
+  if (m < q_blocks) {
+    load_q(m, buf);
+    load_do(m);
+  }
+  cp_async_commit();
+  while (m < q_blocks) {
+    const TileKind kind = classify(m);
+    cp_async_wait<0>();  // this block's Q, dO, row statistics (and, the first time, K, V)
+    __syncthreads();     // (1)
+    const int m_next = next_live_block(m + 1);
+    if (m_next < q_blocks) load_q(m_next, buf ^ 1);
+    cp_async_commit();
+    const uint32_t q_smem = smem_addr(sQbuf + buf * Traits::kSmemQ);
+    const float* sLse = sStatsBuf + buf * 2 * kBlockM;
+    const float* sDelta = sLse + kBlockM;
+
+    // S = Q K^T and dP = dO V^T, the warp's 32 rows x 32 keys each. Lane
+    // values re-read opaquely per block: the bases are recomputed here
+    // rather than held across the loop.
+    float acc_s[2][4][4], acc_dp[2][4][4];
+    {
+      const int ln = int(opaque(uint32_t(lane)));
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc_s[mt][j][e] = acc_dp[mt][j][e] = 0.f;
+      // A (Q, dO): rows s_m x 32 + lane % 16, half lane / 16. B (K, V; two
+      // 8-key tiles an ldmatrix): keys s_n x 32 + lane % 8 + (lane / 16) x 8,
+      // half (lane / 8) % 2. dO and V sit at fixed distances from Q and K.
+      const FragmentBases<DimTile> a_frag(q_smem, s_m * kSRows + ln % 16, 0, ln / 16);
+      const FragmentBases<DimTile> b_frag(smem_addr(sK), s_n * kSKeys + ln % 8 + (ln / 16) * 8, 0, (ln / 8) % 2);
+      const uint32_t do_from_q = smem_addr(sdO) - q_smem;
+      constexpr uint32_t v_from_k = 2 * Traits::kSmemKV;
+      // Fragments of one k-step for one product: A (2 m16 tiles), B (2 x two
+      // 8-key tiles). dO/V of step kk load under S's MMAs of step kk, Q/K of
+      // step kk + 1 under dP's: at most two products' fragments live.
+      uint32_t qa[2][4], kb[2][4], da[2][4], vb[2][4];
+      auto load_pair = [&](uint32_t (&a)[2][4], uint32_t (&b)[2][4], int kk, uint32_t a_shift, uint32_t b_shift) {
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+          ldmatrix_x4(a[t], a_frag.at(kk, t * 16) + a_shift);
+          ldmatrix_x4(b[t], b_frag.at(kk, t * 16) + b_shift);
+        }
+      };
+      auto mma_pair = [&](float (&acc)[2][4][4], const uint32_t (&a)[2][4], const uint32_t (&b)[2][4]) {
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int t = 0; t < 2; ++t) {
+            mma_16816<T>(acc[mt][2 * t], a[mt], b[t][0], b[t][1]);
+            mma_16816<T>(acc[mt][2 * t + 1], a[mt], b[t][2], b[t][3]);
+          }
+      };
+      load_pair(qa, kb, 0, 0, 0);
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk) {
+        load_pair(da, vb, kk, do_from_q, v_from_k);
+        mma_pair(acc_s, qa, kb);
+        if (kk + 1 < kKSteps) load_pair(qa, kb, kk + 1, 0, 0);
+        mma_pair(acc_dp, da, vb);
+      }
+    }
+
+    // P = exp2(S x scale_log2 - lse) (lse = +inf for rows that see no key and
+    // padding rows: P = 0 there) and dS = P (dP - delta); partial tiles zero
+    // the masked elements. Both go to shared memory as 16-bit pairs.
+    {
+      const int ln = int(opaque(uint32_t(lane)));
+      const int row_l = s_m * kSRows + ln / 4;  // + mt x 16 + h x 8, within the block
+      const int key_l = s_n * kSKeys + (ln % 4) * 2;  // + j x 8 + c, within the key block
+      const int r0 = m * kBlockM;
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = row_l + mt * 16 + h * 8;
+          const float row_lse = sLse[row], row_delta = sDelta[row];
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const int e = 2 * h + c;
+              acc_s[mt][j][e] = exp2f(fmaf(acc_s[mt][j][e], scale_log2, -row_lse));
+            }
+          if (kind == TileKind::kPartial) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+              for (int c = 0; c < 2; ++c) {
+                const int key = key_l + j * 8 + c;
+                const bool masked =
+                    two_intervals ? row_masked(reinterpret_cast<const MaskedRows*>(sCol)[key], r0 + row)
+                                  : element_masked(sCol, has_columns, causal, causal_offset, seqlen_k, r0 + row,
+                                                   c0 + key, c0);
+                if (masked) acc_s[mt][j][2 * h + c] = 0.f;
+              }
+          }
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const float p0 = acc_s[mt][j][2 * h], p1 = acc_s[mt][j][2 * h + 1];
+            const int off = KeyTile::offset(row, key_l + j * 8);
+            *reinterpret_cast<uint32_t*>(sP + off) = pack2<T>(p0, p1);
+            *reinterpret_cast<uint32_t*>(sdS + off) =
+                pack2<T>(p0 * (acc_dp[mt][j][2 * h] - row_delta), p1 * (acc_dp[mt][j][2 * h + 1] - row_delta));
+          }
+        }
+    }
+    __syncthreads();  // (2) P and dS are in shared memory
+
+    // dV += P^T dO and dK += dS^T Q over the block's 64 rows: A = P^T / dS^T
+    // (ldmatrix.trans of the [rows][keys] tiles: rows k x 16 + lane % 8 +
+    // (lane / 16) x 8, keys v_n x 32 + m16 tile + ((lane / 8) % 2) x 8); B =
+    // dO / Q (ldmatrix.trans: rows lane % 16, head dims v_d x kVDims + half lane / 16).
+    auto dkv_gemm = [&](float (&acc)[2][kVTiles][4], uint32_t a_smem, uint32_t b_smem) {
+      const int ln = int(opaque(uint32_t(lane)));
+      const FragmentBases<KeyTile> a_frag(a_smem, ln % 8 + (ln / 16) * 8, v_n * kVKeys, (ln / 8) % 2);
+      const FragmentBases<DimTile> b_frag(b_smem, ln % 16, v_d * kVDims, ln / 16);
+      constexpr int kBSteps = kVDims / 16;
+      uint32_t af[2][2][4], bf[2][4];
+      // Step i = (kk, dd): A fragments at dd = 0, one B fragment an i, each a step ahead.
+      auto load_a = [&](int s, int kk) {
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) ldmatrix_x4_trans(af[s][mt], a_frag.at(mt, kk * 16));
+      };
+      load_a(0, 0);
+      ldmatrix_x4_trans(bf[0], b_frag.at(0, 0));
+#pragma unroll
+      for (int kk = 0; kk < kRowSteps; ++kk)
+#pragma unroll
+        for (int dd = 0; dd < kBSteps; ++dd) {
+          const int i = kk * kBSteps + dd;
+          if (dd + 1 < kBSteps) {
+            ldmatrix_x4_trans(bf[(i + 1) % 2], b_frag.at(dd + 1, kk * 16));
+          } else if (kk + 1 < kRowSteps) {
+            load_a((kk + 1) % 2, kk + 1);
+            ldmatrix_x4_trans(bf[(i + 1) % 2], b_frag.at(0, (kk + 1) * 16));
+          }
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            mma_16816<T>(acc[mt][2 * dd], af[kk % 2][mt], bf[i % 2][0], bf[i % 2][1]);
+            mma_16816<T>(acc[mt][2 * dd + 1], af[kk % 2][mt], bf[i % 2][2], bf[i % 2][3]);
+          }
+        }
+    };
+    dkv_gemm(acc_dv, smem_addr(sP), smem_addr(sdO));
+    __syncthreads();  // (3) every warp is done with dO
+    if (m_next < q_blocks) load_do(m_next);
+    cp_async_commit();
+    dkv_gemm(acc_dk, smem_addr(sdS), q_smem);
+
+    if (with_dq) {
+      // dQ = dS K: the warp's kQRows rows x kQDims head dims over the 128
+      // keys. A = dS (rows q_m x kQRows + lane % 16, half lane / 16), B = K
+      // (ldmatrix.trans: keys lane % 16, head dims q_d x kQDims + half lane / 16).
+      constexpr int kQMTiles = kQRows / 16, kQSteps = kQDims / 16;
+      float acc_dq[kQMTiles][kQSteps][2][4];
+#pragma unroll
+      for (int mt = 0; mt < kQMTiles; ++mt)
+#pragma unroll
+        for (int dd = 0; dd < kQSteps; ++dd)
+#pragma unroll
+          for (int t = 0; t < 2; ++t)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc_dq[mt][dd][t][e] = 0.f;
+      {
+        const int ln = int(opaque(uint32_t(lane)));
+        const FragmentBases<KeyTile> a_frag(smem_addr(sdS), q_m * kQRows + ln % 16, 0, ln / 16);
+        const FragmentBases<DimTile> b_frag(smem_addr(sK), ln % 16, q_d * kQDims, ln / 16);
+        uint32_t af[2][kQMTiles][4], bf[2][4];
+        auto load_a = [&](int s, int kk) {
+#pragma unroll
+          for (int mt = 0; mt < kQMTiles; ++mt) ldmatrix_x4(af[s][mt], a_frag.at(kk, mt * 16));
+        };
+        load_a(0, 0);
+        ldmatrix_x4_trans(bf[0], b_frag.at(0, 0));
+#pragma unroll
+        for (int kk = 0; kk < kKeySteps; ++kk)
+#pragma unroll
+          for (int dd = 0; dd < kQSteps; ++dd) {
+            const int i = kk * kQSteps + dd;
+            if (dd + 1 < kQSteps) {
+              ldmatrix_x4_trans(bf[(i + 1) % 2], b_frag.at(dd + 1, kk * 16));
+            } else if (kk + 1 < kKeySteps) {
+              load_a((kk + 1) % 2, kk + 1);
+              ldmatrix_x4_trans(bf[(i + 1) % 2], b_frag.at(0, (kk + 1) * 16));
+            }
+#pragma unroll
+            for (int mt = 0; mt < kQMTiles; ++mt) {
+              mma_16816<T>(acc_dq[mt][dd][0], af[kk % 2][mt], bf[i % 2][0], bf[i % 2][1]);
+              mma_16816<T>(acc_dq[mt][dd][1], af[kk % 2][mt], bf[i % 2][2], bf[i % 2][3]);
+            }
+          }
+      }
+      // Padding rows add zeros (their P is 0) to the tile's padding.
+      float* dq_tile = p.dq_accum + dq_tile_offset(batch, head, m, p.num_heads, seqlen_q, kDim);
+#pragma unroll
+      for (int mt = 0; mt < kQMTiles; ++mt)
+#pragma unroll
+        for (int dd = 0; dd < kQSteps; ++dd)
+          add_dq_block<kDim>(dq_tile, acc_dq[mt][dd], q_m * kQMTiles + mt, q_d * kQSteps + dd, lane);
+    }
+    m = m_next;
+    buf ^= 1;
+  }
+  cp_async_wait<0>();
+
+  // dK and dV of the warp's keys and head-dim slice: into the kv head's slot,
+  // where the query heads of a GQA group add up, or (deterministic) into this
+  // head's own slot.
+  const int slot = p.accum_heads_k == p.num_heads ? head : head_k;
+  const int64_t kv_row_stride = int64_t(p.accum_heads_k) * kDim;
+  float* dk_accum = p.dk_accum + (int64_t(batch) * seqlen_k * p.accum_heads_k + slot) * kDim;
+  float* dv_accum = p.dv_accum + (int64_t(batch) * seqlen_k * p.accum_heads_k + slot) * kDim;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int j = 0; j < kVTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = c0 + v_n * kVKeys + mt * 16 + lane / 4 + (e / 2) * 8;
+        const int col = v_d * kVDims + j * 8 + (lane % 4) * 2 + (e % 2);
+        if (key < seqlen_k) {
+          atomicAdd(dk_accum + key * kv_row_stride + col, acc_dk[mt][j][e]);
+          atomicAdd(dv_accum + key * kv_row_stride + col, acc_dv[mt][j][e]);
+        }
+      }
+}
+
+}  // namespace cuda
+}  // namespace flashmask
