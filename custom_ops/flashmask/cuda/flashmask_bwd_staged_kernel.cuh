@@ -142,9 +142,31 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     return classify_tile(has_columns, tile_bounds, causal, seqlen_q, seqlen_k, m * kBlockM,
                          min(m * kBlockM + kBlockM, seqlen_q), c0, c0 + kBlockN);
   };
-  auto next_live_block = [&](int m) {
-    while (m < q_blocks && classify(m) == TileKind::kSkip) ++m;
-    return m;
+  // The first live query block at or after `from` (q_blocks if none) and its
+  // kind, as the forward finds key blocks: each warp classifies 32 blocks at
+  // once and keeps the window's live and partial bits (a key block of a
+  // sliding window or a document sees a few dozen of the sequence's query
+  // blocks; one at a time, the scan past the last of them cost more issue
+  // slots than the live steps).
+  int scan_base = -64;
+  unsigned live_bits = 0, partial_bits = 0;
+  auto next_live_block = [&](int from, TileKind& kind) {
+    for (;;) {
+      if (from >= q_blocks) return q_blocks;
+      if (from >= scan_base + 32) {
+        scan_base = from;
+        const TileKind lane_kind = from + lane < q_blocks ? classify(from + lane) : TileKind::kSkip;
+        live_bits = __ballot_sync(0xffffffffu, lane_kind != TileKind::kSkip);
+        partial_bits = __ballot_sync(0xffffffffu, lane_kind == TileKind::kPartial);
+      }
+      const unsigned ahead = live_bits & (0xffffffffu << (from - scan_base));
+      if (ahead != 0) {
+        const int bit = __ffs(ahead) - 1;
+        kind = (partial_bits >> bit) & 1u ? TileKind::kPartial : TileKind::kFull;
+        return scan_base + bit;
+      }
+      from = scan_base + 32;
+    }
   };
   auto rows_of = [&](int m) { return min(kBlockM, seqlen_q - m * kBlockM); };
   auto load_q = [&](int m, int buf) {
@@ -174,7 +196,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const int v_n = warp % kVWarpsN, v_d = warp / kVWarpsN;
   const int q_m = warp % Traits::kDQWarpsM, q_d = warp / Traits::kDQWarpsM;
 
-  int m = next_live_block(m_begin);
+  TileKind kind = TileKind::kSkip;
+  int m = next_live_block(m_begin, kind);
+  const bool any_live = m < q_blocks;
   int buf = 0;
   if (m < q_blocks) {
     load_q(m, buf);
@@ -182,10 +206,10 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   }
   cp_async_commit();
   while (m < q_blocks) {
-    const TileKind kind = classify(m);
     cp_async_wait<0>();  // this block's Q, dO, row statistics (and, the first time, K, V)
     __syncthreads();     // (1)
-    const int m_next = next_live_block(m + 1);
+    TileKind kind_next = TileKind::kSkip;
+    const int m_next = next_live_block(m + 1, kind_next);
     if (m_next < q_blocks) load_q(m_next, buf ^ 1);
     cp_async_commit();
     const uint32_t q_smem = smem_addr(sQbuf + buf * Traits::kSmemQ);
@@ -380,30 +404,45 @@ __global__ void __launch_bounds__(Traits::kNThreads)
           add_dq_block<kDim>(dq_tile, acc_dq[mt][dd], q_m * kQMTiles + mt, q_d * kQSteps + dd, lane);
     }
     m = m_next;
+    kind = kind_next;
     buf ^= 1;
   }
   cp_async_wait<0>();
+  if (!any_live) return;  // nothing added (the accumulators start at zero); uniform over the CTA
 
-  // dK and dV of the warp's keys and head-dim slice: into the kv head's slot,
-  // where the query heads of a GQA group add up, or (deterministic) into this
-  // head's own slot.
+  // dK and dV of the CTA's keys: into the kv head's slot, where the query
+  // heads of a GQA group add up, or (deterministic) into this head's own
+  // slot. Each goes through shared memory first (fp32, over the finished
+  // tiles), so that a warp's RED covers 32 consecutive floats of one key's row
+  // (128 bytes) instead of 8 keys x 4 lanes at stride 2.
   const int slot = p.accum_heads_k == p.num_heads ? head : head_k;
   const int64_t kv_row_stride = int64_t(p.accum_heads_k) * kDim;
   float* dk_accum = p.dk_accum + (int64_t(batch) * seqlen_k * p.accum_heads_k + slot) * kDim;
   float* dv_accum = p.dv_accum + (int64_t(batch) * seqlen_k * p.accum_heads_k + slot) * kDim;
+  constexpr int kStageStride = kDim + 8;  // float2 stores of 8 rows x 4 lanes in 2 wavefronts
+  static_assert(kBlockN * kStageStride * 4 <= Traits::kSmemBytes, "the staged gradient fits");
+  float* stage = reinterpret_cast<float*>(smem_raw);
+  auto add_gradient = [&](const float (&acc)[2][kVTiles][4], float* accum) {
+    __syncthreads();  // every warp is done with the shared tiles (or the previous gradient)
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int j = 0; j < kVTiles; ++j)
+      for (int j = 0; j < kVTiles; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = c0 + v_n * kVKeys + mt * 16 + lane / 4 + (e / 2) * 8;
-        const int col = v_d * kVDims + j * 8 + (lane % 4) * 2 + (e % 2);
-        if (key < seqlen_k) {
-          atomicAdd(dk_accum + key * kv_row_stride + col, acc_dk[mt][j][e]);
-          atomicAdd(dv_accum + key * kv_row_stride + col, acc_dv[mt][j][e]);
+        for (int h = 0; h < 2; ++h) {
+          const int key = v_n * kVKeys + mt * 16 + lane / 4 + h * 8;
+          const int col = v_d * kVDims + j * 8 + (lane % 4) * 2;
+          *reinterpret_cast<float2*>(stage + key * kStageStride + col) =
+              make_float2(acc[mt][j][2 * h], acc[mt][j][2 * h + 1]);
         }
-      }
+    __syncthreads();
+    for (int r = warp; r < kBlockN && c0 + r < seqlen_k; r += Traits::kNWarps) {
+#pragma unroll
+      for (int c = lane; c < kDim; c += 32) atomicAdd(accum + int64_t(c0 + r) * kv_row_stride + c, stage[r * kStageStride + c]);
+    }
+  };
+  add_gradient(acc_dk, dk_accum);
+  add_gradient(acc_dv, dv_accum);
 }
 
 }  // namespace cuda
