@@ -1,9 +1,9 @@
 // FlashMask backward, FA2 class, FlashAttention-2's layout: one CTA of 8
-// warps per (128-key block, query head, batch) walks the live 64-row query
+// warps per (key block, query head, batch) walks the live 64-row query
 // blocks, and each GEMM gets the warp split that suits it instead of one split
-// for all:
-//   S = Q K^T, dP = dO V^T   64 rows x 128 keys, warps 2 (rows) x 4 (keys);
-//   dV += P^T dO, dK += dS^T Q   128 keys x D, warps 4 (keys) x 2 (head dim);
+// for all (BwdStagedTraits; head dims up to 128 / 256):
+//   S = Q K^T, dP = dO V^T   64 rows x 128 / 64 keys, warps 2 x 4 / 4 x 2 (rows x keys);
+//   dV += P^T dO, dK += dS^T Q   128 / 64 keys x D, warps 4 x 2 / 2 x 4 (keys x head dim);
 //   dQ = dS K   64 rows x D, warps kDQWarpsM (rows) x the rest (head dim).
 // P and dS are staged in shared memory (16-bit, swizzled) between the splits.
 // Each warp loads only its own rows of Q/dO and its own keys of K/V in the
@@ -16,7 +16,8 @@
 // landed, every warp is done with the previous block (the next Q and its row
 // statistics load into the other buffer); (2) P and dS are in shared memory;
 // (3) every warp is done with dO (the next dO loads, single-buffered, under
-// the dK and dQ GEMMs).
+// the dK and dQ GEMMs). At head dim 256 Q has one buffer too: a fourth
+// barrier after the dK GEMM, and the next Q loads under the dQ GEMM.
 //
 // FlashMask as in the one-split kernel: query blocks are classified from the
 // key block's merged bounds, fully masked ones skipped, partial ones masked
@@ -40,27 +41,28 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   using T = typename Traits::Element;
   constexpr int kDim = Traits::kHeadDim;
   constexpr int kBlockM = Traits::kBlockM;  // 64 query rows per step
-  constexpr int kBlockN = Traits::kBlockN;  // 128 keys per CTA
+  constexpr int kBlockN = Traits::kBlockN;  // keys per CTA: 128 (64 at head dim 256)
   constexpr int kThreads = Traits::kNThreads;
   constexpr int kKSteps = kDim / 16;      // k-steps of S and dP
   constexpr int kRowSteps = kBlockM / 16;  // k-steps of dV and dK
   constexpr int kKeySteps = kBlockN / 16;  // k-steps of dQ
-  // S/dP: warp (sm, sn) owns rows sm x 32 + [0, 32) and keys sn x 32 + [0, 32).
-  constexpr int kSWarpsM = 2, kSRows = kBlockM / kSWarpsM, kSKeys = kBlockN / (Traits::kNWarps / kSWarpsM);
+  // S/dP: warp (sm, sn) owns rows sm x kSRows + [0, kSRows) and keys sn x 32 + [0, 32).
+  constexpr int kSWarpsM = Traits::kSWarpsM, kSRows = kBlockM / kSWarpsM, kSKeys = kBlockN / (Traits::kNWarps / kSWarpsM);
+  constexpr int kSMTiles = kSRows / 16;
   // dV/dK: warp (vn, vd) owns keys vn x 32 + [0, 32) and head dims vd x kVDims + [0, kVDims).
-  constexpr int kVWarpsN = 4, kVKeys = kBlockN / kVWarpsN, kVDims = kDim / (Traits::kNWarps / kVWarpsN);
+  constexpr int kVWarpsN = Traits::kVWarpsN, kVKeys = kBlockN / kVWarpsN, kVDims = kDim / (Traits::kNWarps / kVWarpsN);
   // dQ: warp (qm, qd) owns rows qm x kQRows + [0, kQRows) and head dims qd x kQDims + [0, kQDims).
   constexpr int kQRows = kBlockM / Traits::kDQWarpsM, kQDims = kDim / (Traits::kNWarps / Traits::kDQWarpsM);
-  static_assert(kSRows == 32 && kSKeys == 32 && kVKeys == 32, "two m16 tiles per warp in S/dP and dV/dK");
+  static_assert(kSRows % 16 == 0 && kSKeys == 32 && kVKeys == 32, "32 keys (two m16 tiles in dV/dK) per warp");
   static_assert(kVDims % 16 == 0 && kQDims % 16 == 0 && kQRows % 16 == 0, "whole m16n16 blocks");
   using DimTile = SwizzledTile<kDim>;      // Q, dO, K, V rows
-  using KeyTile = SwizzledTile<kBlockN>;   // P, dS rows (one query row: 128 keys)
+  using KeyTile = SwizzledTile<kBlockN>;   // P, dS rows (one query row: the block's keys)
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);
   T* sV = sK + Traits::kSmemKV;
-  T* sQbuf = sV + Traits::kSmemKV;          // 2 buffers: the next block loads
-  T* sdO = sQbuf + 2 * Traits::kSmemQ;      // while this one is computed
+  T* sQbuf = sV + Traits::kSmemKV;          // kQStages buffers: with 2, the next
+  T* sdO = sQbuf + Traits::kQStages * Traits::kSmemQ;  // block loads while this one is computed
   T* sP = sdO + Traits::kSmemQ;             // [rows][keys]
   T* sdS = sP + Traits::kSmemPS;            // [rows][keys]
   float* sStatsBuf = reinterpret_cast<float*>(sdS + Traits::kSmemPS);  // 2 x (LSE, delta) x kBlockM
@@ -210,45 +212,47 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     __syncthreads();     // (1)
     TileKind kind_next = TileKind::kSkip;
     const int m_next = next_live_block(m + 1, kind_next);
-    if (m_next < q_blocks) load_q(m_next, buf ^ 1);
-    cp_async_commit();
+    if constexpr (Traits::kQStages == 2) {
+      if (m_next < q_blocks) load_q(m_next, buf ^ 1);
+      cp_async_commit();
+    }
     const uint32_t q_smem = smem_addr(sQbuf + buf * Traits::kSmemQ);
     const float* sLse = sStatsBuf + buf * 2 * kBlockM;
     const float* sDelta = sLse + kBlockM;
 
-    // S = Q K^T and dP = dO V^T, the warp's 32 rows x 32 keys each. Lane
+    // S = Q K^T and dP = dO V^T, the warp's kSRows rows x 32 keys each. Lane
     // values re-read opaquely per block: the bases are recomputed here
     // rather than held across the loop.
-    float acc_s[2][4][4], acc_dp[2][4][4];
+    float acc_s[kSMTiles][4][4], acc_dp[kSMTiles][4][4];
     {
       const int ln = int(opaque(uint32_t(lane)));
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+      for (int mt = 0; mt < kSMTiles; ++mt)
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc_s[mt][j][e] = acc_dp[mt][j][e] = 0.f;
-      // A (Q, dO): rows s_m x 32 + lane % 16, half lane / 16. B (K, V; two
+      // A (Q, dO): rows s_m x kSRows + lane % 16, half lane / 16. B (K, V; two
       // 8-key tiles an ldmatrix): keys s_n x 32 + lane % 8 + (lane / 16) x 8,
       // half (lane / 8) % 2. dO and V sit at fixed distances from Q and K.
       const FragmentBases<DimTile> a_frag(q_smem, s_m * kSRows + ln % 16, 0, ln / 16);
       const FragmentBases<DimTile> b_frag(smem_addr(sK), s_n * kSKeys + ln % 8 + (ln / 16) * 8, 0, (ln / 8) % 2);
       const uint32_t do_from_q = smem_addr(sdO) - q_smem;
       constexpr uint32_t v_from_k = 2 * Traits::kSmemKV;
-      // Fragments of one k-step for one product: A (2 m16 tiles), B (2 x two
-      // 8-key tiles). dO/V of step kk load under S's MMAs of step kk, Q/K of
-      // step kk + 1 under dP's: at most two products' fragments live.
-      uint32_t qa[2][4], kb[2][4], da[2][4], vb[2][4];
-      auto load_pair = [&](uint32_t (&a)[2][4], uint32_t (&b)[2][4], int kk, uint32_t a_shift, uint32_t b_shift) {
+      // Fragments of one k-step for one product: A (kSMTiles m16 tiles), B (2
+      // x two 8-key tiles). dO/V of step kk load under S's MMAs of step kk,
+      // Q/K of step kk + 1 under dP's: at most two products' fragments live.
+      uint32_t qa[kSMTiles][4], kb[2][4], da[kSMTiles][4], vb[2][4];
+      auto load_pair = [&](uint32_t (&a)[kSMTiles][4], uint32_t (&b)[2][4], int kk, uint32_t a_shift,
+                           uint32_t b_shift) {
 #pragma unroll
-        for (int t = 0; t < 2; ++t) {
-          ldmatrix_x4(a[t], a_frag.at(kk, t * 16) + a_shift);
-          ldmatrix_x4(b[t], b_frag.at(kk, t * 16) + b_shift);
-        }
+        for (int t = 0; t < kSMTiles; ++t) ldmatrix_x4(a[t], a_frag.at(kk, t * 16) + a_shift);
+#pragma unroll
+        for (int t = 0; t < 2; ++t) ldmatrix_x4(b[t], b_frag.at(kk, t * 16) + b_shift);
       };
-      auto mma_pair = [&](float (&acc)[2][4][4], const uint32_t (&a)[2][4], const uint32_t (&b)[2][4]) {
+      auto mma_pair = [&](float (&acc)[kSMTiles][4][4], const uint32_t (&a)[kSMTiles][4], const uint32_t (&b)[2][4]) {
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
+        for (int mt = 0; mt < kSMTiles; ++mt)
 #pragma unroll
           for (int t = 0; t < 2; ++t) {
             mma_16816<T>(acc[mt][2 * t], a[mt], b[t][0], b[t][1]);
@@ -274,7 +278,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
       const int key_l = s_n * kSKeys + (ln % 4) * 2;  // + j x 8 + c, within the key block
       const int r0 = m * kBlockM;
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+      for (int mt = 0; mt < kSMTiles; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = row_l + mt * 16 + h * 8;
@@ -351,6 +355,11 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     if (m_next < q_blocks) load_do(m_next);
     cp_async_commit();
     dkv_gemm(acc_dk, smem_addr(sdS), q_smem);
+    if constexpr (Traits::kQStages == 1) {
+      __syncthreads();  // (4) one Q buffer: every warp is done with it (and with the row statistics)
+      if (m_next < q_blocks) load_q(m_next, 0);
+      cp_async_commit();
+    }
 
     if (with_dq) {
       // dQ = dS K: the warp's kQRows rows x kQDims head dims over the 128
@@ -405,7 +414,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     }
     m = m_next;
     kind = kind_next;
-    buf ^= 1;
+    if constexpr (Traits::kQStages == 2) buf ^= 1;
   }
   cp_async_wait<0>();
   if (!any_live) return;  // nothing added (the accumulators start at zero); uniform over the CTA

@@ -12,12 +12,14 @@ template <int kHeadDim_, typename Element_>
 struct FwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kNWarps = 4;
+  // Up to 128: 4 warps, each owning kMTiles = 2 x 16 query rows, so every K/V
+  // fragment read from shared memory feeds 2 MMAs (half the shared-memory
+  // traffic per FLOP). 256: O alone is 128 registers a thread per 16 rows, so
+  // 8 warps of 16 rows (FlashAttention-2's 128 x 64 tile for 256 on the A100:
+  // 129 KB, one CTA an SM).
+  static constexpr int kNWarps = kHeadDim_ <= 128 ? 4 : 8;
   static constexpr int kNThreads = kNWarps * 32;
-  // Each warp owns kMTiles x 16 query rows: every K/V fragment read from
-  // shared memory feeds kMTiles MMAs, halving shared-memory traffic per FLOP
-  // (the FA2 layout for these head dims).
-  static constexpr int kMTiles = 2;
+  static constexpr int kMTiles = kHeadDim_ <= 128 ? 2 : 1;
   static constexpr int kBlockM = 16 * kMTiles * kNWarps;
   static constexpr int kBlockN = kMaskBlockN;
   static constexpr int kSmemQ = kBlockM * kHeadDim;   // elements
@@ -25,7 +27,7 @@ struct FwdTraits {
   // Q, K, V and the staged column bounds. K and V have one buffer each: V[n]
   // loads under S = QK^T and K[next] under O += PV (the FA2 schedule).
   static constexpr int kSmemBytes = (kSmemQ + 2 * kSmemKV) * 2 + kBlockN * 4 * 4;
-  static_assert(kHeadDim % 32 == 0 && kHeadDim <= 128, "head dim 32, 64, 96 or 128");
+  static_assert(kHeadDim % 32 == 0 && (kHeadDim <= 128 || kHeadDim == 256), "head dim 32, 64, 96, 128 or 256");
 };
 
 template <int kHeadDim_, typename Element_>
@@ -53,29 +55,36 @@ struct BwdTraits {
   static_assert(kHeadDim % 32 == 0 && kHeadDim <= 128, "head dim 32, 64, 96 or 128");
 };
 
-// The FA2-layout backward (flashmask_bwd_staged_kernel.cuh): 128 keys per
-// CTA, 8 warps re-split per GEMM, 64 query rows per step, P and dS staged in
-// shared memory. Q double-buffered, dO single (FlashAttention-2's choice for
-// these head dims on the A100: 147 KB at head dim 128).
+// The FA2-layout backward (flashmask_bwd_staged_kernel.cuh): 8 warps
+// re-split per GEMM, 64 query rows per step, P and dS staged in shared
+// memory; FlashAttention-2's tiles for these head dims on the A100. Up to
+// 128: 128 keys a CTA, S/dP split 2 (rows) x 4 (keys), dV/dK 4 (keys) x 2
+// (head dim), Q double- and dO single-buffered (147 KB at 128). 256: 64 keys,
+// S/dP 4 x 2, dV/dK 2 x 4 (dK and dV are 64 registers each), and Q
+// single-buffered too (146 KB; double, 178 KB would exceed the A100's 163).
 template <int kHeadDim_, typename Element_>
 struct BwdStagedTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kWide = kHeadDim_ > 128;
   static constexpr int kNWarps = 8;
   static constexpr int kNThreads = kNWarps * 32;
-  static constexpr int kBlockN = 128;
+  static constexpr int kBlockN = kWide ? 64 : 128;
   static constexpr int kBlockM = 64;
+  static constexpr int kSWarpsM = kWide ? 4 : 2;  // S/dP warps along the rows
+  static constexpr int kVWarpsN = kWide ? 2 : 4;  // dV/dK warps along the keys
   // dQ's warps along the rows: 2 (32 rows x D / 4 each) where D / 4 is whole
-  // m16n16 blocks (64, 128), else 4 (16 rows x D / 2).
+  // m16n16 blocks (64, 128, 256), else 4 (16 rows x D / 2).
   static constexpr int kDQWarpsM = (kHeadDim / 4) % 16 == 0 ? 2 : 4;
+  static constexpr int kQStages = kWide ? 1 : 2;
   static constexpr int kSmemQ = kBlockM * kHeadDim;   // elements, Q (each buffer) or dO
   static constexpr int kSmemKV = kBlockN * kHeadDim;  // elements, K or V
   static constexpr int kSmemPS = kBlockM * kBlockN;   // elements, P or dS
-  // K, V, 2 x Q, dO, P, dS, 2 x (LSE, delta) rows and the column bounds.
+  // K, V, Q buffers, dO, P, dS, 2 x (LSE, delta) rows and the column bounds.
   static constexpr int kSmemBytes =
-      (2 * kSmemKV + 3 * kSmemQ + 2 * kSmemPS) * 2 + 4 * kBlockM * 4 + kBlockN * 4 * 4;
+      (2 * kSmemKV + (kQStages + 1) * kSmemQ + 2 * kSmemPS) * 2 + 4 * kBlockM * 4 + kBlockN * 4 * 4;
   static_assert(kBlockN % kMaskBlockN == 0, "key tile spans whole mask summary blocks");
-  static_assert(kHeadDim % 32 == 0 && kHeadDim <= 128, "head dim 32, 64, 96 or 128");
+  static_assert(kHeadDim % 32 == 0 && (kHeadDim <= 128 || kHeadDim == 256), "head dim 32, 64, 96, 128 or 256");
 };
 
 // The deterministic backward's dQ kernel (flashmask_bwd_dq_kernel.cuh): the

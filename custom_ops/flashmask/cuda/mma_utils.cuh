@@ -198,7 +198,8 @@ struct FragmentBases {
   }
 };
 static_assert(SwizzledTile<32>::phases_hold() && SwizzledTile<64>::phases_hold() &&
-                  SwizzledTile<96>::phases_hold() && SwizzledTile<128>::phases_hold(),
+                  SwizzledTile<96>::phases_hold() && SwizzledTile<128>::phases_hold() &&
+                  SwizzledTile<256>::phases_hold(),
               "ldmatrix fragment addresses are phase bases plus immediates");
 
 // Warp-wide reductions over the 4 lanes that share an accumulator row.
