@@ -161,8 +161,8 @@ void set_block_mask(flashmask::FwdParams& p, const paddle::optional<paddle::Tens
 void check_cuda_config(const flashmask::FwdParams& p) {
   PD_CHECK(flashmask::cuda_supports(p.dtype, p.head_dim, p.value_head_dim()),
            "flashmask_attention on GPU takes float16/bfloat16 inputs with head_dim 32, 64, 96, 128 or 256 "
-           "and value of the same head_dim, or head_dim 192 with value head_dim 128 (192/128 and 256 on "
-           "the Hopper kernels only; the CPU kernel takes any value head_dim)");
+           "and value of the same head_dim, or head_dim 192 with value head_dim 128 (192/128 on the Hopper "
+           "kernels only; the CPU kernel takes any value head_dim)");
 }
 
 // An integer in [lo, hi] from the environment variable `name`; `unset` when

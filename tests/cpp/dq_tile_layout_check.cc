@@ -1,7 +1,9 @@
 // The FA2-class backward's tiled dQ layout (custom_ops/flashmask/cuda/
-// dq_tile_layout.h) round trip, on the host: every warp of the kernel's dQ
-// split (BwdTraits: row tile warp % kDQRowTiles, head-dim slice warp /
-// kDQRowTiles) adds each register of its m16n8 accumulators, placed as the
+// dq_tile_layout.h) round trip, on the host: every warp of a kernel's dQ
+// split (BwdTraits, the one-split kernel up to head dim 128: row tile warp %
+// kDQRowTiles, head-dim slice warp / kDQRowTiles; BwdStagedTraits, the
+// FA2-layout kernel, head dim 256 included: row slice warp % kDQWarpsM,
+// head-dim slice warp / kDQWarpsM) adds each register of its m16n8 accumulators, placed as the
 // PTX ISA defines the mma.m16n8 C fragment, at DQTileLayout::index; the
 // conversion reads float i back to DQTileLayout::element(i). For each head
 // dim, a 64 x D matrix must come back unchanged with every tile float added
@@ -15,35 +17,64 @@
 #include "../../custom_ops/flashmask/cuda/dq_tile_layout.h"
 #include "../../custom_ops/flashmask/cuda/kernel_traits.h"
 
+using flashmask::cuda::BwdStagedTraits;
 using flashmask::cuda::BwdTraits;
 using flashmask::cuda::DQTileElement;
 using flashmask::cuda::DQTileLayout;
 
+// A warp's part of the 64 x D dQ tile: row tiles [row_tile0, + row_tiles),
+// 16-column steps [step0, + steps).
+struct WarpPart {
+  int row_tile0, row_tiles, step0, steps;
+};
+
+// The one-split kernel (flashmask_bwd_kernel.cuh): one row tile per warp.
 template <int kDim>
+struct SplitKernel {
+  using Traits = BwdTraits<kDim, uint16_t>;
+  static constexpr int kNWarps = Traits::kNWarps;
+  static WarpPart part(int warp) {
+    constexpr int kSliceSteps = kDim / 16 / Traits::kDQDimSplit;
+    return {warp % Traits::kDQRowTiles, 1, (warp / Traits::kDQRowTiles) * kSliceSteps, kSliceSteps};
+  }
+};
+
+// The FA2-layout kernel (flashmask_bwd_staged_kernel.cuh): kDQWarpsM warps
+// along the rows, the rest along the head dim.
+template <int kDim>
+struct StagedKernel {
+  using Traits = BwdStagedTraits<kDim, uint16_t>;
+  static constexpr int kNWarps = Traits::kNWarps;
+  static WarpPart part(int warp) {
+    constexpr int kQMTiles = Traits::kBlockM / Traits::kDQWarpsM / 16;
+    constexpr int kQSteps = kDim / (Traits::kNWarps / Traits::kDQWarpsM) / 16;
+    return {(warp % Traits::kDQWarpsM) * kQMTiles, kQMTiles, (warp / Traits::kDQWarpsM) * kQSteps, kQSteps};
+  }
+};
+
+template <int kDim, typename Kernel>
 void round_trip(long& mismatches, long& checked) {
   using Layout = DQTileLayout<kDim>;
-  using Traits = BwdTraits<kDim, uint16_t>;
-  constexpr int kSliceSteps = kDim / 16 / Traits::kDQDimSplit;
   std::vector<double> x(Layout::kFloats), tile(Layout::kFloats, 0.0);
   std::vector<int> adds(Layout::kFloats, 0);
   for (int i = 0; i < Layout::kFloats; ++i) x[i] = 1.0 + i;  // distinct values, row-major
-  for (int warp = 0; warp < Traits::kNWarps; ++warp) {
-    const int row_tile = warp % Traits::kDQRowTiles;
-    const int dd0 = (warp / Traits::kDQRowTiles) * kSliceSteps;
-    for (int step = dd0; step < dd0 + kSliceSteps; ++step)
-      for (int t = 0; t < 2; ++t)
-        for (int e = 0; e < 4; ++e)
-          for (int lane = 0; lane < 32; ++lane) {
-            const int row = row_tile * 16 + lane / 4 + (e >= 2 ? 8 : 0);  // groupID (+8)
-            const int col = step * 16 + t * 8 + (lane % 4) * 2 + (e & 1);  // threadID_in_group x 2
-            const int i = Layout::index(row_tile, step, t, e, lane);
-            if (i < 0 || i >= Layout::kFloats) {
-              ++mismatches;
-              continue;
+  for (int warp = 0; warp < Kernel::kNWarps; ++warp) {
+    const WarpPart w = Kernel::part(warp);
+    for (int row_tile = w.row_tile0; row_tile < w.row_tile0 + w.row_tiles; ++row_tile)
+      for (int step = w.step0; step < w.step0 + w.steps; ++step)
+        for (int t = 0; t < 2; ++t)
+          for (int e = 0; e < 4; ++e)
+            for (int lane = 0; lane < 32; ++lane) {
+              const int row = row_tile * 16 + lane / 4 + (e >= 2 ? 8 : 0);  // groupID (+8)
+              const int col = step * 16 + t * 8 + (lane % 4) * 2 + (e & 1);  // threadID_in_group x 2
+              const int i = Layout::index(row_tile, step, t, e, lane);
+              if (i < 0 || i >= Layout::kFloats) {
+                ++mismatches;
+                continue;
+              }
+              tile[i] += x[row * kDim + col];
+              ++adds[i];
             }
-            tile[i] += x[row * kDim + col];
-            ++adds[i];
-          }
   }
   std::vector<double> back(Layout::kFloats, 0.0);
   for (int i = 0; i < Layout::kFloats; ++i) {
@@ -64,7 +95,7 @@ void round_trip(long& mismatches, long& checked) {
 // Query block m of (batch, head) owns floats [offset, offset + 64 D): over a
 // few shapes the tiles must cover the B x H x padded x D floats once.
 void tiles_cover_dq_accum(long& mismatches, long& checked) {
-  const int dims[] = {32, 64, 96, 128};
+  const int dims[] = {32, 64, 96, 128, 256};
   for (int seqlen_q : {1, 63, 64, 65, 200, 4097})
     for (int head_dim : dims) {
       const int batch = 2, heads = 3;
@@ -92,10 +123,15 @@ void tiles_cover_dq_accum(long& mismatches, long& checked) {
 
 int main() {
   long mismatches = 0, checked = 0;
-  round_trip<32>(mismatches, checked);
-  round_trip<64>(mismatches, checked);
-  round_trip<96>(mismatches, checked);
-  round_trip<128>(mismatches, checked);
+  round_trip<32, SplitKernel<32>>(mismatches, checked);
+  round_trip<64, SplitKernel<64>>(mismatches, checked);
+  round_trip<96, SplitKernel<96>>(mismatches, checked);
+  round_trip<128, SplitKernel<128>>(mismatches, checked);
+  round_trip<32, StagedKernel<32>>(mismatches, checked);
+  round_trip<64, StagedKernel<64>>(mismatches, checked);
+  round_trip<96, StagedKernel<96>>(mismatches, checked);
+  round_trip<128, StagedKernel<128>>(mismatches, checked);
+  round_trip<256, StagedKernel<256>>(mismatches, checked);
   tiles_cover_dq_accum(mismatches, checked);
   std::printf("%ld %ld\n", mismatches, checked);
   return mismatches != 0;

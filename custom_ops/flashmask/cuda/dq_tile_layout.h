@@ -90,7 +90,8 @@ constexpr bool dq_tile_layout_is_bijection() {
   return true;
 }
 static_assert(dq_tile_layout_is_bijection<32>() && dq_tile_layout_is_bijection<64>() &&
-                  dq_tile_layout_is_bijection<96>() && dq_tile_layout_is_bijection<128>(),
+                  dq_tile_layout_is_bijection<96>() && dq_tile_layout_is_bijection<128>() &&
+                  dq_tile_layout_is_bijection<256>(),
               "the tiled dQ layout is a bijection of the 64 x head_dim tile");
 
 }  // namespace cuda

@@ -23,7 +23,7 @@ namespace {
 
 // Why a head dim the FA2-class kernels lack did not reach the Hopper ones.
 constexpr const char* hopper_only_note =
-    " (head dims 192/128 (q, k / v) and 256 run on the Hopper kernels only: a compute capability 9.0 GPU, a "
+    " (head dims 192/128 (q, k / v) run on the Hopper kernels only: a compute capability 9.0 GPU, a "
     "build with sm_90a, 16-byte aligned strides, sequences up to 2^18, and not in deterministic mode)";
 
 // Calls launcher.template run<D, T>() for the instantiated (head dim, dtype).
@@ -48,10 +48,13 @@ void dispatch(const Params& p, const Launcher& launcher) {
     case 128:
       return bf16 ? launcher.template run<128, __nv_bfloat16>()
                   : launcher.template run<128, __half>();
+    case 256:
+      return bf16 ? launcher.template run<256, __nv_bfloat16>()
+                  : launcher.template run<256, __half>();
     default:
       throw std::invalid_argument(
-          "flashmask_attention: the FA2-class GPU kernels take head_dim 32, 64, 96 or 128, got " +
-          std::to_string(p.head_dim) + (p.head_dim == 256 ? hopper_only_note : ""));
+          "flashmask_attention: the FA2-class GPU kernels take head_dim 32, 64, 96, 128 or 256, got " +
+          std::to_string(p.head_dim) + (p.head_dim == 192 ? hopper_only_note : ""));
   }
 }
 
@@ -111,9 +114,12 @@ bool use_sm90(const Params& p, bool kernel_available) {
 }  // namespace
 
 // The (q/k, v) head dims the op takes on GPU (Python's validation alike): 32,
-// 64, 96, 128 and 256 with v alike, and 192 with v 128 (MLA). 96 runs on the
-// FA2-class kernels only (NOTES.md, "Head dim 96"), 192/128 and 256 on the
-// Hopper ones only (dispatch says so where a call cannot take them).
+// 64, 96, 128 and 256 with v alike, and 192 with v 128 (MLA). 32 and 96 run on
+// the FA2-class kernels only (NOTES.md, "Head dim 96"), 192/128 on the Hopper
+// ones only (dispatch says so where a call cannot take them); 64, 128 and 256
+// on either. A deterministic backward at 256 runs the FA2-class kernels (the
+// Hopper backward has no deterministic mode there: sm90::bwd_supported), after
+// the Hopper forward where that takes the call.
 bool cuda_supports(DType dtype, int head_dim, int head_dim_v) {
   const bool alike = head_dim_v == head_dim && (head_dim == 32 || head_dim == 64 || head_dim == 96 ||
                                                 head_dim == 128 || head_dim == 256);

@@ -8,8 +8,11 @@
 // one thread, so the sum order never depends on scheduling. bwd_finish applies
 // the softmax scale, as for the atomic path.
 //
-// FlashMask: key blocks are classified exactly as in the forward (skipped
-// without loading, partial ones masked elementwise from staged column bounds).
+// FlashMask: key blocks are classified as in the forward (skipped without
+// loading, partial ones masked elementwise from staged column bounds), from
+// the 64-column summary block each lies in (a 32-key block at head dim 256:
+// its summary bounds hold for its columns too, so the answer stays
+// conservative; causal and the ragged tail use the block's own columns).
 // A row with every key masked has LSE = -inf and gets P = 0, so dQ = 0.
 //
 // K/V schedule (one buffer each): dP = dO V^T runs first, so V[next] loads
@@ -64,6 +67,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSM)
   const int causal_offset = seqlen_k - seqlen_q;
   const bool causal = p.mask.causal;
   const int k_blocks = (seqlen_k + kBlockN - 1) / kBlockN;
+  // Key blocks per mask summary block (BwdDQTraits::kBlockN), and summary
+  // blocks per row of block_bounds.
+  constexpr int kBlocksPerSummary = kMaskBlockN / kBlockN;
+  const int summary_blocks = (seqlen_k + kMaskBlockN - 1) / kMaskBlockN;
 
   int n_end = k_blocks;
   if (causal) {
@@ -75,7 +82,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSM)
   const int32_t* columns = mask_columns(p, batch, head);
   const BlockBounds* block_bounds =
       has_columns ? reinterpret_cast<const BlockBounds*>(p.block_bounds) +
-                        mask_summary_row(p, batch, head) * k_blocks
+                        mask_summary_row(p, batch, head) * summary_blocks
                   : nullptr;
   static_assert(kBlockMaskSize % kBlockM == 0 && kBlockMaskSize % kBlockN == 0,
                 "a tile lies inside one block_mask block");
@@ -89,8 +96,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSM)
   auto classify = [&](int n) {
     const int32_t* block_mask = *const_cast<const int32_t* volatile*>(&s_block_mask);
     if (block_mask != nullptr && block_mask[n * kBlockN / kBlockMaskSize] == 0) return TileKind::kSkip;
-    return classify_tile(has_columns ? &block_bounds[n] : nullptr, causal, seqlen_q, seqlen_k, r0,
-                         r1, n * kBlockN, n * kBlockN + kBlockN);
+    return classify_tile(has_columns ? &block_bounds[n / kBlocksPerSummary] : nullptr, causal, seqlen_q,
+                         seqlen_k, r0, r1, n * kBlockN, n * kBlockN + kBlockN);
   };
   auto next_live_block = [&](int n) {
     while (n < n_end && classify(n) == TileKind::kSkip) ++n;

@@ -30,8 +30,8 @@ void run_bwd_dq_(const BwdParams& p, cudaStream_t stream);
 // Opts the kernel into `bytes` of dynamic shared memory, with a clear error
 // where the GPU allows less per block: compute capability 8.6/8.9 (RTX
 // 30x0/40x0, A10, L40) allows 99 KB, which the FA2-class backward at head
-// dims 96 and 128 exceeds (one tile configuration for every GPU so far;
-// NOTES.md, "Plan for the sm80 rework").
+// dims 96, 128 and 256 and the forward at 256 exceed (one tile configuration
+// for every GPU so far; NOTES.md, "Plan for the sm80 rework").
 template <typename Kernel>
 void allow_large_smem(Kernel kernel, int bytes, int head_dim) {
   if (bytes <= 48 * 1024) return;
@@ -42,8 +42,8 @@ void allow_large_smem(Kernel kernel, int bytes, int head_dim) {
     throw std::invalid_argument(
         "flashmask_attention: the FA2-class GPU kernel for head_dim " + std::to_string(head_dim) + " needs " +
         std::to_string(bytes) + " bytes of shared memory per block, this GPU allows " + std::to_string(limit) +
-        " (GPUs of compute capability 8.6/8.9 lack the backward at head dims 96 and 128 so far; use head_dim "
-        "32 or 64 there, or the CPU)");
+        " (GPUs of compute capability 8.6/8.9 lack the backward at head dims 96, 128 and 256 and the forward at "
+        "256 so far; use head_dim 32 or 64 there, or the CPU)");
   }
   FLASHMASK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
@@ -52,7 +52,8 @@ void allow_large_smem(Kernel kernel, int bytes, int head_dim) {
 // flashmask_bwd_staged_kernel.cuh) or "split" (one warp split for every GEMM,
 // flashmask_bwd_kernel.cuh); PADDLE_FLASHMASK_FA2_BWD, read at each launch so
 // that one build can time both. Both add into the same accumulators (dK/dV
-// slots, dQ tiles) over the same 128-key grid.
+// slots, dQ tiles) over the same 128-key grid. "split" stops at head dim 128
+// (its 8 warps x 16 keys would hold dK and dV, 256 registers, at 256).
 #ifndef FLASHMASK_FA2_BWD_DEFAULT
 #define FLASHMASK_FA2_BWD_DEFAULT "staged"
 #endif
@@ -92,9 +93,12 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
   if (use_staged_bwd()) {
     using Traits = BwdStagedTraits<kHeadDim, T>;
     launch_rows<Traits>(flashmask_bwd_staged_kernel<Traits>, p, p.seqlen_k, Traits::kBlockN, stream);
-  } else {
+  } else if constexpr (kHeadDim <= 128) {
     using Traits = BwdTraits<kHeadDim, T>;
     launch_rows<Traits>(flashmask_bwd_kernel<Traits>, p, p.seqlen_k, Traits::kBlockN, stream);
+  } else {
+    throw std::invalid_argument("PADDLE_FLASHMASK_FA2_BWD=split takes head_dim 32, 64, 96 or 128, got " +
+                                std::to_string(kHeadDim) + "; unset it (or set 'staged') at this head_dim");
   }
 }
 

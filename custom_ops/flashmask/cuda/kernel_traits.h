@@ -88,9 +88,11 @@ struct BwdStagedTraits {
 };
 
 // The deterministic backward's dQ kernel (flashmask_bwd_dq_kernel.cuh): the
-// forward's tiling (query rows per CTA, 64-key blocks that are the mask
+// forward's tiling (query rows per CTA, key blocks inside the 64-column mask
 // summary blocks) with one m-tile per warp, since S, dP and dQ accumulators
-// all live in registers (at D=128: 32 + 32 + 64 per thread).
+// all live in registers (at D=128: 32 + 32 + 64 per thread). At D=256 dQ
+// alone is 128 registers, so 32-key blocks (S + dP 32 registers; 96 KB of
+// shared memory: Q and dO 32 KB each, K and V 16 KB each).
 template <int kHeadDim_, typename Element_>
 struct BwdDQTraits {
   using Element = Element_;
@@ -99,16 +101,19 @@ struct BwdDQTraits {
   static constexpr int kNThreads = kNWarps * 32;
   static constexpr int kMTiles = 1;
   static constexpr int kBlockM = 16 * kMTiles * kNWarps;
-  static constexpr int kBlockN = kMaskBlockN;
+  // Keys per block: a whole mask summary block up to 128, half of one at 256
+  // (the kernel classifies a block by the summary block it lies in).
+  static constexpr int kBlockN = kHeadDim_ <= 128 ? kMaskBlockN : kMaskBlockN / 2;
   // Resident CTAs per SM the register allocation aims at: 3 (<= 168 registers)
   // fits D=32/64 without spills; D=96 needs 196 registers (32 bytes of spills
-  // at 168) and D=128 ~214, so 2.
+  // at 168), D=128 ~214 and D=256 (dQ 128 + S/dP 32) more, so 2.
   static constexpr int kMinBlocksPerSM = kHeadDim_ >= 96 ? 2 : 3;
   static constexpr int kSmemQ = kBlockM * kHeadDim;   // elements, Q or dO
   static constexpr int kSmemKV = kBlockN * kHeadDim;  // elements, K or V
   // Q, dO, K, V (one buffer each) and the staged column bounds.
   static constexpr int kSmemBytes = (2 * kSmemQ + 2 * kSmemKV) * 2 + kBlockN * 4 * 4;
-  static_assert(kHeadDim % 32 == 0 && kHeadDim <= 128, "head dim 32, 64, 96 or 128");
+  static_assert(kMaskBlockN % kBlockN == 0, "a key block lies inside one mask summary block");
+  static_assert(kHeadDim % 32 == 0 && (kHeadDim <= 128 || kHeadDim == 256), "head dim 32, 64, 96, 128 or 256");
 };
 
 }  // namespace cuda

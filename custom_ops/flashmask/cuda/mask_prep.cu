@@ -170,6 +170,8 @@ __global__ void __launch_bounds__(kDQConvertThreads) fa2_dq_tiles_to_dq_kernel(B
   constexpr int kRowElems = kDim + 8;  // 16-byte padding spreads the rows over the banks
   constexpr int kChunks = kDim / 8;    // 16-byte chunks per row
   static_assert(Layout::kFloats % kDQConvertThreads == 0, "whole passes over the tile");
+  // 64 x (kDim + 8) x 2 bytes: 33792 at head dim 256, within the 48 KB of static shared memory.
+  static_assert(Layout::kRows * kRowElems * sizeof(T) <= 48 * 1024, "static shared memory");
   __shared__ __align__(16) T rows[Layout::kRows * kRowElems];
   const int m = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const float* tile = p.dq_accum + dq_tile_offset(batch, head, m, p.num_heads, p.seqlen_q, kDim);
@@ -281,7 +283,7 @@ void launch_softmax_d(const BwdParams& p, cudaStream_t stream) {
 
 template <typename T>
 void launch_softmax_d(const BwdParams& p, cudaStream_t stream) {
-  // A row of value head_dim = 8 x lanes elements per 4, 8 or 16 lanes.
+  // A row of value head_dim = 8 x lanes elements per 4, 8, 16 or 32 lanes.
   const bool wide = rows_vectorizable<T>(p, kWideVec);
   const int dim_v = p.value_head_dim();
   if (wide && dim_v == 32) {
@@ -290,6 +292,8 @@ void launch_softmax_d(const BwdParams& p, cudaStream_t stream) {
     launch_softmax_d<T, kWideVec, 8>(p, stream);
   } else if (wide && dim_v == 128) {
     launch_softmax_d<T, kWideVec, 16>(p, stream);
+  } else if (wide && dim_v == 256) {
+    launch_softmax_d<T, kWideVec, 32>(p, stream);
   } else if (rows_vectorizable<T>(p, kConvertVec)) {
     launch_softmax_d<T, kConvertVec, 32>(p, stream);
   } else {
@@ -335,6 +339,7 @@ void launch_fa2_dq_tiles_to_dq(const BwdParams& p, cudaStream_t stream) {
     case 64: fa2_dq_tiles_to_dq_kernel<T, 64><<<grid, kDQConvertThreads, 0, stream>>>(p); break;
     case 96: fa2_dq_tiles_to_dq_kernel<T, 96><<<grid, kDQConvertThreads, 0, stream>>>(p); break;
     case 128: fa2_dq_tiles_to_dq_kernel<T, 128><<<grid, kDQConvertThreads, 0, stream>>>(p); break;
+    case 256: fa2_dq_tiles_to_dq_kernel<T, 256><<<grid, kDQConvertThreads, 0, stream>>>(p); break;
     default:
       throw std::logic_error("flashmask backward: no FA2-class dQ tiles at head_dim " + std::to_string(p.head_dim));
   }

@@ -119,8 +119,9 @@ bool pair_stores_aligned(const void* ptr, int64_t row, int64_t head, int64_t bat
 }
 
 bool bwd_supported(const BwdParams& p) {
-  // Head dims 192 and 256 have no deterministic dQ pass (the FA2-class dQ
-  // kernel stops at 128 and takes no value head dim of its own).
+  // No deterministic mode past head dim 128: 192 has no deterministic dQ pass
+  // (the FA2-class dQ kernel takes no value head dim of its own), and a
+  // deterministic 256 runs the FA2-class backward (main kernel and dQ pass).
   return fwd_supported(p) && !(p.deterministic && p.head_dim > 128) && tma_friendly(p.dout, p.do_row_stride, p.do_head_stride, p.do_batch_stride) &&
          pair_stores_aligned(p.dk, p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride) &&
          pair_stores_aligned(p.dv, p.dv_row_stride, p.dv_head_stride, p.dv_batch_stride);

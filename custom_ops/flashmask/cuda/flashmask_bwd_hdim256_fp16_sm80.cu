@@ -1,0 +1,13 @@
+// Instantiation: bwd, head dim 256, fp16 (one file per config keeps builds parallel).
+#include "flashmask_launch.cuh"
+
+namespace flashmask {
+namespace cuda {
+
+template <>
+void run_bwd_<256, __half>(const BwdParams& p, cudaStream_t stream) {
+  launch_bwd<256, __half>(p, stream);
+}
+
+}  // namespace cuda
+}  // namespace flashmask

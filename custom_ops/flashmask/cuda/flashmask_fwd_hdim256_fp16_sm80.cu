@@ -1,0 +1,13 @@
+// Instantiation: fwd, head dim 256, fp16 (one file per config keeps builds parallel).
+#include "flashmask_launch.cuh"
+
+namespace flashmask {
+namespace cuda {
+
+template <>
+void run_fwd_<256, __half>(const FwdParams& p, cudaStream_t stream) {
+  launch_fwd<256, __half>(p, stream);
+}
+
+}  // namespace cuda
+}  // namespace flashmask
