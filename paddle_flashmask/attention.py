@@ -78,8 +78,9 @@ def gpu_supports(query, head_dim, deterministic=None, value_head_dim=None):
     ``value_head_dim`` (None: equal to ``head_dim``) on ``query``'s GPU with the current kernel
     family and this ``deterministic`` (None: the default), without raising; True off the GPU (the
     CPU kernel takes every call). For callers with a fallback of their own (paddlenlp_patches):
-    head_dim 256, and 192 with value head_dim 128, run on the Hopper kernels only and not in
-    deterministic mode, so they are taken on some GPUs and calls only."""
+    head_dim 192 with value head_dim 128 runs on the Hopper kernels only and not in
+    deterministic mode, so it is taken on some GPUs and calls only (head_dim 256 runs on
+    every GPU, deterministic included)."""
     gpu_kernel_name = get_gpu_kernel()  # a bad setting raises: it is no reason to fall back
     deterministic = _resolve_deterministic(deterministic)
     try:
@@ -176,8 +177,8 @@ def flashmask_attention(
 
     Args:
         query (Tensor): ``[batch, seqlen_q, num_heads, head_dim]``, float32, float16 or bfloat16.
-            The CPU kernel takes any head_dim; on GPU float16/bfloat16 with head_dim 32, 64, 96
-            or 128, and 192 (with value head_dim 128) and 256 on the Hopper (sm90) kernels only (a
+            The CPU kernel takes any head_dim; on GPU float16/bfloat16 with head_dim 32, 64, 96,
+            128 or 256, and 192 (with value head_dim 128) on the Hopper (sm90) kernels only (a
             compute capability 9.0 GPU, a build with them, gpu_kernel not ``"fa2"``) and not with
             ``deterministic``.
         key (Tensor): ``[batch, seqlen_k, num_heads_k, head_dim]``; ``num_heads`` must be a
@@ -210,7 +211,7 @@ def flashmask_attention(
             query-major without atomics and the GQA group's dK/dV are reduced in a fixed order
             (somewhat slower). ``None`` follows Paddle's ``FLAGS_cudnn_deterministic`` where this
             Paddle has that flag (as Paddle's own flash attention does), else False. On GPU it
-            does not take head_dim 192 or 256 (a ValueError: pass False). The CPU backward is always
+            does not take head_dim 192 (a ValueError: pass False). The CPU backward is always
             deterministic (and independent of the thread count).
         block_mask (Tensor, optional): int32 ``[batch or 1, Hm, ceil(seqlen_q / 128),
             ceil(seqlen_k / 128)]`` of 0/1, as Paddle's: 0 masks a whole 128 x 128 block of

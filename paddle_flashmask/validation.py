@@ -228,8 +228,8 @@ def _choices(allowed):
     return ", ".join(repr(a) for a in allowed)
 
 
-# Query/key head dims the CUDA kernels take; 96 runs on the FA2-class kernels only (NOTES.md,
-# "Head dim 96"), 192 and 256 on the Hopper ones only (SM90_ONLY_HEAD_DIMS).
+# Query/key head dims the CUDA kernels take; 32 and 96 run on the FA2-class kernels only (NOTES.md,
+# "Head dim 96"), 192 on the Hopper ones only (SM90_ONLY_HEAD_DIMS), the others on both.
 GPU_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 
 # The value head dim the CUDA kernels take with each of GPU_HEAD_DIMS: the same, except 192,
@@ -241,8 +241,9 @@ SM90_HEAD_DIMS = (64, 128, 192, 256)
 
 # Head dims with no FA2-class kernel: on GPU they need the Hopper kernels (compute capability
 # 9.0, a build that has them, a kernel family other than "fa2"), and the deterministic
-# backward (its query-major dQ pass is FA2-class) cannot take them.
-SM90_ONLY_HEAD_DIMS = (192, 256)
+# backward (its query-major dQ pass is FA2-class) cannot take them. 256 has FA2-class kernels
+# (every GPU; a deterministic backward at 256 runs them, on Hopper too).
+SM90_ONLY_HEAD_DIMS = (192,)
 
 
 def gpu_value_head_dim(head_dim):
@@ -253,7 +254,7 @@ def gpu_value_head_dim(head_dim):
 
 def gpu_head_dims_label(head_dim):
     """``head_dim`` as the messages name it: "head_dim 192 with value head_dim 128" where the
-    GPU kernels take value's own head dim with it, "head_dim 256" otherwise."""
+    GPU kernels take value's own head dim with it, "head_dim 128" otherwise."""
     value_head_dim = gpu_value_head_dim(head_dim)
     if value_head_dim is None or value_head_dim == head_dim:
         return f"head_dim {head_dim}"
@@ -279,8 +280,8 @@ def check_gpu_value_head_dim(head_dim, value_head_dim):
 
 
 def check_device_support(query, head_dim, value_head_dim=None, gpu_kernel_name="auto"):
-    """The CUDA kernels take fp16/bf16 with head_dim 32, 64, 96, 128 or (on the Hopper kernels
-    only) 192 and 256, value's head dim that of GPU_VALUE_HEAD_DIMS (None: value's equals
+    """The CUDA kernels take fp16/bf16 with head_dim 32, 64, 96, 128, 256 or (on the Hopper kernels
+    only) 192, value's head dim that of GPU_VALUE_HEAD_DIMS (None: value's equals
     head_dim); the CPU kernel takes any. ``gpu_kernel_name`` is the call's kernel family
     (attention.get_gpu_kernel()). The other device checks (deterministic, sm90 forced, length)
     take the head dim alone: a head dim that passed here has its one value head dim."""
@@ -334,8 +335,9 @@ def check_sm90_only_length(query, head_dim, seqlen_q, seqlen_k, what):
 
 def check_deterministic_support(query, head_dim, deterministic):
     """deterministic=True (given, or the FLAGS_cudnn_deterministic default) on GPU with a head dim
-    its backward lacks: the query-major dQ pass is FA2-class, and those kernels have no 192 or 256.
-    The CPU backward takes any head dim and is always deterministic."""
+    its backward lacks: the query-major dQ pass is FA2-class, and those kernels have no 192 (256
+    takes the FA2-class backward, on Hopper too). The CPU backward takes any head dim and is
+    always deterministic."""
     if not deterministic or head_dim not in SM90_ONLY_HEAD_DIMS:
         return
     if not paddle.in_dynamic_mode() or not query.place.is_gpu_place():

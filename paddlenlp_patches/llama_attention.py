@@ -133,9 +133,9 @@ def _dense_attention(q, k, v, mask, alibi=None):
 
 
 def _op_supports(q, v) -> bool:
-    """The CPU kernel takes any dtype/head_dim; the CUDA kernels fp16/bf16 with head_dim 32/64/96/128,
-    and 256 (or 192 with value head_dim 128) where the Hopper kernels run it (not with a
-    deterministic backward)."""
+    """The CPU kernel takes any dtype/head_dim; the CUDA kernels fp16/bf16 with head_dim
+    32/64/96/128/256, and 192 with value head_dim 128 where the Hopper kernels run it (not with
+    a deterministic backward)."""
     place = q.place
     if not (hasattr(place, "is_gpu_place") and place.is_gpu_place()):
         return True

@@ -20,7 +20,7 @@ Contract (from PaddleFormers' sources): q ``[B, H, Sq, Dq]``, k ``[B, Hk, Sk, Dq
   any other dense mask (padding, custom) -> the exact dense path.
 - Dense path (exact, fp32 softmax, O(S^2) memory; warned once) for what the op cannot express:
   attention sinks (GPT-OSS ``sink``), ``softcap``, ``dropout > 0``, and on GPU a dtype/head dim
-  the CUDA kernels do not take (they take fp16/bf16 with head dim 32/64/96/128, and 256 and 192
+  the CUDA kernels do not take (they take fp16/bf16 with head dim 32/64/96/128/256, and 192
   with value 128 where the Hopper kernels run: ``paddle_flashmask.attention.gpu_supports``).
 - ``Dv != Dq`` (MLA): the CPU kernel takes v's own head dim, the Hopper kernels 192 with 128;
   elsewhere on GPU, whose kernels take one head dim, the narrower of v and q/k is zero-padded
@@ -155,8 +155,8 @@ def _op_supports(q, head_dim, value_head_dim):
     place = q.place
     if not (hasattr(place, "is_gpu_place") and place.is_gpu_place()):
         return True  # the CPU kernel takes every dtype and head dim
-    # fp16/bf16 and the kernels' head dims; 256 (Gemma3) and 192 with value 128 (MLA) only where
-    # the Hopper kernels run them and the backward is not deterministic
+    # fp16/bf16 and the kernels' head dims (256, Gemma3's, everywhere); 192 with value 128 (MLA)
+    # only where the Hopper kernels run it and the backward is not deterministic
     return gpu_supports(q, head_dim, value_head_dim=value_head_dim)
 
 

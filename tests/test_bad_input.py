@@ -816,15 +816,16 @@ def test_bad_sm90_env_switch(spy, monkeypatch, name, value):
 
 
 # --------------------------------------------------------------------------------------
-# head_dim 256, and 192 with value head_dim 128, on GPU: the Hopper (sm90) kernels only, not
-# deterministic, at most 2^18 rows and keys per kernel call. The checks read the query's place,
+# head_dim 192 with value head_dim 128 on GPU: the Hopper (sm90) kernels only, not
+# deterministic, at most 2^18 rows and keys per kernel call (head_dim 256 runs on the FA2-class
+# kernels too: every GPU, deterministic included, any length). The checks read the query's place,
 # dtype and the GPU's compute capability; here a small fake query on a fake GPU place stands in
 # (no GPU on the CI machine), the GPU tests repeat them for real.
 # --------------------------------------------------------------------------------------
 
 # (query/key head dim, value head dim) of every pair only the Hopper kernels take
-HOPPER_ONLY_PAIRS = [(256, 256), (192, 128)]
-HOPPER_ONLY_IDS = ["256", "192-128"]
+HOPPER_ONLY_PAIRS = [(192, 128)]
+HOPPER_ONLY_IDS = ["192-128"]
 VALUE_RULE = (r"the GPU kernels take value head_dim 128 with 192 \(the Hopper kernels\) and value head_dim "
               r"equal to head_dim otherwise; the CPU kernel takes any")
 
@@ -901,12 +902,16 @@ def test_hopper_only_head_dims_taken_on_hopper(fake_gpu, kernel, sm90_built, dim
     validation.check_sm90_only_length(q, dim, 1 << 18, 1 << 18, "query/key")
 
 
-@pytest.mark.parametrize("dim", [32, 64, 96, 128])
+@pytest.mark.parametrize("dim", [32, 64, 96, 128, 256])
 def test_other_head_dims_keep_their_kernels_anywhere(fake_gpu, dim):
-    # the FA2-class kernels take these on every GPU, whatever the family and build
-    q = fake_gpu(capability=(8, 0), sm90_built=False)
-    validation.check_device_support(q, dim, dim, "fa2")
-    validation.check_deterministic_support(q, dim, True)
+    # the FA2-class kernels take these on every GPU, whatever the family and build, deterministic
+    # included; no length limit of theirs (256 included: the FA2-class kernels take it beyond 2^18)
+    for q in (fake_gpu(capability=(8, 0), sm90_built=False), fake_gpu(capability=(8, 9)), fake_gpu()):
+        for kernel in ("fa2", "auto"):
+            validation.check_device_support(q, dim, dim, kernel)
+        validation.check_device_support(q, dim, None, "fa2")
+        validation.check_deterministic_support(q, dim, True)
+        validation.check_sm90_only_length(q, dim, (1 << 19) + 1, (1 << 19) + 1, "query/key")
 
 
 @pytest.mark.parametrize("dim_v", [None, 192, 64, 256, 96])  # None: value's head dim equals query's
@@ -920,7 +925,7 @@ def test_head_dim_192_takes_value_head_dim_128_only(fake_gpu, dim_v):
 
 @pytest.mark.parametrize("dim,dim_v", [(256, 128), (128, 64), (64, 128), (128, 192), (32, 16)])
 def test_other_head_dims_take_value_head_dim_equal_only(fake_gpu, dim, dim_v):
-    # value head dim 128 is 192's alone: 256 with 128 (the Hopper kernels' other wide head dim) too is refused
+    # value head dim 128 is 192's alone: 256 with 128 (the other wide head dim) too is refused
     with pytest.raises(ValueError, match=rf"^value head_dim {dim_v} with query/key head_dim {dim} on GPU: "
                                          rf"{VALUE_RULE}$"):
         validation.check_device_support(fake_gpu(), dim, dim_v, "sm90")
@@ -930,7 +935,7 @@ def test_gpu_value_head_dims_table():
     assert validation.GPU_VALUE_HEAD_DIMS == {32: 32, 64: 64, 96: 96, 128: 128, 192: 128, 256: 256}
     assert [validation.gpu_value_head_dim(d) for d in (192, 256, 64, 160)] == [128, 256, 64, None]
     assert set(validation.SM90_ONLY_HEAD_DIMS) <= set(validation.SM90_HEAD_DIMS) <= set(validation.GPU_HEAD_DIMS)
-    assert validation.SM90_ONLY_HEAD_DIMS == (192, 256)
+    assert validation.SM90_ONLY_HEAD_DIMS == (192,)
 
 
 @pytest.mark.parametrize("dim", [160, 512])
@@ -1042,6 +1047,18 @@ def test_gpu_supports_tells_where_the_hopper_only_head_dims_run(default_gpu_kern
     monkeypatch.setattr(paddle, "get_flags", lambda flags: {"FLAGS_cudnn_deterministic": True})
     # the default follows FLAGS_cudnn_deterministic
     assert not gpu_supports(fake_gpu(), dim, value_head_dim=dim_v)
+
+
+def test_gpu_supports_takes_head_dim_256_on_every_gpu(default_gpu_kernel, fake_gpu, monkeypatch):
+    # the FA2-class kernels take 256: any GPU, any build, any family, deterministic included
+    from paddle_flashmask.attention import gpu_supports
+
+    monkeypatch.setattr(attention_mod, "_has_deterministic_flag", False)
+    for kernel in (None, "fa2"):
+        pfm.set_gpu_kernel(kernel)
+        for q in (fake_gpu(), fake_gpu(capability=(8, 0)), fake_gpu(capability=(8, 9)), fake_gpu(sm90_built=False)):
+            assert gpu_supports(q, 256) and gpu_supports(q, 256, deterministic=True, value_head_dim=256)
+    pfm.set_gpu_kernel(None)
 
 
 @pytest.mark.parametrize("dim,dim_v", [(192, None), (192, 192), (192, 64), (256, 128), (128, 64), (160, 160)])

@@ -33,11 +33,12 @@ FORMS = [(True, 0), (True, 1), (True, 2), (False, 0), (False, 2), (False, 4)]
 # Head dims the sm90 kernels take (flashmask_api_cuda.cu refuses others when forced); 192
 # with value head dim 128 only.
 SM90_HEAD_DIMS = (64, 128, 192, 256)
-# Head dims with kernels in both families, for the tests run per family (96: the FA2-class
-# ones only). 256 and 192/128 (the Hopper kernels only, no deterministic backward) have their
-# own tests below.
-DIMS = [d for d in (32, 64, 96, 128) if d in validation.GPU_HEAD_DIMS]
-HOPPER_ONLY_DIM = 256
+# Head dims of the tests run per family (32 and 96: the FA2-class kernels only, skipped for
+# "sm90"). 256 runs on both families (the FA2-class kernels on every GPU, deterministic included)
+# and has more tests of its own below; 192/128 (the Hopper kernels only, no deterministic
+# backward) has its own.
+DIMS = [d for d in (32, 64, 96, 128, 256) if d in validation.GPU_HEAD_DIMS]
+HD256 = 256
 # MLA's head dims (DeepSeek: q/k 192, v 128), the one pair with a value head dim of its own
 MLA_DIM, MLA_DIM_V = 192, 128
 
@@ -225,7 +226,8 @@ def test_fully_masked_rows(gpu_kernel):
 
 
 @pytest.mark.parametrize("dim,dtype", [c for c in [(32, "float16"), (64, "bfloat16"), (96, "float16"),
-                                                  (128, "bfloat16"), (128, "float16")] if c[0] in DIMS])
+                                                  (128, "bfloat16"), (128, "float16"), (256, "float16")]
+                                         if c[0] in DIMS])  # 256 in bf16: the deterministic tests below
 @pytest.mark.parametrize("heads_k", [1, 2])
 @pytest.mark.parametrize("causal,cols", FORMS)
 @pytest.mark.parametrize("seqlen", [77, 1000])
@@ -246,20 +248,24 @@ def test_deterministic_packed_masks(gpu_kernel, name, heads_k, dim, seqlen):
                  idx.numpy(), deterministic=True)
 
 
+@pytest.mark.parametrize("dim", [128, HD256])
 @pytest.mark.parametrize("heads_k", [1, 2])
-def test_deterministic_fully_masked_rows(gpu_kernel, heads_k):
+def test_deterministic_fully_masked_rows(gpu_kernel, heads_k, dim):
     idx = fully_masked_rows_indices()
-    run_gpu_case(seed_of("det-empty", heads_k), 1, 300, 300, 4, heads_k, 128, False, idx, deterministic=True)
+    run_gpu_case(seed_of("det-empty", heads_k) if dim == 128 else seed_of("det-empty", heads_k, dim), 1, 300, 300,
+                 4, heads_k, dim, False, idx, deterministic=True)
 
 
+@pytest.mark.parametrize("dim", [64, HD256])
 @pytest.mark.parametrize("causal,cols", [(True, 0), (True, 2), (False, 4)])
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(100, 300), (300, 100)])
-def test_deterministic_unequal_lengths(gpu_kernel, causal, cols, seqlen_q, seqlen_k):
+def test_deterministic_unequal_lengths(gpu_kernel, causal, cols, seqlen_q, seqlen_k, dim):
     # Causal with Sq > Sk: the first Sq - Sk rows see no key (LSE -inf, dQ 0).
     rng = np.random.default_rng(seqlen_q * 7 + seqlen_k)
     idx = None if cols == 0 else random_indices(rng, 1, 1, seqlen_q, seqlen_k, causal, cols)
-    run_gpu_case(seed_of("det", causal, cols, seqlen_q, seqlen_k), 1, seqlen_q, seqlen_k, 4, 1, 64, causal,
-                 idx, deterministic=True)
+    seed = seed_of("det", causal, cols, seqlen_q, seqlen_k) if dim == 64 else seed_of("det", causal, cols, seqlen_q,
+                                                                                      seqlen_k, dim)
+    run_gpu_case(seed, 1, seqlen_q, seqlen_k, 4, 1, dim, causal, idx, deterministic=True)
 
 
 # --------------------------------------------------------------------------------------
@@ -442,6 +448,20 @@ def test_sm90_helper_recognises_hopper():
         assert is_sm90(), f"{name} reports compute capability {device_capability()}"
 
 
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("causal,cols", [(True, 0), (True, 1), (False, 4)])
+def test_auto_takes_head_dim_256(causal, cols, deterministic):
+    # "auto" on any GPU: the Hopper kernels on compute capability 9.0 (deterministic: their
+    # forward, then the FA2-class backward), the FA2-class ones elsewhere.
+    old = pfm.set_gpu_kernel("auto")
+    try:
+        idx = None if cols == 0 else random_indices(np.random.default_rng(256), 2, 2, 333, 333, causal, cols)
+        run_gpu_case(seed_of("auto256", causal, cols, deterministic), 2, 333, 333, 8, 2, HD256, causal, idx,
+                     deterministic=deterministic)
+    finally:
+        pfm.set_gpu_kernel(old)
+
+
 @pytest.mark.parametrize("causal,cols", [(True, 0), (True, 1), (False, 4)])
 def test_auto_takes_head_dim_96(causal, cols):
     # "auto" on any GPU: the FA2-class kernels (the Hopper ones take 64, 128 and 256 only).
@@ -475,58 +495,39 @@ def test_bad_indices_rejected_on_gpu():
 
 
 # --------------------------------------------------------------------------------------
-# head dim 256: the Hopper kernels only (compute capability 9.0; skipped for "fa2" and on
-# other GPUs by run_gpu_case), non-deterministic backward only. Few sizes: the float64
-# reference grows with the head dim.
+# head dim 256 on both families (the `gpu_kernel` fixture: FA2-class on every GPU, Hopper on
+# compute capability 9.0), beyond the per-family tests above (forms and lengths, deterministic)
+# that take it from DIMS. Few sizes: the float64 reference grows with the head dim.
 # --------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def hopper_only_dim():
-    """The sm90 kernels forced, for head dim 256 (skipped where they do not run)."""
-    if not is_sm90():
-        pytest.skip(f"head dim {HOPPER_ONLY_DIM} needs compute capability 9.0, GPU 0 is {device_capability()}")
-    old = pfm.set_gpu_kernel("sm90")
-    yield HOPPER_ONLY_DIM
-    pfm.set_gpu_kernel(old)
-
-
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("causal,cols", FORMS)
-@pytest.mark.parametrize("seqlen", [77, 1000])
-def test_head_dim_256_forms(hopper_only_dim, dtype, causal, cols, seqlen):
-    idx = None if cols == 0 else random_indices(np.random.default_rng(seqlen), 2, 2, seqlen, seqlen, causal, cols)
-    run_gpu_case(seed_of("hd256", dtype, causal, cols, seqlen), 2, seqlen, seqlen, 4, 2, hopper_only_dim, causal,
-                 idx, dtype=dtype, deterministic=False)
 
 
 @pytest.mark.parametrize("causal,cols", FORMS)
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(100, 300), (300, 100)])
-def test_head_dim_256_unequal_lengths(hopper_only_dim, causal, cols, seqlen_q, seqlen_k):
+def test_head_dim_256_unequal_lengths(gpu_kernel, causal, cols, seqlen_q, seqlen_k):
     rng = np.random.default_rng(seqlen_q * 7 + seqlen_k)
     idx = None if cols == 0 else random_indices(rng, 1, 1, seqlen_q, seqlen_k, causal, cols)
-    run_gpu_case(seed_of("hd256", causal, cols, seqlen_q, seqlen_k), 1, seqlen_q, seqlen_k, 4, 1, hopper_only_dim,
+    run_gpu_case(seed_of("hd256", causal, cols, seqlen_q, seqlen_k), 1, seqlen_q, seqlen_k, 4, 1, HD256,
                  causal, idx, deterministic=False)
 
 
 @pytest.mark.parametrize("heads,heads_k,hm", [(8, 2, 1), (8, 2, 8), (8, 1, 8)])
-def test_head_dim_256_gqa_mask_heads(hopper_only_dim, heads, heads_k, hm):
+def test_head_dim_256_gqa_mask_heads(gpu_kernel, heads, heads_k, hm):
     idx = random_indices(np.random.default_rng(heads * 10 + hm), 2, hm, 333, 333, False, 4)
-    run_gpu_case(seed_of("hd256", heads, heads_k, hm), 2, 333, 333, heads, heads_k, hopper_only_dim, False, idx,
+    run_gpu_case(seed_of("hd256", heads, heads_k, hm), 2, 333, 333, heads, heads_k, HD256, False, idx,
                  deterministic=False)
 
 
 @pytest.mark.parametrize("name", ["causal_document", "share_question"])
 @pytest.mark.parametrize("heads_k", [1, 2])
-def test_head_dim_256_packed_masks(hopper_only_dim, name, heads_k):
+def test_head_dim_256_packed_masks(gpu_kernel, name, heads_k):
     idx, causal = masks.example_mask(name, 1000, batch_size=2, num_heads=1, seed=1000, place=paddle.CPUPlace())
-    run_gpu_case(seed_of("hd256", name, heads_k), 2, 1000, 1000, 4, heads_k, hopper_only_dim, causal, idx.numpy(),
+    run_gpu_case(seed_of("hd256", name, heads_k), 2, 1000, 1000, 4, heads_k, HD256, causal, idx.numpy(),
                  deterministic=False)
 
 
-def test_head_dim_256_fully_masked_rows(hopper_only_dim):
+def test_head_dim_256_fully_masked_rows(gpu_kernel):
     idx = fully_masked_rows_indices()
-    run_gpu_case(seed_of("hd256-empty"), 1, 300, 300, 4, 2, hopper_only_dim, False, idx, deterministic=False)
+    run_gpu_case(seed_of("hd256-empty"), 1, 300, 300, 4, 2, HD256, False, idx, deterministic=False)
 
 
 @pytest.mark.parametrize("sm90_fwd_schedule", list(FWD_SCHEDULES), indirect=True)
@@ -535,25 +536,26 @@ def test_head_dim_256_fully_masked_rows(hopper_only_dim):
 def test_head_dim_256_fwd_schedules(sm90_fwd_schedule, causal, cols, seqlen_q, seqlen_k):
     rng = np.random.default_rng(seed_of("pp-idx", causal, cols, seqlen_q, seqlen_k))
     idx = None if cols == 0 else random_indices(rng, 2, 2, seqlen_q, seqlen_k, causal, cols)
-    run_gpu_case(seed_of("pp", HOPPER_ONLY_DIM, causal, cols, seqlen_q, seqlen_k), 2, seqlen_q, seqlen_k, 4, 2,
-                 HOPPER_ONLY_DIM, causal, idx, deterministic=False)
+    run_gpu_case(seed_of("pp", HD256, causal, cols, seqlen_q, seqlen_k), 2, seqlen_q, seqlen_k, 4, 2,
+                 HD256, causal, idx, deterministic=False)
 
 
 @pytest.mark.parametrize("mask", ["causal", "short_documents", "empty_query_blocks"])
-def test_head_dim_256_many_tiles_per_cta(hopper_only_dim, mask):
-    # about 4 tiles per CTA of the persistent forward, as test_sm90_fwd_many_tiles_per_cta
-    # (default schedule only): the next tile's Q waits on the last one's GEMMs at this head dim
+def test_head_dim_256_many_tiles_per_cta(gpu_kernel, mask):
+    # sm90: about 4 tiles per CTA of the persistent forward, as test_sm90_fwd_many_tiles_per_cta
+    # (default schedule only): the next tile's Q waits on the last one's GEMMs at this head dim;
+    # fa2: 2048 tokens, 16 heads, plain causal / short documents / empty query blocks
     batch, seqlen, heads, heads_k = 2, 2048, 16, 4
     causal, idx = True, _many_tiles_indices(mask, batch, seqlen)
-    run_gpu_case(seed_of("many-tiles-hd256", mask), batch, seqlen, seqlen, heads, heads_k, hopper_only_dim, causal,
+    run_gpu_case(seed_of("many-tiles-hd256", mask), batch, seqlen, seqlen, heads, heads_k, HD256, causal,
                  idx, use_cpu_reference=True, deterministic=False)
 
 
 
 
 # --------------------------------------------------------------------------------------
-# head dim 192 with value head dim 128 (MLA): the Hopper kernels only, as head dim 256
-# (compute capability 9.0, not "fa2", non-deterministic backward only, 2^18 tokens per call);
+# head dim 192 with value head dim 128 (MLA): the Hopper kernels only (compute capability
+# 9.0, not "fa2", non-deterministic backward only, 2^18 tokens per call);
 # the one pair whose value has a head dim of its own on GPU. out and dV have 128 columns.
 # --------------------------------------------------------------------------------------
 
@@ -640,9 +642,9 @@ def test_head_dim_192_128_long_sequence_pieces(mla_dims, monkeypatch, causal, co
 
 
 
-# The Hopper-only head dims (q/k, v) and how the messages name them.
-HOPPER_ONLY_PAIRS = [pytest.param(HOPPER_ONLY_DIM, HOPPER_ONLY_DIM, "head_dim 256", id="256"),
-                     pytest.param(MLA_DIM, MLA_DIM_V, "head_dim 192 with value head_dim 128", id="192-128")]
+# The Hopper-only head dims (q/k, v) and how the messages name them (256 is not among them
+# since the FA2-class kernels take it: test_auto_takes_head_dim_256 and the tests above).
+HOPPER_ONLY_PAIRS = [pytest.param(MLA_DIM, MLA_DIM_V, "head_dim 192 with value head_dim 128", id="192-128")]
 
 
 @pytest.mark.parametrize("dim,dim_v,label", HOPPER_ONLY_PAIRS)
@@ -742,7 +744,7 @@ def test_block_mask(gpu_kernel, causal, cols, seqlen_q, seqlen_k, deterministic)
 # Self-attention cut into pieces (paddle_flashmask/long_sequence.py: beyond 2^19 tokens on Hopper,
 # 2^18 at head dims 192 and 256), forced here at 512 tokens: the remap, merge, sum and concat ops
 # around the kernels, on the GPU (192/128: test_head_dim_192_128_long_sequence_pieces).
-@pytest.mark.parametrize("dim", [64, HOPPER_ONLY_DIM])
+@pytest.mark.parametrize("dim", [64, HD256])
 @pytest.mark.parametrize("causal,cols", [(True, 0), (True, 1), (False, 0), (False, 4)])
 def test_long_sequence_pieces(gpu_kernel, monkeypatch, dim, causal, cols):
     monkeypatch.setenv("PADDLE_FLASHMASK_SPLIT_SEQLEN", "512")

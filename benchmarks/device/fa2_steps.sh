@@ -20,9 +20,10 @@
 # Time on an H100 (estimated, today's kernels; later steps are faster): --check-fa2 ~5-10 s a
 # variant (30 checks; the CPU reference takes ~10 s on 2 cores here, 16 there), --time-fa2 ~3-5 s a
 # pass (GPU ~2 s, 7 runs of each: causal 8K/16K at D 64/96/128 ~0.95 s, their 16K D=128 fwd 9.4 +
-# bwd 35 ms; the masks ~0.6 s, at 32K mostly causal_document; det 16K ~0.4 s), --mma-peak ~1 s, the
-# peer ~60 s (3 python3 processes, torch import each): ~10 + N x 10 + 2N x 5 + 60 s, 5 variants
-# ~3 min; BUDGET_S and the per-stage timeouts bound a hang.
+# bwd 35 ms; D=256 about twice D=128's; the masks ~0.6 s, at 32K mostly causal_document; det 16K
+# ~0.4 s), --mma-peak ~1 s, the peer ~80 s (4 python3 processes: D 64/96/128/256, torch import
+# each): ~10 + N x 10 + 2N x 6 + 80 s, 5 variants ~3.5 min; BUDGET_S and the per-stage timeouts
+# bound a hang. --check-fa2 has 8 more checks with head dim 256 (4 cases x 2 modes).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || { echo "FATAL: cd to the repo root"; exit 1; }
 OUT=${OUT:-/tmp/pfm_out}; mkdir -p "$OUT"
@@ -109,7 +110,7 @@ done
 # records go into fa2_steps.log as 'peer_json:' lines.
 PEER_JSON=/tmp/fa2_steps_peers.jsonl
 rm -f "$PEER_JSON"
-for spec in "64:8192 16384" "96:8192 16384" "128:8192 16384 32768"; do
+for spec in "64:8192 16384" "96:8192 16384" "128:8192 16384 32768" "256:8192 16384"; do
   dim=${spec%%:*} lengths=${spec#*:}
   t=$(limit "$PEER_TIMEOUT_S")
   if (( $(left) < 15 )); then echo "SKIPPED: FA2 peer D=$dim (budget)" | tee -a "$LOG"; continue; fi

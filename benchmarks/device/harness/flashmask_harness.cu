@@ -1,7 +1,7 @@
 // Paddle-free device check of the CUDA kernels: random inputs, the CPU kernel
 // (fp32, on the same bf16-rounded inputs) as the reference for out, LSE and
-// dq/dk/dv, for both kernel families (head dims 192/128 and 256: the Hopper
-// ones only);
+// dq/dk/dv, for both kernel families (head dims 192/128: the Hopper ones
+// only; 256 on both, --check-fa2 for the FA2-class ones);
 // then timings of a few large cases.
 // --check-fa2 / --time-fa2 / --mma-peak: the FA2-class kernels alone (their
 // rework, NOTES.md issue 15; build_variant.sh builds one binary per version
@@ -585,13 +585,13 @@ int main(int argc, char** argv) {
     return 0;
   }
   // --time-fa2: the FA2-class kernels' timings (bf16, 32:8 heads), nothing
-  // checked (--check-fa2 does that): causal at 8K and 16K for head dims 64, 96
-  // and 128; causal document, sliding window and short documents at 8K and
+  // checked (--check-fa2 does that): causal at 8K and 16K for head dims 64, 96,
+  // 128 and 256; causal document, sliding window and short documents at 8K and
   // 32K (D=128; the masks of --time-hd256); deterministic causal 16K.
   if (mode == "--time-fa2") {
     warm_up_gpu(300.f);
     print_time_header();
-    for (int d : {64, 96, 128})
+    for (int d : {64, 96, 128, 256})
       for (int s : {8192, 16384}) time_case("causal", s, 32, 8, d, GpuKernel::kFA2, rng);
     for (int s : {8192, 32768}) {
       std::mt19937 mask_rng(s);
@@ -629,9 +629,10 @@ int main(int argc, char** argv) {
       {"causal_doc", 1, 777, 777, 2, 1, 96, true, 1, doc_mask},
       {"random4+empty", 1, 333, 333, 4, 4, 96, false, 4, random4_mask},
   };
-  // Head dims 256 and 192/128 (q, k / v; MLA): the Hopper kernels only, and
-  // no deterministic backward (its query-major dQ pass is FA2-class, which
-  // stops at 128). The D=128 cases of the list above, causal_doc with GQA.
+  // Head dims 256 and 192/128 (q, k / v; MLA) on the Hopper kernels (--check-hd,
+  // --time-hd, the default run), non-deterministic: 192/128 has no
+  // deterministic backward, and a deterministic 256 runs the FA2-class one
+  // (fa2_hd256_cases). The D=128 cases of the list above, causal_doc with GQA.
   const Case sm90_only_cases[] = {
       {"causal", 1, 1000, 1000, 4, 2, 256, true, 0, nullptr},
       {"causal_sq<sk", 1, 300, 517, 4, 1, 256, true, 0, nullptr},
@@ -652,8 +653,17 @@ int main(int argc, char** argv) {
       {"causal_doc", 1, 777, 777, 2, 1, 32, true, 1, doc_mask},
       {"random4+empty", 1, 333, 333, 4, 4, 32, false, 4, random4_mask},
   };
+  // Head dim 256 on the FA2-class kernels (--check-fa2 and the default run;
+  // both backward modes, the deterministic one included): 64-key backward CTAs
+  // and 32-key dQ-pass blocks, GQA, fully masked rows, ragged lengths.
+  const Case fa2_hd256_cases[] = {
+      {"causal", 1, 1000, 1000, 4, 2, 256, true, 0, nullptr},
+      {"causal_sq<sk", 1, 300, 517, 4, 1, 256, true, 0, nullptr},
+      {"causal_doc", 1, 777, 777, 2, 1, 256, true, 1, doc_mask},
+      {"random4+empty", 1, 333, 333, 4, 4, 256, false, 4, random4_mask},
+  };
   int failures = 0;
-  // --check-fa2: every FA2-class case (head dims 32-128), both backward modes,
+  // --check-fa2: every FA2-class case (head dims 32-256), both backward modes,
   // nothing timed, no sm90: small enough for compute-sanitizer.
   if (mode == "--check-fa2") {
     auto check_fa2 = [&](const Case& c) {
@@ -662,6 +672,7 @@ int main(int argc, char** argv) {
     for (const Case& c : cases) check_fa2(c);
     for (const Case& c : fa2_only_cases) check_fa2(c);
     for (const Case& c : fa2_hd32_cases) check_fa2(c);
+    for (const Case& c : fa2_hd256_cases) check_fa2(c);
     std::printf("%d failures\n", failures);
     return failures ? 1 : 0;
   }
@@ -752,6 +763,9 @@ int main(int argc, char** argv) {
     }
   }
   for (const Case& c : fa2_only_cases) {
+    for (bool det : {false, true}) failures += !check_case(c, GpuKernel::kFA2, det, 1, 0, rng);
+  }
+  for (const Case& c : fa2_hd256_cases) {
     for (bool det : {false, true}) failures += !check_case(c, GpuKernel::kFA2, det, 1, 0, rng);
   }
   for (const Case& c : sm90_only_cases) failures += check_sm90_head_groups(c, false, rng);
