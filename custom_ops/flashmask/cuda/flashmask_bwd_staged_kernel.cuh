@@ -145,31 +145,11 @@ __global__ void __launch_bounds__(Traits::kNThreads)
                          min(m * kBlockM + kBlockM, seqlen_q), c0, c0 + kBlockN);
   };
   // The first live query block at or after `from` (q_blocks if none) and its
-  // kind, as the forward finds key blocks: each warp classifies 32 blocks at
-  // once and keeps the window's live and partial bits (a key block of a
-  // sliding window or a document sees a few dozen of the sequence's query
-  // blocks; one at a time, the scan past the last of them cost more issue
-  // slots than the live steps).
-  int scan_base = -64;
-  unsigned live_bits = 0, partial_bits = 0;
-  auto next_live_block = [&](int from, TileKind& kind) {
-    for (;;) {
-      if (from >= q_blocks) return q_blocks;
-      if (from >= scan_base + 32) {
-        scan_base = from;
-        const TileKind lane_kind = from + lane < q_blocks ? classify(from + lane) : TileKind::kSkip;
-        live_bits = __ballot_sync(0xffffffffu, lane_kind != TileKind::kSkip);
-        partial_bits = __ballot_sync(0xffffffffu, lane_kind == TileKind::kPartial);
-      }
-      const unsigned ahead = live_bits & (0xffffffffu << (from - scan_base));
-      if (ahead != 0) {
-        const int bit = __ffs(ahead) - 1;
-        kind = (partial_bits >> bit) & 1u ? TileKind::kPartial : TileKind::kFull;
-        return scan_base + bit;
-      }
-      from = scan_base + 32;
-    }
-  };
+  // kind: a key block of a sliding window or a document sees a few dozen of
+  // the sequence's query blocks, and one at a time, the scan past the last of
+  // them cost more issue slots than the live steps.
+  LiveBlockScan scan;
+  auto next_live_block = [&](int from, TileKind& kind) { return scan.next(from, q_blocks, lane, classify, kind); };
   auto rows_of = [&](int m) { return min(kBlockM, seqlen_q - m * kBlockM); };
   auto load_q = [&](int m, int buf) {
     load_tile_async<kBlockM, kDim, kThreads>(sQbuf + buf * Traits::kSmemQ, q + int64_t(m) * kBlockM * p.q_row_stride,

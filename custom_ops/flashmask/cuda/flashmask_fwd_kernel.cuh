@@ -137,29 +137,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
                          r1, n * kBlockN, n * kBlockN + kBlockN);
   };
   // The first live key block at or after `from` (n_end if none) and its kind.
-  // Each warp classifies 32 blocks at once (one round of summary loads instead
-  // of one dependent load per skipped block) and keeps the window's live and
-  // partial bits for the following calls; every lane holds the same answer.
-  int scan_base = -64;
-  unsigned live_bits = 0, partial_bits = 0;
-  auto next_live_block = [&](int from, TileKind& kind) {
-    for (;;) {
-      if (from >= n_end) return n_end;
-      if (from >= scan_base + 32) {
-        scan_base = from;
-        const TileKind lane_kind = from + lane < n_end ? classify(from + lane) : TileKind::kSkip;
-        live_bits = __ballot_sync(0xffffffffu, lane_kind != TileKind::kSkip);
-        partial_bits = __ballot_sync(0xffffffffu, lane_kind == TileKind::kPartial);
-      }
-      const unsigned ahead = live_bits & (0xffffffffu << (from - scan_base));
-      if (ahead != 0) {
-        const int bit = __ffs(ahead) - 1;
-        kind = (partial_bits >> bit) & 1u ? TileKind::kPartial : TileKind::kFull;
-        return scan_base + bit;
-      }
-      from = scan_base + 32;
-    }
-  };
+  LiveBlockScan scan;
+  auto next_live_block = [&](int from, TileKind& kind) { return scan.next(from, n_end, lane, classify, kind); };
 
   const T* q = static_cast<const T*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
   const T* k = static_cast<const T*>(p.k) + batch * p.k_batch_stride + head_k * p.k_head_stride;

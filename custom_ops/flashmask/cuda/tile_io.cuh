@@ -48,6 +48,37 @@ __device__ __forceinline__ bool element_masked(const ColumnBounds* bounds, bool 
   return has_columns && row_masked(bounds[col - c0], row);
 }
 
+// The kernels' walk over their live blocks (key blocks of a query block in
+// the forward, query blocks of a key block in the backward): next() returns
+// the first live block at or after `from` (`end` if none) and its kind. Each
+// warp classifies 32 blocks at once, one per lane (one round of summary loads
+// instead of one dependent load per skipped block), and keeps the window's
+// live and partial bits for the following calls; every lane of the warp
+// holds the same answer.
+struct LiveBlockScan {
+  int base = -64;
+  unsigned live = 0, partial = 0;
+  template <typename Classify>
+  __device__ __forceinline__ int next(int from, int end, int lane, const Classify& classify, TileKind& kind) {
+    for (;;) {
+      if (from >= end) return end;
+      if (from >= base + 32) {
+        base = from;
+        const TileKind lane_kind = from + lane < end ? classify(from + lane) : TileKind::kSkip;
+        live = __ballot_sync(0xffffffffu, lane_kind != TileKind::kSkip);
+        partial = __ballot_sync(0xffffffffu, lane_kind == TileKind::kPartial);
+      }
+      const unsigned ahead = live & (0xffffffffu << (from - base));
+      if (ahead != 0) {
+        const int bit = __ffs(ahead) - 1;
+        kind = (partial >> bit) & 1u ? TileKind::kPartial : TileKind::kFull;
+        return base + bit;
+      }
+      from = base + 32;
+    }
+  }
+};
+
 // A query block's row statistics, kBlockM LSE then kBlockM delta floats, from
 // row_stats (`lse` at the block's first row, `delta` the same rows in the
 // delta plane) into shared memory: one 16-byte cp.async each for the first
