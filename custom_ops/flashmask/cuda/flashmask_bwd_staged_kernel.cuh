@@ -77,7 +77,6 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 
   const int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
   const int head_k = head / (p.num_heads / p.num_heads_k);
-  const int mask_head = p.mask.num_heads == 1 ? 0 : head / (p.num_heads / p.mask.num_heads);
   const int c0 = n_block * kBlockN;
   const int causal_offset = seqlen_k - seqlen_q;
   const bool causal = p.mask.causal;
@@ -85,10 +84,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const bool with_dq = !p.deterministic;  // else dQ is the query-major kernel's
 
   const bool has_columns = p.mask.startend_row_indices != nullptr;
-  const int mask_batch = p.mask.batch_stride == 0 ? 0 : batch;
-  const int32_t* columns = has_columns ? p.mask.startend_row_indices + mask_batch * p.mask.batch_stride +
-                                             mask_head * p.mask.head_stride
-                                       : nullptr;
+  const int32_t* columns = mask_columns(p, batch, head);
   // As in the forward: partial tiles test two intervals a column, except
   // causal calls with 4 bounds a column (three intervals).
   const bool two_intervals = !(has_columns && causal && p.mask.num_cols == 4);
@@ -97,7 +93,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   if (has_columns) {
     const int summary_blocks = (seqlen_k + kMaskBlockN - 1) / kMaskBlockN;
     const BlockBounds* table = reinterpret_cast<const BlockBounds*>(p.block_bounds) +
-                               (int64_t(mask_batch) * p.mask.num_heads + mask_head) * summary_blocks;
+                               mask_summary_row(p, batch, head) * summary_blocks;
     for (int s = c0 / kMaskBlockN; s < min(summary_blocks, (c0 + kBlockN) / kMaskBlockN); ++s) {
       tile_bounds = merge_block_bounds(tile_bounds, table[s]);
     }
