@@ -73,11 +73,11 @@ def _resolve_deterministic(deterministic):
     return validation.check_flag("deterministic", deterministic)
 
 
-def gpu_supports(query, head_dim, deterministic=None, value_head_dim=None):
+def gpu_supports(query, head_dim, deterministic=None, value_head_dim=None, backward=True):
     """Whether flashmask_attention takes a call of ``query``'s dtype, query/key ``head_dim`` and
     ``value_head_dim`` (None: equal to ``head_dim``) on ``query``'s GPU with the current kernel
-    family and this ``deterministic`` (None: the default), without raising; True off the GPU (the
-    CPU kernel takes every call). For callers with a fallback of their own (paddlenlp_patches):
+    family and this ``deterministic`` (None: the default), and, with ``backward``, its gradient,
+    without raising; True off the GPU (the CPU kernel takes every call). For callers with a fallback of their own (paddlenlp_patches):
     head_dim 192 with value head_dim 128 runs on the Hopper kernels only and not in
     deterministic mode, so it is taken on some GPUs and calls only (head_dim 256 runs on
     every GPU, deterministic included)."""
@@ -86,6 +86,7 @@ def gpu_supports(query, head_dim, deterministic=None, value_head_dim=None):
     try:
         validation.check_device_support(query, head_dim, value_head_dim, gpu_kernel_name)
         validation.check_deterministic_support(query, head_dim, deterministic)
+        validation.check_shared_memory(query, head_dim, backward)
     except (TypeError, ValueError):
         return False
     return True
@@ -236,6 +237,7 @@ def flashmask_attention(
     return_softmax_lse = validation.check_flag("return_softmax_lse", return_softmax_lse)
     deterministic = _resolve_deterministic(deterministic)
     validation.check_deterministic_support(query, head_dim, deterministic)
+    validation.check_shared_memory(query, head_dim, backward=not all(t.stop_gradient for t in (query, key, value)))
     validation.check_sm90_forced(query, head_dim, gpu_kernel_name)
     validation.check_sm90_env()
     gpu_kernel = GPU_KERNELS[gpu_kernel_name]

@@ -268,6 +268,37 @@ def _gpu_value_head_dim_rule():
     return " and ".join(own + ["value head_dim equal to head_dim otherwise"])
 
 
+# GPUs of these compute capabilities (RTX 30x0/40x0, A10, A40, L4, L40) allow 99 KB of shared memory a
+# block, less than some FA2-class kernels need: the forward at these head dims, and the backward at these.
+# custom_ops/flashmask/cuda/kernel_traits.h asserts the two lists at compile time.
+SMEM_99K_CAPABILITIES = ((8, 6), (8, 9))
+FA2_FORWARD_BEYOND_99K = (256,)
+FA2_BACKWARD_BEYOND_99K = (96, 128, 256)
+
+
+def check_shared_memory(query, head_dim, backward):
+    """A call whose FA2-class kernel needs more shared memory a block than the GPU allows (compute
+    capability 8.6/8.9: 99 KB; the Hopper and A100-class GPUs take every kernel): a ValueError here
+    rather than the launch's C++ error, which Paddle 2.6 cannot carry back. ``backward``: the call's
+    gradient will be asked for (any of query/key/value has stop_gradient=False)."""
+    if not paddle.in_dynamic_mode() or not query.place.is_gpu_place():
+        return
+    if head_dim not in FA2_FORWARD_BEYOND_99K and not (backward and head_dim in FA2_BACKWARD_BEYOND_99K):
+        return  # cheapest first: most calls stop here without asking the device
+    major, minor = compute_capability(query.place.gpu_device_id())
+    if (major, minor) not in SMEM_99K_CAPABILITIES:
+        return
+    what = "forward" if head_dim in FA2_FORWARD_BEYOND_99K else "backward"
+    with_grad = [d for d in GPU_HEAD_DIMS
+                 if d not in SM90_ONLY_HEAD_DIMS + FA2_FORWARD_BEYOND_99K + FA2_BACKWARD_BEYOND_99K]
+    forward_only = [d for d in FA2_BACKWARD_BEYOND_99K if d not in FA2_FORWARD_BEYOND_99K]
+    raise ValueError(
+        f"head_dim {head_dim} on a compute capability {major}.{minor} GPU: its {what} kernel needs more than the "
+        f"99 KB of shared memory a block this GPU allows; there the GPU kernels take head_dim {with_grad} with "
+        f"gradients and {forward_only} without (stop_gradient=True on query, key and value); use one of "
+        f"those or the CPU")
+
+
 def check_gpu_value_head_dim(head_dim, value_head_dim):
     """Value's head dim as the CUDA kernels take it with query/key ``head_dim`` (one of
     GPU_HEAD_DIMS): GPU_VALUE_HEAD_DIMS; None stands for value's head dim equal to head_dim."""

@@ -1069,3 +1069,42 @@ def test_gpu_supports_refuses_pairs_no_gpu_kernel_takes(default_gpu_kernel, fake
     monkeypatch.setattr(attention_mod, "_has_deterministic_flag", False)
     assert not gpu_supports(fake_gpu(), dim, value_head_dim=dim_v)
     assert gpu_supports(qkv(d=dim)[0], dim, value_head_dim=dim_v)  # CPU: every call
+
+
+@pytest.mark.parametrize("capability", [(8, 6), (8, 9)])
+def test_head_dims_beyond_99k_of_shared_memory_are_refused(fake_gpu, capability):
+    """Compute capability 8.6/8.9 GPUs allow 99 KB of shared memory a block: the FA2-class forward at
+    256 and backward at 96/128/256 need more (kernel_traits.h asserts the lists), so Python refuses
+    those calls before the op (Paddle 2.6 cannot carry the launch's C++ error back)."""
+    q = fake_gpu(capability=capability)
+    major, minor = capability
+    where = rf"head_dim {{}} on a compute capability {major}\.{minor} GPU: its {{}} kernel needs more than the 99 KB"
+    for dim in (32, 64):
+        validation.check_shared_memory(q, dim, backward=True)
+    for dim in (96, 128):
+        validation.check_shared_memory(q, dim, backward=False)  # the forward fits
+        with pytest.raises(ValueError, match=where.format(dim, "backward") + r".*take head_dim \[32, 64\] with "
+                                             r"gradients and \[96, 128\] without \(stop_gradient=True"):
+            validation.check_shared_memory(q, dim, backward=True)
+    for backward in (False, True):
+        with pytest.raises(ValueError, match=where.format(256, "forward")):
+            validation.check_shared_memory(q, 256, backward=backward)
+
+
+@pytest.mark.parametrize("capability", [(8, 0), (9, 0)])
+def test_every_fa2_class_kernel_fits_a100_and_hopper_shared_memory(fake_gpu, capability):
+    q = fake_gpu(capability=capability)
+    for dim in (32, 64, 96, 128, 256):
+        validation.check_shared_memory(q, dim, backward=True)
+
+
+def test_gpu_supports_knows_the_99k_shared_memory_gpus(default_gpu_kernel, fake_gpu, monkeypatch):
+    from paddle_flashmask.attention import gpu_supports
+
+    monkeypatch.setattr(attention_mod, "_has_deterministic_flag", False)
+    assert not gpu_supports(fake_gpu(capability=(8, 9)), 128)  # with its backward (the default)
+    assert gpu_supports(fake_gpu(capability=(8, 9)), 128, backward=False)
+    assert not gpu_supports(fake_gpu(capability=(8, 6)), 256, backward=False)
+    assert gpu_supports(fake_gpu(capability=(8, 6)), 64)
+    assert gpu_supports(fake_gpu(capability=(8, 0)), 256)
+

@@ -160,6 +160,7 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, causal=
     validation.check_sm90_forced(query, D, gpu_kernel_name)
     deterministic = _resolve_deterministic(deterministic)
     validation.check_deterministic_support(query, D, deterministic)
+    validation.check_shared_memory(query, D, backward=not all(t.stop_gradient for t in (query, key, value)))
     if startend_row_indices is not None:
         from ..attention import _validate_indices
 

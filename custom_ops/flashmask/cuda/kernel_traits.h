@@ -116,5 +116,25 @@ struct BwdDQTraits {
   static_assert(kHeadDim % 32 == 0 && (kHeadDim <= 128 || kHeadDim == 256), "head dim 32, 64, 96, 128 or 256");
 };
 
+// GPUs of compute capability 8.6/8.9 (RTX 30x0/40x0, A10, A40, L4, L40) allow
+// 99 KB of shared memory a block; the launch refuses a kernel that needs more
+// (flashmask_launch.cuh, allow_large_smem). Python refuses the same calls
+// first, with the head dims listed in paddle_flashmask/validation.py
+// (FA2_FORWARD_BEYOND_99K, FA2_BACKWARD_BEYOND_99K), since Paddle 2.6 cannot
+// carry the op's C++ error back: these asserts keep both lists true.
+constexpr int kSmem99KOptin = 101376;
+template <template <int, typename> class Traits, int kHeadDim>
+constexpr bool fits_99k() {
+  return Traits<kHeadDim, float>::kSmemBytes + 128 <= kSmem99KOptin;  // + the kernels' static shared memory
+}
+static_assert(fits_99k<FwdTraits, 32>() && fits_99k<FwdTraits, 64>() && fits_99k<FwdTraits, 96>() &&
+                  fits_99k<FwdTraits, 128>() && !fits_99k<FwdTraits, 256>(),
+              "the forward beyond 99 KB at head dim 256 only: update validation.FA2_FORWARD_BEYOND_99K");
+static_assert(fits_99k<BwdStagedTraits, 32>() && fits_99k<BwdStagedTraits, 64>() &&
+                  !fits_99k<BwdStagedTraits, 96>() && !fits_99k<BwdStagedTraits, 128>() &&
+                  !fits_99k<BwdStagedTraits, 256>() && fits_99k<BwdDQTraits, 256>() &&
+                  fits_99k<BwdDQTraits, 128>(),
+              "the backward beyond 99 KB at head dims 96, 128, 256: update validation.FA2_BACKWARD_BEYOND_99K");
+
 }  // namespace cuda
 }  // namespace flashmask
