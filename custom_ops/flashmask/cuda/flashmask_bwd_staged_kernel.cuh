@@ -35,6 +35,37 @@
 namespace flashmask {
 namespace cuda {
 
+// acc[mt][n8 tile] += A B for the products whose B is a [k][n] tile read
+// with ldmatrix.trans (dV += P^T dO, dK += dS^T Q, dQ = dS K): kKSteps
+// k-steps of 16, kNSteps 16-column steps of B (two n8 tiles each) from
+// b_frag; load_a(a, kk) fills the kMTiles A fragments of k-step kk. Each
+// fragment is loaded a step ahead of its MMAs: B every step, A before the
+// last step of the previous k-step.
+template <typename T, int kMTiles, int kKSteps, int kNSteps, typename Tile, typename LoadA>
+__device__ __forceinline__ void gemm_b_trans_ahead(float (&acc)[kMTiles][2 * kNSteps][4], const LoadA& load_a,
+                                                   const FragmentBases<Tile>& b_frag) {
+  uint32_t af[2][kMTiles][4], bf[2][4];
+  load_a(af[0], 0);
+  ldmatrix_x4_trans(bf[0], b_frag.at(0, 0));
+#pragma unroll
+  for (int kk = 0; kk < kKSteps; ++kk)
+#pragma unroll
+    for (int dd = 0; dd < kNSteps; ++dd) {
+      const int i = kk * kNSteps + dd;
+      if (dd + 1 < kNSteps) {
+        ldmatrix_x4_trans(bf[(i + 1) % 2], b_frag.at(dd + 1, kk * 16));
+      } else if (kk + 1 < kKSteps) {
+        load_a(af[(kk + 1) % 2], kk + 1);
+        ldmatrix_x4_trans(bf[(i + 1) % 2], b_frag.at(0, (kk + 1) * 16));
+      }
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        mma_16816<T>(acc[mt][2 * dd], af[kk % 2][mt], bf[i % 2][0], bf[i % 2][1]);
+        mma_16816<T>(acc[mt][2 * dd + 1], af[kk % 2][mt], bf[i % 2][2], bf[i % 2][3]);
+      }
+    }
+}
+
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kNThreads)
     flashmask_bwd_staged_kernel(const BwdParams p) {
@@ -299,32 +330,13 @@ __global__ void __launch_bounds__(Traits::kNThreads)
       const int ln = int(opaque(uint32_t(lane)));
       const FragmentBases<KeyTile> a_frag(a_smem, ln % 8 + (ln / 16) * 8, v_n * kVKeys, (ln / 8) % 2);
       const FragmentBases<DimTile> b_frag(b_smem, ln % 16, v_d * kVDims, ln / 16);
-      constexpr int kBSteps = kVDims / 16;
-      uint32_t af[2][2][4], bf[2][4];
-      // Step i = (kk, dd): A fragments at dd = 0, one B fragment an i, each a step ahead.
-      auto load_a = [&](int s, int kk) {
+      gemm_b_trans_ahead<T, 2, kRowSteps, kVDims / 16>(
+          acc,
+          [&](uint32_t (&a)[2][4], int kk) {
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt) ldmatrix_x4_trans(af[s][mt], a_frag.at(mt, kk * 16));
-      };
-      load_a(0, 0);
-      ldmatrix_x4_trans(bf[0], b_frag.at(0, 0));
-#pragma unroll
-      for (int kk = 0; kk < kRowSteps; ++kk)
-#pragma unroll
-        for (int dd = 0; dd < kBSteps; ++dd) {
-          const int i = kk * kBSteps + dd;
-          if (dd + 1 < kBSteps) {
-            ldmatrix_x4_trans(bf[(i + 1) % 2], b_frag.at(dd + 1, kk * 16));
-          } else if (kk + 1 < kRowSteps) {
-            load_a((kk + 1) % 2, kk + 1);
-            ldmatrix_x4_trans(bf[(i + 1) % 2], b_frag.at(0, (kk + 1) * 16));
-          }
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
-            mma_16816<T>(acc[mt][2 * dd], af[kk % 2][mt], bf[i % 2][0], bf[i % 2][1]);
-            mma_16816<T>(acc[mt][2 * dd + 1], af[kk % 2][mt], bf[i % 2][2], bf[i % 2][3]);
-          }
-        }
+            for (int mt = 0; mt < 2; ++mt) ldmatrix_x4_trans(a[mt], a_frag.at(mt, kk * 16));
+          },
+          b_frag);
     };
     dkv_gemm(acc_dv, smem_addr(sP), smem_addr(sdO));
     __syncthreads();  // (3) every warp is done with dO
@@ -342,43 +354,24 @@ __global__ void __launch_bounds__(Traits::kNThreads)
       // keys. A = dS (rows q_m x kQRows + lane % 16, half lane / 16), B = K
       // (ldmatrix.trans: keys lane % 16, head dims q_d x kQDims + half lane / 16).
       constexpr int kQMTiles = kQRows / 16, kQSteps = kQDims / 16;
-      float acc_dq[kQMTiles][kQSteps][2][4];
+      float acc_dq[kQMTiles][2 * kQSteps][4];
 #pragma unroll
       for (int mt = 0; mt < kQMTiles; ++mt)
 #pragma unroll
-        for (int dd = 0; dd < kQSteps; ++dd)
+        for (int j = 0; j < 2 * kQSteps; ++j)
 #pragma unroll
-          for (int t = 0; t < 2; ++t)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc_dq[mt][dd][t][e] = 0.f;
+          for (int e = 0; e < 4; ++e) acc_dq[mt][j][e] = 0.f;
       {
         const int ln = int(opaque(uint32_t(lane)));
         const FragmentBases<KeyTile> a_frag(smem_addr(sdS), q_m * kQRows + ln % 16, 0, ln / 16);
         const FragmentBases<DimTile> b_frag(smem_addr(sK), ln % 16, q_d * kQDims, ln / 16);
-        uint32_t af[2][kQMTiles][4], bf[2][4];
-        auto load_a = [&](int s, int kk) {
+        gemm_b_trans_ahead<T, kQMTiles, kKeySteps, kQSteps>(
+            acc_dq,
+            [&](uint32_t (&a)[kQMTiles][4], int kk) {
 #pragma unroll
-          for (int mt = 0; mt < kQMTiles; ++mt) ldmatrix_x4(af[s][mt], a_frag.at(kk, mt * 16));
-        };
-        load_a(0, 0);
-        ldmatrix_x4_trans(bf[0], b_frag.at(0, 0));
-#pragma unroll
-        for (int kk = 0; kk < kKeySteps; ++kk)
-#pragma unroll
-          for (int dd = 0; dd < kQSteps; ++dd) {
-            const int i = kk * kQSteps + dd;
-            if (dd + 1 < kQSteps) {
-              ldmatrix_x4_trans(bf[(i + 1) % 2], b_frag.at(dd + 1, kk * 16));
-            } else if (kk + 1 < kKeySteps) {
-              load_a((kk + 1) % 2, kk + 1);
-              ldmatrix_x4_trans(bf[(i + 1) % 2], b_frag.at(0, (kk + 1) * 16));
-            }
-#pragma unroll
-            for (int mt = 0; mt < kQMTiles; ++mt) {
-              mma_16816<T>(acc_dq[mt][dd][0], af[kk % 2][mt], bf[i % 2][0], bf[i % 2][1]);
-              mma_16816<T>(acc_dq[mt][dd][1], af[kk % 2][mt], bf[i % 2][2], bf[i % 2][3]);
-            }
-          }
+              for (int mt = 0; mt < kQMTiles; ++mt) ldmatrix_x4(a[mt], a_frag.at(kk, mt * 16));
+            },
+            b_frag);
       }
       // Padding rows add zeros (their P is 0) to the tile's padding.
       float* dq_tile = p.dq_accum + dq_tile_offset(batch, head, m, p.num_heads, seqlen_q, kDim);
@@ -386,7 +379,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
       for (int mt = 0; mt < kQMTiles; ++mt)
 #pragma unroll
         for (int dd = 0; dd < kQSteps; ++dd)
-          add_dq_block<kDim>(dq_tile, acc_dq[mt][dd], q_m * kQMTiles + mt, q_d * kQSteps + dd, lane);
+          add_dq_block<kDim>(dq_tile, &acc_dq[mt][2 * dd], q_m * kQMTiles + mt, q_d * kQSteps + dd, lane);
     }
     m = m_next;
     kind = kind_next;

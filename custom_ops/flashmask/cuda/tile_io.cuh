@@ -97,7 +97,7 @@ __device__ __forceinline__ void load_row_stats_async(float* smem, const float* l
 // to its query block's tile at DQTileLayout::index: each register is one RED
 // over 32 consecutive floats, all 8 from one address.
 template <int kDim>
-__device__ __forceinline__ void add_dq_block(float* tile, const float (&acc)[2][4], int row_tile, int step,
+__device__ __forceinline__ void add_dq_block(float* tile, const float (*acc)[4], int row_tile, int step,
                                              int lane) {
   using Layout = DQTileLayout<kDim>;
   float* block = tile + Layout::block_offset(row_tile, step) + lane;
