@@ -17,6 +17,7 @@
 # working tree's harness is compiled against GIT_REV's headers and CPU sources instead (the
 # structs must match the objects'), and the script says so.
 #   EXTRA_NVCC_FLAGS="-DFLASHMASK_EXP_NO_DQ_ATOMICS"  added to the non-sm90 sources (knock-outs)
+#   EXTRA_SM90_NVCC_FLAGS="-DFLASHMASK_EXP_..."        added to the sm90 sources
 # Examples: build_variant.sh base 7a95a4e; build_variant.sh fwd1 <commit>; build_variant.sh wip
 # Then: the device call in benchmarks/device/fa2_steps.sh (carry [".gpu_variants"], <= 64 MiB:
 # ~8 MB a variant; remove old ones with rm -r .gpu_variants/NAME).

@@ -612,6 +612,16 @@ int main(int argc, char** argv) {
     time_case("sliding_window", 8192, 32, 8, 128, GpuKernel::kSm90, rng, timing_window(8192));
     return 0;
   }
+  if (mode == "--profile-32k") {
+    // One 32K case (sm90, D=128, defaults) for Nsight Compute, the case named
+    // by the next argument: short_documents (128-512 tokens) or sliding_window.
+    const std::string which = argc > 2 ? argv[2] : "short_documents";
+    std::mt19937 mask_rng(32768);
+    const std::vector<int32_t> mask = which == "sliding_window" ? timing_window(32768)
+                                                                : timing_short_docs(32768, mask_rng);
+    time_case(which.c_str(), 32768, 32, 8, 128, GpuKernel::kSm90, rng, mask);
+    return 0;
+  }
   const Case cases[] = {
       {"causal", 1, 1000, 1000, 4, 2, 128, true, 0, nullptr},
       {"none", 2, 77, 77, 2, 2, 64, false, 0, nullptr},

@@ -16,7 +16,7 @@ so their keys take that header's kMaskBlockN line instead of its whole text. A c
 sm90 kernels include (flashmask_params.h, mask_bounds.h, workspace.h, ...) rebuilds them.
 
 EXTRA_NVCC_FLAGS (e.g. -DFLASHMASK_EXP_NO_DQ_ATOMICS, a timing-only knock-out) go to the non-sm90
-sources only, and into their keys.
+sources only, EXTRA_SM90_NVCC_FLAGS to the sm90 ones; both into their keys.
 """
 
 import hashlib
@@ -62,6 +62,7 @@ def main(argv):
     # As _op_sources.compile_cuda_objects composes them (setup_ops.py cuda-objects).
     flags = ops.nvcc_flags() + ["-Xcompiler", "-fPIC"] + [f"-I{d}" for d in ops.cuda_include_dirs()]
     extra = shlex.split(os.environ.get("EXTRA_NVCC_FLAGS", ""))
+    extra_sm90 = shlex.split(os.environ.get("EXTRA_SM90_NVCC_FLAGS", ""))
     nvcc = ops.nvcc_path()
     toolkit = subprocess.run([nvcc, "--version"], check=True, capture_output=True, text=True).stdout
     os.makedirs(out_dir, exist_ok=True)
@@ -70,7 +71,7 @@ def main(argv):
         return os.path.dirname(os.path.realpath(src)) == sm90_dir
 
     def src_flags(src):
-        return flags + ([] if is_sm90(src) else extra)
+        return flags + (extra_sm90 if is_sm90(src) else extra)
 
     def key_of(src):
         # nvcc -M: the files the source includes (preprocessing only, ~1 s).
