@@ -612,6 +612,24 @@ int main(int argc, char** argv) {
     time_case("sliding_window", 8192, 32, 8, 128, GpuKernel::kSm90, rng, timing_window(8192));
     return 0;
   }
+  if (mode == "--time-fwd-masks") {
+    // The sm90 forward alone (D=128, 32:8, defaults) on plain causal and the
+    // masks with short live lists, 8K and 32K (16K causal): for A/B calls
+    // that run several variants' binaries back to back.
+    g_forward_only = true;
+    print_time_header();
+    for (int s : {8192, 16384, 32768}) {
+      std::mt19937 mask_rng(s);
+      const std::vector<int32_t> docs = timing_docs(s, mask_rng), short_docs = timing_short_docs(s, mask_rng),
+                                 window = timing_window(s);
+      time_case("causal", s, 32, 8, 128, GpuKernel::kSm90, rng);
+      if (s == 16384) continue;
+      time_case("causal_document", s, 32, 8, 128, GpuKernel::kSm90, rng, docs);
+      time_case("short_documents", s, 32, 8, 128, GpuKernel::kSm90, rng, short_docs);
+      time_case("sliding_window", s, 32, 8, 128, GpuKernel::kSm90, rng, window);
+    }
+    return 0;
+  }
   if (mode == "--profile-32k") {
     // One 32K case (sm90, D=128, defaults) for Nsight Compute, the case named
     // by the next argument: short_documents (128-512 tokens) or sliding_window.

@@ -387,19 +387,31 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const int wg = mma_tid / 128;
   const int wg_tid = mma_tid % 128;
   int partial_tiles = 0;
-  // Stages a partial key block's column bounds (column-mask calls), one column
-  // per thread of this warpgroup; read back after this warpgroup's barrier.
-  auto stage_columns = [&](const int32_t* columns, int c0) FLASHMASK_INLINE -> MaskedRows* {
-    MaskedRows* staged = ss.col_bounds[wg][partial_tiles % 2];
+  // A partial key block's column bounds (column-mask calls), one column per
+  // thread of this warpgroup (64-key tiles: half of it). The overlap
+  // schedule loads them a step ahead of their use (v13): loaded at the top of
+  // the step that uses them, their global latency sat in front of that step's
+  // QK^T issue (6% of the forward on 128-512-token documents).
+  auto fetch_columns = [&](const int32_t* columns, int c0) FLASHMASK_INLINE -> ColumnBounds {
     const int col = c0 + wg_tid;
-    if (kBlockN == 128 || wg_tid < kBlockN) {  // 64-key tiles: half of the warpgroup
-      const ColumnBounds b = col < p.seqlen_k ? load_column_bounds(columns + int64_t(col) * p.mask.col_stride,
-                                                                   p.mask.num_cols, p.mask.causal, p.seqlen_q)
-                                              : ColumnBounds{0, 0, 0, 0};
-      staged[wg_tid] = masked_rows(b, col, p.mask.causal, p.seqlen_k - p.seqlen_q, p.seqlen_k);
+    return (kBlockN == 128 || wg_tid < kBlockN) && col < p.seqlen_k
+               ? load_column_bounds(columns + int64_t(col) * p.mask.col_stride, p.mask.num_cols, p.mask.causal,
+                                    p.seqlen_q)
+               : ColumnBounds{0, 0, 0, 0};
+  };
+  // Stages fetched bounds as MaskedRows; read back after this warpgroup's barrier.
+  auto stage_columns = [&](const ColumnBounds& b, int c0) FLASHMASK_INLINE -> MaskedRows* {
+    MaskedRows* staged = ss.col_bounds[wg][partial_tiles % 2];
+    if (kBlockN == 128 || wg_tid < kBlockN) {
+      staged[wg_tid] = masked_rows(b, c0 + wg_tid, p.mask.causal, p.seqlen_k - p.seqlen_q, p.seqlen_k);
     }
     ++partial_tiles;
     return staged;
+  };
+  // The bounds of the next partial block, in flight while a step runs.
+  ColumnBounds ahead{0, 0, 0, 0};
+  auto fetch_ahead = [&](const int32_t* columns, uint16_t entry) FLASHMASK_INLINE {
+    if (kColumnMask && live_block_partial(entry)) ahead = fetch_columns(columns, live_block_index(entry) * kBlockN);
   };
   auto mask_tile = [&](auto& scores, const MaskedRows* staged, int r0, int c0) FLASHMASK_INLINE {
     if constexpr (kColumnMask) {  // this warpgroup's columns are staged
@@ -419,32 +431,29 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     clear(tOrO);
   };
   // Normalises O and writes it and the LSE (natural log) of a finished tile.
-  // Empty rows: O = 0, LSE = -inf.
+  // Empty rows: O = 0, LSE = -inf. One branch per row (rows past the end
+  // store nothing); inside it the row's 4-byte stores take immediate offsets
+  // from one row pointer (v13: a predicate per store had compiled to a branch
+  // and an address computation per store, 13 instructions each, a fifth of
+  // the consumers' stall samples on 128-512-token documents).
   auto store_tile = [&](const FwdTile& tile) FLASHMASK_INLINE {
     const int r0 = tile.m_block * kBlockM;
     Element* out = static_cast<Element*>(p.out) + tile.batch * p.o_batch_stride + tile.head * p.o_head_stride;
     float* lse = p.softmax_lse + (int64_t(tile.batch) * p.num_heads + tile.head) * p.seqlen_q;
+    const int col0 = get<1>(tOcO_rc(0, 0));  // this thread's first column; the rest at acc_col_offset
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < kRows; ++r) {
       const float total = quad_allreduce_sum(row_sum[r]);
       const int row = r0 + get<0>(tOcO_rc(r, 0));
-      // Rows past the end store nothing (predicated stores: the epilogue
-      // stays one straight block of code).
-      const bool in_range = row < p.seqlen_q;
       const bool empty = !(total > 0.f);
-      // A reciprocal without the division's slow-path call (total >= 1 on a
-      // row with anything visible: its maximum contributes exp2(0)).
-      const float inv = empty ? 0.f : __frcp_rn(total);
-      Element* out_row = out + int64_t(row) * p.o_row_stride;
-      CUTLASS_PRAGMA_UNROLL
-      for (int c = 0; c < size<1>(tOrO_rc); c += 2) {
-        // Columns c and c + 1 of this thread are adjacent: one 4-byte store.
-        const uint32_t lo = Element(tOrO_rc(r, c) * inv).raw();
-        const uint32_t hi = Element(tOrO_rc(r, c + 1) * inv).raw();
-        if (in_range) *reinterpret_cast<uint32_t*>(out_row + get<1>(tOcO_rc(r, c))) = lo | (hi << 16);
-      }
-      if (in_range && get<1>(tOcO_rc(r, 0)) == 0) {
-        lse[row] = empty ? -CUDART_INF_F : (row_max[r] + log2f(total)) * 0.6931471805599453f;
+      const float inv = empty ? 0.f : rcp_approx(total);
+      if (row < p.seqlen_q) {
+        uint32_t* out_row = reinterpret_cast<uint32_t*>(out + int64_t(row) * p.o_row_stride + col0);
+        CUTLASS_PRAGMA_UNROLL
+        for (int c = 0; c < size<1>(tOrO_rc); c += 2) {  // columns c and c + 1 are adjacent
+          out_row[acc_col_offset(c) / 2] = pack_pair<Element>(tOrO_rc(r, c) * inv, tOrO_rc(r, c + 1) * inv);
+        }
+        if (col0 == 0) lse[row] = empty ? -CUDART_INF_F : (row_max[r] + log2f(total)) * 0.6931471805599453f;
       }
     }
   };
@@ -464,9 +473,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   PipelineState read_v = read;  // the stage of V_{i-1}
   const uint32_t softmax_pin = uint32_t(__cvta_generic_to_shared(&ss.softmax_pin[mma_tid]));
   // Step i > 0 of a tile whose Q is in `slot` (first steps: first_step below).
-  auto overlap_step = [&](int slot, int r0, const int32_t* columns, int c0, auto partial) FLASHMASK_INLINE {
+  // `next`: the following list entry (0 past the last), whose bounds are
+  // fetched here if it is partial.
+  auto overlap_step = [&](int slot, int r0, const int32_t* columns, int c0, uint16_t next,
+                          auto partial) FLASHMASK_INLINE {
     constexpr bool kPartial = decltype(partial)::value;
-    MaskedRows* staged = (kColumnMask && kPartial) ? stage_columns(columns, c0) : nullptr;
+    MaskedRows* staged = (kColumnMask && kPartial) ? stage_columns(ahead, c0) : nullptr;
+    fetch_ahead(columns, next);
     Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
     pipeline_k.consumer_wait(read);
     warpgroup_gemm</*zero_init=*/true, /*wait=*/-1>(mma_qk, tSrQ(_, _, _, q_buffer(slot)), tSrK(_, _, _, read.index()),
@@ -503,19 +516,21 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     for (int i = 1; i < num_live; ++i) {
       const uint16_t entry = list[i];
       const int c0 = live_block_index(entry) * kBlockN;
+      const uint16_t next = i + 1 < num_live ? list[i + 1] : uint16_t(0);
       if (live_block_partial(entry)) {
-        overlap_step(slot, r0, columns, c0, cute::true_type{});
+        overlap_step(slot, r0, columns, c0, next, cute::true_type{});
       } else {
-        overlap_step(slot, r0, columns, c0, cute::false_type{});
+        overlap_step(slot, r0, columns, c0, next, cute::false_type{});
       }
     }
   };
   // A tile's first step: S_0 = Q K_0^T (its columns staged first if
   // partial), waited for at once (no P V is in flight yet), and its softmax.
-  auto first_step = [&](int slot, int r0, const int32_t* columns, uint16_t entry) FLASHMASK_INLINE {
+  auto first_step = [&](int slot, int r0, const int32_t* columns, uint16_t entry, uint16_t next) FLASHMASK_INLINE {
     const bool partial = live_block_partial(entry);
     const int c0 = live_block_index(entry) * kBlockN;
-    MaskedRows* staged = (kColumnMask && partial) ? stage_columns(columns, c0) : nullptr;
+    MaskedRows* staged = (kColumnMask && partial) ? stage_columns(ahead, c0) : nullptr;
+    fetch_ahead(columns, next);
     Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
     pipeline_k.consumer_wait(read);
     warpgroup_gemm</*zero_init=*/true, /*wait=*/0>(mma_qk, tSrQ(_, _, _, q_buffer(slot)), tSrK(_, _, _, read.index()), tSrS);
@@ -539,6 +554,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   // The tile in slot k % 2 once its list is published: false past the last one.
   // The tile's coordinates, or only its index where registers are short
   // (FwdTraits::kKeepTileIndex), kept across the main loop for the epilogue.
+  // Its Q is waited for apart (wait_q), after the previous tile's stores.
   struct OpenTile {
     FwdTile tile;
     int t;
@@ -559,24 +575,38 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     }
     o.r0 = tile.m_block * kBlockM;
     o.columns = kColumnMask ? mask_columns(p, tile.batch, tile.head) : nullptr;
-    ss.barrier_q[slot].wait((k / 2) % 2);  // Q landed (or nothing is live)
     o.num_live = ss.num_live_blocks[slot];
     o.list = live_list(slot);
     return true;
   };
+  auto wait_q = [&](int k) FLASHMASK_INLINE {
+    ss.barrier_q[k % 2].wait((k / 2) % 2);  // Q landed (or nothing is live)
+  };
+  auto store_open_tile = [&](const OpenTile& o) FLASHMASK_INLINE {
+    if constexpr (Traits::kKeepTileIndex) {
+      store_tile(fwd_tile_of(o.t, query_blocks, p.num_heads, kp.heads_together));
+    } else {
+      store_tile(o.tile);
+    }
+  };
 
+  // Tile k + 1 is opened (its list read, its first partial block's bounds
+  // fetched) before tile k's stores, which then cover that load's latency.
   if (kPingPong && wg == 1) scheduler_pass_turn(wg);
-  for (int k = 0;; ++k) {
+  OpenTile o;
+  bool more = open_tile(0, o);
+  if (kOverlap && more && o.num_live > 0) fetch_ahead(o.columns, o.list[0]);
+  for (int k = 0; more; ++k) {
     const int slot = k % 2;
-    OpenTile o;
-    if (!open_tile(k, o)) break;
+    wait_q(k);
     start_rows();
     if constexpr (!kOverlap) {
       for (int i = 0; i < o.num_live; ++i) {
         const uint16_t entry = o.list[i];
         const bool partial = live_block_partial(entry);
         const int c0 = live_block_index(entry) * kBlockN;
-        MaskedRows* staged = (kColumnMask && partial) ? stage_columns(o.columns, c0) : nullptr;
+        MaskedRows* staged =
+            (kColumnMask && partial) ? stage_columns(fetch_columns(o.columns, c0), c0) : nullptr;
         Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
         pipeline_k.consumer_wait(read);
         if constexpr (kPingPong) {
@@ -605,17 +635,17 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         ++read;
       }
     } else if (o.num_live > 0) {
-      first_step(slot, o.r0, o.columns, o.list[0]);
+      first_step(slot, o.r0, o.columns, o.list[0], o.num_live > 1 ? o.list[1] : uint16_t(0));
       overlap_steps(slot, o.r0, o.columns, o.list, o.num_live);
       last_pv();
     }
     // This thread no longer reads the slot's Q or list: the producer may refill it.
     arrive_published(ss.tile_empty[slot]);
-    if constexpr (Traits::kKeepTileIndex) {
-      store_tile(fwd_tile_of(o.t, query_blocks, p.num_heads, kp.heads_together));
-    } else {
-      store_tile(o.tile);
-    }
+    OpenTile next;
+    more = open_tile(k + 1, next);
+    if (kOverlap && more && next.num_live > 0) fetch_ahead(next.columns, next.list[0]);
+    store_open_tile(o);
+    o = next;
   }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }

@@ -81,19 +81,31 @@ __device__ __forceinline__ auto convert_tensor(Tensor const& src) {
 // word j. Written as whole words so that no instruction repacks P between
 // wgmmas (ptxas serialises a wgmma pipeline whose A registers are defined
 // inside it, C7513).
+template <typename Element>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  static_assert(sizeof(Element) == 2);
+  if constexpr (cute::is_same_v<Element, cutlass::bfloat16_t>) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+    return reinterpret_cast<const uint32_t&>(pair);
+  } else {
+    const __half2 pair = __floats2half2_rn(lo, hi);
+    return reinterpret_cast<const uint32_t&>(pair);
+  }
+}
+
 template <typename Element, typename Tensor>
 __device__ __forceinline__ void pack_pairs(Tensor const& src, uint32_t* dst) {
-  static_assert(sizeof(Element) == 2);
   CUTLASS_PRAGMA_UNROLL
-  for (int j = 0; j < size(src) / 2; ++j) {
-    if constexpr (cute::is_same_v<Element, cutlass::bfloat16_t>) {
-      const __nv_bfloat162 pair = __floats2bfloat162_rn(src(2 * j), src(2 * j + 1));
-      dst[j] = reinterpret_cast<const uint32_t&>(pair);
-    } else {
-      const __half2 pair = __floats2half2_rn(src(2 * j), src(2 * j + 1));
-      dst[j] = reinterpret_cast<const uint32_t&>(pair);
-    }
-  }
+  for (int j = 0; j < size(src) / 2; ++j) dst[j] = pack_pair<Element>(src(2 * j), src(2 * j + 1));
+}
+
+// 1 / x for x >= 1 (a softmax row sum with anything visible: its maximum
+// contributes exp2(0)): MUFU.RCP alone, without the IEEE reciprocal's
+// slow-path call and its branches.
+__device__ __forceinline__ float rcp_approx(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
 }
 
 __device__ __forceinline__ float quad_allreduce_max(float x) {
