@@ -84,6 +84,34 @@ FLASHMASK_HOST_DEVICE bool row_masked(const MaskedRows& m, int row) {
   return (unsigned(row - m.lo_start) < m.lo_len) | (unsigned(row - m.hi_start) < m.hi_len);
 }
 
+// Where a column's masked rows are the complement of one interval, its
+// visible rows [start, start + len) take one subtraction and one unsigned
+// compare per element instead of two of each: C = 1 (causal or not) and
+// non-causal C = 2, every FlashMask but the causal C = 2 bands and C = 4.
+FLASHMASK_HOST_DEVICE bool one_visible_interval(int num_cols, bool causal) {
+  return num_cols == 1 || (num_cols == 2 && !causal);
+}
+
+struct VisibleRows {
+  int start;
+  unsigned len;
+};
+
+// masked_rows' complement for one_visible_interval masks: visible are the rows
+// from the causal diagonal (col - causal_offset) or the upper mask's end
+// (non-causal C = 2) up to the lower mask's start; nothing past seqlen_k.
+FLASHMASK_HOST_DEVICE VisibleRows visible_rows(const ColumnBounds& b, int col, bool causal,
+                                               int causal_offset, int seqlen_k) {
+  if (col >= seqlen_k) return VisibleRows{0, 0u};
+  int start = causal ? col - causal_offset : b.ute;
+  start = start > 0 ? start : 0;
+  return VisibleRows{start, b.lts > start ? unsigned(b.lts - start) : 0u};
+}
+
+FLASHMASK_HOST_DEVICE bool row_masked(const VisibleRows& v, int row) {
+  return unsigned(row - v.start) >= v.len;
+}
+
 // Min and max of each bound over one block of key columns.
 struct BlockBounds {
   int lts_min, lts_max, lte_min, lte_max;

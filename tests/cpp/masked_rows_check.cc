@@ -1,8 +1,10 @@
 // MaskedRows (mask_bounds.h) against the direct definition of a masked
 // element: for random columns of every index form, the two-interval test the
 // sm90 kernels use must mask exactly the rows that the four bounds, the
-// causal diagonal and the end of the keys mask. Prints the number of
-// mismatches (0 expected) and the number of elements checked.
+// causal diagonal and the end of the keys mask; so must VisibleRows' one
+// interval on the forms one_visible_interval takes (and those forms must be
+// C = 1 and non-causal C = 2 exactly). Prints the number of mismatches (0
+// expected) and the number of elements checked.
 #include <cstdio>
 #include <random>
 
@@ -12,6 +14,9 @@ using flashmask::ColumnBounds;
 using flashmask::load_column_bounds;
 using flashmask::masked_rows;
 using flashmask::MaskedRows;
+using flashmask::one_visible_interval;
+using flashmask::visible_rows;
+using flashmask::VisibleRows;
 
 int main() {
   std::mt19937 rng(7);
@@ -28,10 +33,17 @@ int main() {
     const int col = int(rng() % (seqlen_k + 40));  // some columns past the end
     const int offset = seqlen_k - seqlen_q;
     const MaskedRows m = masked_rows(b, col, causal, offset, seqlen_k);
+    const bool one_interval = one_visible_interval(num_cols, causal);
+    mismatches += one_interval != (num_cols == 1 || (num_cols == 2 && !causal));
+    const VisibleRows v = visible_rows(b, col, causal, offset, seqlen_k);
     for (int row = 0; row < seqlen_q; ++row) {
       const bool expected = col >= seqlen_k || (causal && col > row + offset) || flashmask::row_masked(b, row);
       mismatches += flashmask::row_masked(m, row) != expected;
       ++checked;
+      if (one_interval) {
+        mismatches += flashmask::row_masked(v, row) != expected;
+        ++checked;
+      }
     }
   }
   std::printf("%ld %ld\n", mismatches, checked);

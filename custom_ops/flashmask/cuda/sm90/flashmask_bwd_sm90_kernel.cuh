@@ -191,7 +191,9 @@ __device__ __forceinline__ int fitted_head_of(int y, int num_heads, int head_gro
   return g * head_group + j;
 }
 
-template <typename Traits>
+// kOneVisible: the column mask leaves each key one visible interval of
+// query rows (one_visible_interval), staged and tested as VisibleRows.
+template <typename Traits, bool kOneVisible>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     flashmask_bwd_sm90_kernel(CUTE_GRID_CONSTANT BwdKernelParams<Traits> const kp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -209,6 +211,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   extern __shared__ __align__(1024) char smem_raw[];
   SharedStorage& ss = *reinterpret_cast<SharedStorage*>(smem_raw);
   uint16_t* live_list = reinterpret_cast<uint16_t*>(smem_raw + sizeof(SharedStorage));
+  using KeyRows = std::conditional_t<kOneVisible, VisibleRows, MaskedRows>;
+  static_assert(sizeof(KeyRows) <= sizeof(MaskedRows));
+  KeyRows* const key_rows_of = reinterpret_cast<KeyRows*>(ss.key_rows);
 
   const BwdParams& p = kp.p;
   const int n_block = blockIdx.x;
@@ -254,7 +259,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       bounds = load_column_bounds(columns + int64_t(key) * p.mask.col_stride, p.mask.num_cols,
                                   p.mask.causal, p.seqlen_q);
     }
-    ss.key_rows[threadIdx.x] = masked_rows(bounds, key, p.mask.causal, p.seqlen_k - p.seqlen_q, p.seqlen_k);
+    const int causal_offset = p.seqlen_k - p.seqlen_q;
+    if constexpr (kOneVisible) {
+      key_rows_of[threadIdx.x] = visible_rows(bounds, key, p.mask.causal, causal_offset, p.seqlen_k);
+    } else {
+      key_rows_of[threadIdx.x] = masked_rows(bounds, key, p.mask.causal, causal_offset, p.seqlen_k);
+    }
   }
   // Heads of this CTA. Fitted: the key block's sub-group size follows its
   // work, and only each sub-group's first head keeps its CTA (uniform exit,
@@ -510,7 +520,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         if (live_block_partial(entry)) {
           CUTLASS_PRAGMA_UNROLL
           for (int c = 0; c < kCols; ++c) {
-            const MaskedRows key_rows = ss.key_rows[get<1>(tScS_rc(0, c))];
+            const KeyRows key_rows = key_rows_of[get<1>(tScS_rc(0, c))];
             CUTLASS_PRAGMA_UNROLL
             for (int r = 0; r < kRows; ++r) {
               if (row_masked(key_rows, m * kBlockM + get<0>(tScS_rc(r, c)))) scores(r, c) = -CUDART_INF_F;
@@ -609,7 +619,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         if (live_block_partial(entry)) {
           CUTLASS_PRAGMA_UNROLL
           for (int r = 0; r < kRows; ++r) {
-            const MaskedRows key_rows = ss.key_rows[get<0>(tScS_rc(r, 0))];
+            const KeyRows key_rows = key_rows_of[get<0>(tScS_rc(r, 0))];
             CUTLASS_PRAGMA_UNROLL
             for (int c = 0; c < kCols; ++c) {
               // Branch-free (bitwise) so the mask adds no control flow per element.

@@ -66,17 +66,18 @@ __device__ __forceinline__ void mask_partial_tile(Scores& scores, Coords const& 
 }
 
 // The same with column bounds: `cols` holds the tile's columns as
-// MaskedRows (diagonal and ragged end folded in), staged in shared memory;
-// two subtractions and two unsigned compares per element (v9: the four
-// bounds compared directly cost 21% of the consumers' samples on causal
-// document 8K).
-template <typename Scores, typename Coords>
-__device__ __forceinline__ void mask_partial_tile(Scores& scores, Coords const& coords,
-                                                  const MaskedRows* cols, int r0) {
+// MaskedRows (diagonal and ragged end folded in; two subtractions and two
+// unsigned compares per element; v9: the four bounds compared directly cost
+// 21% of the consumers' samples on causal document 8K) or, where the mask
+// leaves one visible interval per column, VisibleRows (one of each, v13b),
+// staged in shared memory.
+template <typename Scores, typename Coords, typename Rows>
+__device__ __forceinline__ void mask_partial_tile(Scores& scores, Coords const& coords, const Rows* cols,
+                                                  int r0) {
   const int col0 = get<1>(coords(0, 0));  // this thread's first column in the tile
   CUTLASS_PRAGMA_UNROLL
   for (int c = 0; c < size<1>(scores); ++c) {
-    const MaskedRows m = cols[col0 + acc_col_offset(c)];
+    const Rows m = cols[col0 + acc_col_offset(c)];
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < size<0>(scores); ++r) {
       if (row_masked(m, r0 + get<0>(coords(r, 0)))) scores(r, c) = -CUDART_INF_F;
@@ -191,10 +192,13 @@ __device__ __forceinline__ void arrive_published(cutlass::arch::ClusterBarrier& 
 // main loop's registers and schedule free of it. kPingPong: see
 // scheduler_wait_turn. kOverlap: the intra-warpgroup overlap of the main
 // loop (the softmax of key block i under the P V GEMM of block i - 1).
-template <typename Traits, bool kColumnMask, bool kPingPong, bool kOverlap>
+// kOneVisible: the column mask leaves each column one visible interval
+// (one_visible_interval: C = 1, non-causal C = 2), tested as VisibleRows.
+template <typename Traits, bool kColumnMask, bool kPingPong, bool kOverlap, bool kOneVisible = false>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     flashmask_fwd_sm90_kernel(CUTE_GRID_CONSTANT FwdKernelParams<Traits> const kp) {
   static_assert(!(kPingPong && kOverlap), "pingpong turns are taken in the serial loop only (sm90_launch.cuh)");
+  static_assert(!kOneVisible || (kColumnMask && kOverlap), "one instantiation: column masks, overlap schedule");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Element = typename Traits::Element;
   using TileShape = typename Traits::TileShape;
@@ -399,11 +403,19 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
                                     p.seqlen_q)
                : ColumnBounds{0, 0, 0, 0};
   };
-  // Stages fetched bounds as MaskedRows; read back after this warpgroup's barrier.
-  auto stage_columns = [&](const ColumnBounds& b, int c0) FLASHMASK_INLINE -> MaskedRows* {
-    MaskedRows* staged = ss.col_bounds[wg][partial_tiles % 2];
+  // Stages fetched bounds as MaskedRows or VisibleRows (in the same
+  // buffer); read back after this warpgroup's barrier.
+  using StagedRows = std::conditional_t<kOneVisible, VisibleRows, MaskedRows>;
+  static_assert(sizeof(StagedRows) <= sizeof(MaskedRows));
+  auto stage_columns = [&](const ColumnBounds& b, int c0) FLASHMASK_INLINE -> StagedRows* {
+    StagedRows* staged = reinterpret_cast<StagedRows*>(ss.col_bounds[wg][partial_tiles % 2]);
     if (kBlockN == 128 || wg_tid < kBlockN) {
-      staged[wg_tid] = masked_rows(b, c0 + wg_tid, p.mask.causal, p.seqlen_k - p.seqlen_q, p.seqlen_k);
+      const int col = c0 + wg_tid, causal_offset = p.seqlen_k - p.seqlen_q;
+      if constexpr (kOneVisible) {
+        staged[wg_tid] = visible_rows(b, col, p.mask.causal, causal_offset, p.seqlen_k);
+      } else {
+        staged[wg_tid] = masked_rows(b, col, p.mask.causal, causal_offset, p.seqlen_k);
+      }
     }
     ++partial_tiles;
     return staged;
@@ -413,7 +425,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   auto fetch_ahead = [&](const int32_t* columns, uint16_t entry) FLASHMASK_INLINE {
     if (kColumnMask && live_block_partial(entry)) ahead = fetch_columns(columns, live_block_index(entry) * kBlockN);
   };
-  auto mask_tile = [&](auto& scores, const MaskedRows* staged, int r0, int c0) FLASHMASK_INLINE {
+  auto mask_tile = [&](auto& scores, const StagedRows* staged, int r0, int c0) FLASHMASK_INLINE {
     if constexpr (kColumnMask) {  // this warpgroup's columns are staged
       asm volatile("bar.sync %0, 128;\n" ::"r"(int(FwdBarrier::kStagedColumnsWG0) + wg) : "memory");
       mask_partial_tile(scores, tScS_rc, staged, r0);
@@ -478,7 +490,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   auto overlap_step = [&](int slot, int r0, const int32_t* columns, int c0, uint16_t next,
                           auto partial) FLASHMASK_INLINE {
     constexpr bool kPartial = decltype(partial)::value;
-    MaskedRows* staged = (kColumnMask && kPartial) ? stage_columns(ahead, c0) : nullptr;
+    StagedRows* staged = (kColumnMask && kPartial) ? stage_columns(ahead, c0) : nullptr;
     fetch_ahead(columns, next);
     Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
     pipeline_k.consumer_wait(read);
@@ -529,7 +541,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   auto first_step = [&](int slot, int r0, const int32_t* columns, uint16_t entry, uint16_t next) FLASHMASK_INLINE {
     const bool partial = live_block_partial(entry);
     const int c0 = live_block_index(entry) * kBlockN;
-    MaskedRows* staged = (kColumnMask && partial) ? stage_columns(ahead, c0) : nullptr;
+    StagedRows* staged = (kColumnMask && partial) ? stage_columns(ahead, c0) : nullptr;
     fetch_ahead(columns, next);
     Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
     pipeline_k.consumer_wait(read);
@@ -605,7 +617,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         const uint16_t entry = o.list[i];
         const bool partial = live_block_partial(entry);
         const int c0 = live_block_index(entry) * kBlockN;
-        MaskedRows* staged =
+        StagedRows* staged =
             (kColumnMask && partial) ? stage_columns(fetch_columns(o.columns, c0), c0) : nullptr;
         Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
         pipeline_k.consumer_wait(read);

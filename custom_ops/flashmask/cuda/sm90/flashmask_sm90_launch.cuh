@@ -84,11 +84,17 @@ void check_head_dims(const FwdParams& p) {
 template <typename Traits>
 using FwdKernel = void (*)(FwdKernelParams<Traits>);
 
+// one_visible (column masks under the overlap schedule, the default): the
+// instantiation that tests partial tiles against one visible interval per
+// column (one_visible_interval in mask_bounds.h).
 template <typename Traits, bool kColumnMask>
-FwdKernel<Traits> fwd_kernel_for(bool pingpong, bool overlap) {
+FwdKernel<Traits> fwd_kernel_for(bool pingpong, bool overlap, bool one_visible) {
   if (pingpong) return flashmask_fwd_sm90_kernel<Traits, kColumnMask, /*kPingPong=*/true, /*kOverlap=*/false>;
-  return overlap ? flashmask_fwd_sm90_kernel<Traits, kColumnMask, false, true>
-                 : flashmask_fwd_sm90_kernel<Traits, kColumnMask, false, false>;
+  if (!overlap) return flashmask_fwd_sm90_kernel<Traits, kColumnMask, false, false>;
+  if constexpr (kColumnMask) {
+    if (one_visible) return flashmask_fwd_sm90_kernel<Traits, true, false, true, /*kOneVisible=*/true>;
+  }
+  return flashmask_fwd_sm90_kernel<Traits, kColumnMask, false, true>;
 }
 
 // (seqlen, head dim, heads, batch) view of one of q/k/v for its TMA descriptor.
@@ -122,8 +128,9 @@ void launch_fwd(const FwdParams& p, cudaStream_t stream) {
 
   const bool column_mask = p.mask.startend_row_indices != nullptr;
   const bool pingpong = fwd_pingpong(), overlap = fwd_overlap();
-  auto kernel = column_mask ? fwd_kernel_for<Traits, true>(pingpong, overlap)
-                            : fwd_kernel_for<Traits, false>(pingpong, overlap);
+  const bool one_visible = one_visible_interval(p.mask.num_cols, p.mask.causal);
+  auto kernel = column_mask ? fwd_kernel_for<Traits, true>(pingpong, overlap, one_visible)
+                            : fwd_kernel_for<Traits, false>(pingpong, overlap, one_visible);
   const int smem = smem_bytes<Traits>((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, 2);
   FLASHMASK_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -164,7 +171,9 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
   kp.tma_v = make_tma_copy(SM90_TMA_LOAD{}, mV, typename Traits::SmemLayoutV{},
                            make_shape(Int<Traits::kBlockN>{}, Int<kHeadDimV>{}), _1{});
 
-  auto kernel = flashmask_bwd_sm90_kernel<Traits>;
+  auto kernel = one_visible_interval(p.mask.num_cols, p.mask.causal) && p.mask.startend_row_indices != nullptr
+                    ? flashmask_bwd_sm90_kernel<Traits, true>
+                    : flashmask_bwd_sm90_kernel<Traits, false>;
   const int smem = smem_bytes<Traits>((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM);
   FLASHMASK_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
