@@ -467,10 +467,20 @@ int32_t* dkv_written_flags(const BwdParams& p) {
   return tile_counters(p) + kTileCounterInts;
 }
 
+int64_t fitted_count_elems(const FwdParams& p) {
+  const int key_block = dkv_block(p.head_dim);
+  return int64_t(p.batch) * p.num_heads * ((p.seqlen_k + key_block - 1) / key_block);
+}
+
+int32_t* fitted_head_counts(const BwdParams& p) {
+  if (!p.fitted_head_groups() || p.deterministic) return nullptr;
+  return tile_counters(p) + kTileCounterInts + dkv_flag_elems(p);
+}
+
 }  // namespace cuda
 
 int64_t block_bounds_elems(const FwdParams& p) {
-  return cuda::summary_elems(p) + cuda::kTileCounterInts + cuda::dkv_flag_elems(p);
+  return cuda::summary_elems(p) + cuda::kTileCounterInts + cuda::dkv_flag_elems(p) + cuda::fitted_count_elems(p);
 }
 
 void fill_window_indices_cuda(int32_t* dst, int seqlen_q, int seqlen_k, bool causal,

@@ -2,8 +2,9 @@
 // (block_bounds_elems, FwdParams::block_bounds): the mask's 64-column block
 // summaries, then the persistent kernels' tile counters, which each launch
 // that uses them zeroes on its stream first, then the sm90 backward's
-// per-key-block dK/dV flags (dkv_written_flags). Also the padding of the sm90
-// backward's row statistics (BwdParams::row_stats).
+// per-key-block dK/dV flags (dkv_written_flags), then its per-key-block head
+// counts (fitted_head_counts). Also the padding of the sm90 backward's row
+// statistics (BwdParams::row_stats).
 #pragma once
 
 #include <cstdint>
@@ -39,6 +40,15 @@ int64_t dkv_flag_elems(const FwdParams& p);
 // written, 0 = left in dk_accum/dv_accum), so bwd_finish converts only the
 // others. Every flag is rewritten by each backward. Null without that plan.
 int32_t* dkv_written_flags(const BwdParams& p);
+
+// Under fitted head grouping, the query heads that each key block's CTAs
+// cover (fitted_head_count of its live query blocks), [batch, num_heads /
+// bwd_head_group, ceil(seqlen_k / dkv_block)] int32, written by the sm90
+// backward's count pass right before it, so that the CTAs that do not lead a
+// sub-group leave at once. Sized for one head per group (the most groups).
+// Null without that plan.
+int64_t fitted_count_elems(const FwdParams& p);
+int32_t* fitted_head_counts(const BwdParams& p);
 
 }  // namespace cuda
 }  // namespace flashmask

@@ -62,6 +62,9 @@ struct BwdKernelParams {
   // cuda::dkv_written_flags(p): non-null under fitted grouping, where a CTA
   // covering its whole GQA group writes dK/dV straight to dk/dv.
   int32_t* dkv_written;
+  // cuda::fitted_head_counts(p): under fitted grouping, each key block's
+  // heads per CTA, from bwd_fitted_heads_kernel.
+  const int32_t* fitted_heads;
 };
 
 // Named barriers (id 0 is __syncthreads): the consumers' dS hand-over, and
@@ -176,6 +179,35 @@ __device__ __forceinline__ int fitted_head_count(int head_group, int num_live, i
   return 1;
 }
 
+// Fitted grouping's count pass, one CTA per (key block, group of
+// bwd_head_group heads, batch): the heads per CTA of the key block
+// (fitted_head_count of its live query blocks, classified as
+// build_live_query_blocks does; the group's heads share their masks) into
+// counts[batch][group][key block]. The backward reads it first, so its CTAs
+// that do not lead a sub-group leave at once (v13c: each built the whole
+// list first, 15% of the backward's stall samples on 128-512-token documents).
+template <int kBlockM, int kBlockN, int kThreads>
+__global__ void __launch_bounds__(kThreads) bwd_fitted_heads_kernel(BwdParams p, int32_t* counts) {
+  const int n_block = blockIdx.x, group = blockIdx.y, batch = blockIdx.z;
+  const int head = group * p.bwd_head_group;
+  const int2 range = query_block_range<kBlockM, kBlockN>(p, n_block);
+  const BlockBounds* summary = summary_row(p, batch, head);
+  int live = 0;
+  for (int m = range.x + int(threadIdx.x); m < range.y; m += kThreads) {
+    live += classify_block<kBlockM, kBlockN>(p, summary, batch, head, m, n_block) != TileKind::kSkip;
+  }
+  for (int offset = 16; offset > 0; offset /= 2) live += __shfl_xor_sync(0xffffffffu, live, offset);
+  __shared__ int warp_live[kThreads / 32];
+  if (threadIdx.x % 32 == 0) warp_live[threadIdx.x / 32] = live;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int total = 0;
+    for (int w = 0; w < kThreads / 32; ++w) total += warp_live[w];
+    counts[(int64_t(batch) * gridDim.y + group) * gridDim.x + n_block] =
+        fitted_head_count(p.bwd_head_group, total, p.bwd_group_max_steps);
+  }
+}
+
 // Fitted grouping's grid row -> query head. Row y = rank x groups + g is head
 // g x head_group + j(rank), where j runs 0, head_group / 2, ... (ranks
 // bit-reversed for power-of-two groups): the heads that lead the largest
@@ -223,6 +255,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
                                 : blockIdx.y * p.bwd_head_group;
   const int batch = blockIdx.z;
   const int head_k = first_head / (p.num_heads / p.num_heads_k);
+  // Fitted: the key block's heads per CTA, counted ahead; a CTA that does not
+  // lead its sub-group leaves before any work (uniform exit).
+  const int fitted_heads =
+      fitted ? kp.fitted_heads[(int64_t(batch) * (p.num_heads / p.bwd_head_group) + first_head / p.bwd_head_group) *
+                                   gridDim.x + n_block]
+             : 0;
+  if (fitted && first_head % fitted_heads != 0) return;
   const int warp = cutlass::canonical_warp_idx_sync();
   const int warp_group = cutlass::canonical_warp_group_idx();
   const int lane_predicate = cute::elect_one_sync();
@@ -266,16 +305,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       key_rows_of[threadIdx.x] = masked_rows(bounds, key, p.mask.causal, causal_offset, p.seqlen_k);
     }
   }
-  // Heads of this CTA. Fitted: the key block's sub-group size follows its
-  // work, and only each sub-group's first head keeps its CTA (uniform exit,
-  // nothing issued yet).
+  // Heads of this CTA (fitted: its sub-group, as counted).
   if (threadIdx.x == 0) {
     ss.num_live_blocks = num_live;
-    ss.cta_heads =
-        fitted ? fitted_head_count(p.bwd_head_group, num_live, p.bwd_group_max_steps) : p.bwd_head_group;
+    ss.cta_heads = fitted ? fitted_heads : p.bwd_head_group;
   }
   __syncthreads();
-  if (fitted && first_head % ss.cta_heads != 0) return;
 
   Tensor sK = make_tensor(make_smem_ptr(ss.smem_k.data()), typename Traits::SmemLayoutK{});
   Tensor sV = make_tensor(make_smem_ptr(ss.smem_v.data()), typename Traits::SmemLayoutV{});

@@ -154,6 +154,7 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
   BwdKernelParams<Traits> kp{};
   kp.p = p;
   kp.dkv_written = cuda::dkv_written_flags(p);
+  kp.fitted_heads = cuda::fitted_head_counts(p);
   auto mQ = gmem_view<Element>(p.q, p.seqlen_q, p.head_dim, p.num_heads, p.batch, p.q_row_stride,
                                p.q_head_stride, p.q_batch_stride);
   auto mdO = gmem_view<Element>(p.dout, p.seqlen_q, kHeadDimV, p.num_heads, p.batch, p.do_row_stride,
@@ -195,9 +196,20 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
     throw std::invalid_argument(
         "flashmask sm90 backward: row_stats is null (allocate bwd_row_stats_elems floats after plan_bwd_cuda)");
   }
-  // Fitted grouping: a CTA per head, sub-groups formed in the kernel.
+  // Fitted grouping: a CTA per head, sub-groups counted first (the count
+  // pass), so that only their leaders' CTAs stay.
   const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN,
                   p.fitted_head_groups() ? p.num_heads : p.num_heads / p.bwd_head_group, p.batch);
+  if (p.fitted_head_groups()) {
+    if (kp.fitted_heads == nullptr) {
+      throw std::logic_error("flashmask sm90 backward: fitted grouping without its head counts");
+    }
+    constexpr int kCountThreads = 128;
+    bwd_fitted_heads_kernel<Traits::kBlockM, Traits::kBlockN, kCountThreads>
+        <<<dim3(grid.x, p.num_heads / p.bwd_head_group, p.batch), kCountThreads, 0, stream>>>(
+            p, cuda::fitted_head_counts(p));
+    FLASHMASK_CUDA_CHECK(cudaGetLastError());
+  }
   kernel<<<grid, Traits::kNThreads, smem, stream>>>(kp);
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
   if (p.dq_accum_tiled) {  // else dQ is the deterministic pass's, converted by bwd_finish

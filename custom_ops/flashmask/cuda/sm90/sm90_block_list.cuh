@@ -115,19 +115,27 @@ __device__ int build_live_key_blocks(const FwdParams& p, int batch, int head, in
       list, warp_counts, sync);
 }
 
+// Backward: the query blocks [first, end) that may see key block n_block
+// (causal: rows before the diagonal see none of its keys).
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ int2 query_block_range(const FwdParams& p, int n_block) {
+  const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
+  int m_begin = 0;
+  if (p.mask.causal) {
+    const int first_row = n_block * kBlockN - (p.seqlen_k - p.seqlen_q);
+    m_begin = first_row <= 0 ? 0 : min(m_blocks, first_row / kBlockM);
+  }
+  return make_int2(m_begin, m_blocks);
+}
+
 // Backward: the query blocks that see key block n_block (all threads of the CTA).
 template <int kThreads, int kBlockM, int kBlockN>
 __device__ int build_live_query_blocks(const FwdParams& p, int batch, int head, int n_block,
                                        uint16_t* list, int* warp_counts) {
-  const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
-  int m_begin = 0;
-  if (p.mask.causal) {  // rows before the diagonal see none of these keys
-    const int first_row = n_block * kBlockN - (p.seqlen_k - p.seqlen_q);
-    m_begin = first_row <= 0 ? 0 : min(m_blocks, first_row / kBlockM);
-  }
+  const int2 range = query_block_range<kBlockM, kBlockN>(p, n_block);
   const BlockBounds* summary = summary_row(p, batch, head);
   return compact_live_blocks<kThreads>(
-      threadIdx.x, m_begin, m_blocks,
+      threadIdx.x, range.x, range.y,
       [&](int m) { return classify_block<kBlockM, kBlockN>(p, summary, batch, head, m, n_block); }, list,
       warp_counts, [] { __syncthreads(); });
 }
