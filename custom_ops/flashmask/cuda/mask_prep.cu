@@ -167,8 +167,7 @@ constexpr int kDQConvertThreads = 256;
 template <typename T, int kDim>
 __global__ void __launch_bounds__(kDQConvertThreads) fa2_dq_tiles_to_dq_kernel(BwdParams p) {
   using Layout = DQTileLayout<kDim>;
-  constexpr int kRowElems = kDim + 8;  // 16-byte padding spreads the rows over the banks
-  constexpr int kChunks = kDim / 8;    // 16-byte chunks per row
+  constexpr int kRowElems = dq_staging_row_elems(kDim);
   static_assert(Layout::kFloats % kDQConvertThreads == 0, "whole passes over the tile");
   // 64 x (kDim + 8) x 2 bytes: 33792 at head dim 256, within the 48 KB of static shared memory.
   static_assert(Layout::kRows * kRowElems * sizeof(T) <= 48 * 1024, "static shared memory");
@@ -183,19 +182,7 @@ __global__ void __launch_bounds__(kDQConvertThreads) fa2_dq_tiles_to_dq_kernel(B
   }
   __syncthreads();
   T* dq = static_cast<T*>(p.dq) + batch * p.dq_batch_stride + head * p.dq_head_stride;
-  const bool vector_rows = reinterpret_cast<uintptr_t>(dq) % 16 == 0 && p.dq_row_stride % 8 == 0;
-  for (int c = threadIdx.x; c < Layout::kRows * kChunks; c += kDQConvertThreads) {
-    const int r = c / kChunks, col = c % kChunks * 8;
-    const int row = m * Layout::kRows + r;
-    if (row >= p.seqlen_q) break;  // chunks go row by row
-    T* dst = dq + row * p.dq_row_stride + col;
-    const T* src = rows + r * kRowElems + col;
-    if (vector_rows) {
-      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-    } else {
-      for (int e = 0; e < 8; ++e) dst[e] = src[e];
-    }
-  }
+  write_staged_dq_rows<Layout::kRows, kDim>(dq, p.dq_row_stride, rows, m, p.seqlen_q);
 }
 
 // dK or dV (dst = src x scale) from kv-head slots ([B, Sk, Hk, D or Dv],

@@ -50,5 +50,36 @@ int32_t* dkv_written_flags(const BwdParams& p);
 int64_t fitted_count_elems(const FwdParams& p);
 int32_t* fitted_head_counts(const BwdParams& p);
 
+// dQ's conversion passes (FA2-class fa2_dq_tiles_to_dq_kernel, sm90
+// dq_tiles_to_dq_kernel) stage a query block's scaled rows in shared memory,
+// dq_staging_row_elems apart (16 bytes of padding spread the rows over the
+// banks), then write them out with write_staged_dq_rows.
+FLASHMASK_HOST_DEVICE constexpr int dq_staging_row_elems(int head_dim) { return head_dim + 8; }
+
+#if defined(__CUDACC__)
+// Rows [0, kRows) staged in `rows` to dq's rows from m * kRows (rows past
+// seqlen_q left out), in 16-byte chunks row by row over the block's threads;
+// element by element where dq's rows are not 16-byte aligned.
+template <int kRows, int kDim, typename T>
+__device__ __forceinline__ void write_staged_dq_rows(T* dq, int64_t row_stride, const T* rows, int m,
+                                                     int seqlen_q) {
+  constexpr int kRowElems = dq_staging_row_elems(kDim);
+  constexpr int kChunks = kDim / 8;  // 16-byte chunks per row
+  const bool vector_rows = reinterpret_cast<uintptr_t>(dq) % 16 == 0 && row_stride % 8 == 0;
+  for (int c = threadIdx.x; c < kRows * kChunks; c += blockDim.x) {
+    const int r = c / kChunks, col = c % kChunks * 8;
+    const int row = m * kRows + r;
+    if (row >= seqlen_q) break;  // chunks go row by row
+    T* dst = dq + row * row_stride + col;
+    const T* src = rows + r * kRowElems + col;
+    if (vector_rows) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    } else {
+      for (int e = 0; e < 8; ++e) dst[e] = src[e];
+    }
+  }
+}
+#endif
+
 }  // namespace cuda
 }  // namespace flashmask

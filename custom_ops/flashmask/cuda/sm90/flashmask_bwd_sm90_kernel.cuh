@@ -726,8 +726,7 @@ __global__ void __launch_bounds__(Traits::kNumMmaThreads) dq_tiles_to_dq_kernel(
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kDim = Traits::kHeadDim;
-  constexpr int kRowElems = kDim + 8;  // 16-byte padding spreads the rows over the banks
-  constexpr int kChunks = kDim / 8;    // 16-byte chunks per row
+  constexpr int kRowElems = cuda::dq_staging_row_elems(kDim);
   __shared__ __align__(16) Element rows[kBlockM * kRowElems];
   typename Traits::TiledMmadQ mma_dq;
   auto thr_dq = mma_dq.get_thread_slice(threadIdx.x);
@@ -746,19 +745,7 @@ __global__ void __launch_bounds__(Traits::kNumMmaThreads) dq_tiles_to_dq_kernel(
   }
   __syncthreads();
   Element* dq = static_cast<Element*>(p.dq) + batch * p.dq_batch_stride + head * p.dq_head_stride;
-  const bool vector_rows = reinterpret_cast<uintptr_t>(dq) % 16 == 0 && p.dq_row_stride % 8 == 0;
-  for (int c = threadIdx.x; c < kBlockM * kChunks; c += blockDim.x) {
-    const int r = c / kChunks, col = c % kChunks * 8;
-    const int row = m * kBlockM + r;
-    if (row >= p.seqlen_q) break;  // chunks go row by row
-    Element* dst = dq + row * p.dq_row_stride + col;
-    const Element* src = rows + r * kRowElems + col;
-    if (vector_rows) {
-      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-    } else {
-      for (int e = 0; e < 8; ++e) dst[e] = src[e];
-    }
-  }
+  cuda::write_staged_dq_rows<kBlockM, kDim>(dq, p.dq_row_stride, rows, m, p.seqlen_q);
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
