@@ -269,11 +269,11 @@ def _gpu_value_head_dim_rule():
 
 
 # GPUs of these compute capabilities (RTX 30x0/40x0, A10, A40, L4, L40) allow 99 KB of shared memory a
-# block, less than some FA2-class kernels need: the forward at these head dims, and the backward at these.
-# custom_ops/flashmask/cuda/kernel_traits.h asserts the two lists at compile time.
+# block. The FA2-class kernels take tiles that fit there (kernel_traits.h, SmemClass), except the forward
+# at these head dims (none) and the backward at these; kernel_traits.h asserts the two lists at compile time.
 SMEM_99K_CAPABILITIES = ((8, 6), (8, 9))
-FA2_FORWARD_BEYOND_99K = (256,)
-FA2_BACKWARD_BEYOND_99K = (96, 128, 256)
+FA2_FORWARD_BEYOND_99K = ()
+FA2_BACKWARD_BEYOND_99K = (256,)
 
 
 def check_shared_memory(query, head_dim, backward):
@@ -390,15 +390,26 @@ SM90_ENV_SWITCHES = {
 }
 
 
+# The FA2-class kernels' choice of tiles (kernel_traits.h, SmemClass; read by the op at each launch):
+# "99k" runs the tiles of the 99 KB GPUs on every GPU (to test and time them on the larger ones).
+FA2_SMEM_CLASS_ENV = "PADDLE_FLASHMASK_FA2_SMEM_CLASS"
+FA2_SMEM_CLASSES = ("auto", "99k")
+
+
 def check_sm90_env():
-    """The SM90_ENV_SWITCHES that are set hold integers in their range (whatever the place:
-    a wrong value is wrong everywhere, and static graphs have no place yet)."""
+    """The SM90_ENV_SWITCHES that are set hold integers in their range, and FA2_SMEM_CLASS_ENV one
+    of FA2_SMEM_CLASSES (whatever the place: a wrong value is wrong everywhere, and static graphs
+    have no place yet)."""
     for name, (lo, hi) in SM90_ENV_SWITCHES.items():
         value = os.environ.get(name, "")
         if value == "":
             continue
         if not (value.isdigit() and lo <= int(value) <= hi):
             raise ValueError(f"environment variable {name} must be an integer in [{lo}, {hi}], got {value!r}")
+    smem_class = os.environ.get(FA2_SMEM_CLASS_ENV, "")
+    if smem_class and smem_class not in FA2_SMEM_CLASSES:
+        raise ValueError(f"environment variable {FA2_SMEM_CLASS_ENV} must be one of {FA2_SMEM_CLASSES}, "
+                         f"got {smem_class!r}")
 
 
 @functools.lru_cache(maxsize=None)

@@ -806,7 +806,9 @@ def test_bad_calls_do_not_crash_the_process(real_ops):
                                         ("PADDLE_FLASHMASK_SM90_FWD_PINGPONG", "yes"),
                                         ("PADDLE_FLASHMASK_SM90_FWD_GQA_TILES", "2"),
                                         ("PADDLE_FLASHMASK_SM90_BWD_HEAD_GROUP", "-1"),
-                                        ("PADDLE_FLASHMASK_SM90_BWD_GROUP_MAX_STEPS", "1e3")])
+                                        ("PADDLE_FLASHMASK_SM90_BWD_GROUP_MAX_STEPS", "1e3"),
+                                        ("PADDLE_FLASHMASK_FA2_SMEM_CLASS", "99K"),
+                                        ("PADDLE_FLASHMASK_FA2_SMEM_CLASS", "a100")])
 def test_bad_sm90_env_switch(spy, monkeypatch, name, value):
     # Read by the op on GPU, whose own error would not reach Python on Paddle 2.6: rejected
     # in Python on every place, naming the variable.
@@ -1073,22 +1075,19 @@ def test_gpu_supports_refuses_pairs_no_gpu_kernel_takes(default_gpu_kernel, fake
 
 @pytest.mark.parametrize("capability", [(8, 6), (8, 9)])
 def test_head_dims_beyond_99k_of_shared_memory_are_refused(fake_gpu, capability):
-    """Compute capability 8.6/8.9 GPUs allow 99 KB of shared memory a block: the FA2-class forward at
-    256 and backward at 96/128/256 need more (kernel_traits.h asserts the lists), so Python refuses
-    those calls before the op (Paddle 2.6 cannot carry the launch's C++ error back)."""
+    """Compute capability 8.6/8.9 GPUs allow 99 KB of shared memory a block: the FA2-class backward at
+    256 needs more (the forward at 256 and the backward at 96/128 run tiles of their own there;
+    kernel_traits.h asserts the lists), so Python refuses those calls before the op (Paddle 2.6
+    cannot carry the launch's C++ error back)."""
     q = fake_gpu(capability=capability)
     major, minor = capability
-    where = rf"head_dim {{}} on a compute capability {major}\.{minor} GPU: its {{}} kernel needs more than the 99 KB"
-    for dim in (32, 64):
+    where = rf"head_dim 256 on a compute capability {major}\.{minor} GPU: its backward kernel needs more than the 99 KB"
+    for dim in (32, 64, 96, 128):
         validation.check_shared_memory(q, dim, backward=True)
-    for dim in (96, 128):
-        validation.check_shared_memory(q, dim, backward=False)  # the forward fits
-        with pytest.raises(ValueError, match=where.format(dim, "backward") + r".*take head_dim \[32, 64\] with "
-                                             r"gradients and \[96, 128\] without \(stop_gradient=True"):
-            validation.check_shared_memory(q, dim, backward=True)
-    for backward in (False, True):
-        with pytest.raises(ValueError, match=where.format(256, "forward")):
-            validation.check_shared_memory(q, 256, backward=backward)
+    validation.check_shared_memory(q, 256, backward=False)  # the forward fits
+    with pytest.raises(ValueError, match=where + r".*take head_dim \[32, 64, 96, 128\] with "
+                                         r"gradients and \[256\] without \(stop_gradient=True"):
+        validation.check_shared_memory(q, 256, backward=True)
 
 
 @pytest.mark.parametrize("capability", [(8, 0), (9, 0)])
@@ -1102,9 +1101,11 @@ def test_gpu_supports_knows_the_99k_shared_memory_gpus(default_gpu_kernel, fake_
     from paddle_flashmask.attention import gpu_supports
 
     monkeypatch.setattr(attention_mod, "_has_deterministic_flag", False)
-    assert not gpu_supports(fake_gpu(capability=(8, 9)), 128)  # with its backward (the default)
-    assert gpu_supports(fake_gpu(capability=(8, 9)), 128, backward=False)
-    assert not gpu_supports(fake_gpu(capability=(8, 6)), 256, backward=False)
+    assert not gpu_supports(fake_gpu(capability=(8, 9)), 256)  # with its backward (the default)
+    assert gpu_supports(fake_gpu(capability=(8, 9)), 96)
+    assert not gpu_supports(fake_gpu(capability=(8, 6)), 256)
+    assert gpu_supports(fake_gpu(capability=(8, 6)), 256, backward=False)
+    assert gpu_supports(fake_gpu(capability=(8, 9)), 128)
     assert gpu_supports(fake_gpu(capability=(8, 6)), 64)
     assert gpu_supports(fake_gpu(capability=(8, 0)), 256)
 

@@ -269,6 +269,73 @@ def test_deterministic_unequal_lengths(gpu_kernel, causal, cols, seqlen_q, seqle
 
 
 # --------------------------------------------------------------------------------------
+# The FA2-class tiles of the 99 KB GPUs (compute capability 8.6/8.9; kernel_traits.h,
+# SmemClass): the forward at 256 and the backward at 96 and 128, run on this GPU under
+# PADDLE_FLASHMASK_FA2_SMEM_CLASS=99k (the other kernels have one set of tiles and run as
+# always); both backward modes
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fa2_99k_tiles(monkeypatch):
+    monkeypatch.setenv(validation.FA2_SMEM_CLASS_ENV, "99k")
+    old = pfm.set_gpu_kernel("fa2")
+    yield
+    pfm.set_gpu_kernel(old)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("dim", [96, 128, HD256])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("causal,cols", FORMS)
+@pytest.mark.parametrize("seqlen", [77, 1000])
+def test_fa2_99k_tiles_forms(fa2_99k_tiles, deterministic, dim, dtype, causal, cols, seqlen):
+    rng = np.random.default_rng(seed_of("99k-idx", causal, cols, seqlen))
+    idx = None if cols == 0 else random_indices(rng, 2, 2, seqlen, seqlen, causal, cols)
+    run_gpu_case(seed_of("99k", deterministic, dim, dtype, causal, cols, seqlen), 2, seqlen, seqlen, 4, 2, dim,
+                 causal, idx, dtype=dtype, deterministic=deterministic)
+
+
+@pytest.mark.parametrize("dim", [96, 128, HD256])
+@pytest.mark.parametrize("causal,cols", [(True, 0), (True, 2), (False, 4)])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(100, 300), (300, 100)])
+def test_fa2_99k_tiles_unequal_lengths(fa2_99k_tiles, dim, causal, cols, seqlen_q, seqlen_k):
+    rng = np.random.default_rng(seed_of("99k-unequal", causal, cols, seqlen_q, seqlen_k))
+    idx = None if cols == 0 else random_indices(rng, 1, 1, seqlen_q, seqlen_k, causal, cols)
+    run_gpu_case(seed_of("99k-unequal", dim, causal, cols, seqlen_q, seqlen_k), 1, seqlen_q, seqlen_k, 4, 1, dim,
+                 causal, idx)
+
+
+@pytest.mark.parametrize("dim", [96, 128, HD256])
+@pytest.mark.parametrize("name", ["causal_document", "share_question"])
+def test_fa2_99k_tiles_packed_masks(fa2_99k_tiles, dim, name):
+    idx, causal = masks.example_mask(name, 1000, batch_size=2, num_heads=1, seed=7, place=paddle.CPUPlace())
+    run_gpu_case(seed_of("99k-packed", dim, name), 2, 1000, 1000, 8, 2, dim, causal, idx.numpy())
+
+
+@pytest.mark.parametrize("dim", [96, 128, HD256])
+@pytest.mark.parametrize("heads,heads_k,hm", [(8, 2, 1), (8, 2, 2), (8, 2, 8), (8, 1, 8)])
+def test_fa2_99k_tiles_gqa_mask_heads(fa2_99k_tiles, dim, heads, heads_k, hm):
+    idx = random_indices(np.random.default_rng(seed_of("99k-gqa", hm)), 2, hm, 333, 333, False, 4)
+    run_gpu_case(seed_of("99k-gqa", dim, heads, heads_k, hm), 2, 333, 333, heads, heads_k, dim, False, idx)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("dim", [96, 128, HD256])
+def test_fa2_99k_tiles_fully_masked_rows(fa2_99k_tiles, deterministic, dim):
+    run_gpu_case(seed_of("99k-empty", dim, deterministic), 1, 300, 300, 4, 2, dim, False,
+                 fully_masked_rows_indices(), deterministic=deterministic)
+
+
+@pytest.mark.parametrize("dim", [96, 128])
+def test_fa2_99k_tiles_long(fa2_99k_tiles, dim):
+    idx, causal = masks.example_mask("causal_document", 4097, batch_size=1, num_heads=1, seed=3,
+                                     place=paddle.CPUPlace())
+    seed = seed_of("99k-long") if dim == 128 else seed_of("99k-long", dim)
+    run_gpu_case(seed, 1, 4097, 4097, 2, 1, dim, causal, idx.numpy(), use_cpu_reference=True)
+
+
+# --------------------------------------------------------------------------------------
 # sm90 backward with several query heads of a GQA group per CTA (dK/dV summed in
 # registers; stored when one CTA covers the whole group, added with atomics when not),
 # every key block alike or fitted per key block (fewer heads where it has more work)

@@ -21,6 +21,7 @@ using flashmask::cuda::BwdStagedTraits;
 using flashmask::cuda::BwdTraits;
 using flashmask::cuda::DQTileElement;
 using flashmask::cuda::DQTileLayout;
+using flashmask::cuda::SmemClass;
 
 // A warp's part of the 64 x D dQ tile: row tiles [row_tile0, + row_tiles),
 // 16-column steps [step0, + steps).
@@ -40,10 +41,11 @@ struct SplitKernel {
 };
 
 // The FA2-layout kernel (flashmask_bwd_staged_kernel.cuh): kDQWarpsM warps
-// along the rows, the rest along the head dim.
-template <int kDim>
+// along the rows, the rest along the head dim; its default tiles or those of
+// the 99 KB GPUs (SmemClass::k99K).
+template <int kDim, SmemClass kClass = SmemClass::kDefault>
 struct StagedKernel {
-  using Traits = BwdStagedTraits<kDim, uint16_t>;
+  using Traits = BwdStagedTraits<kDim, uint16_t, kClass>;
   static constexpr int kNWarps = Traits::kNWarps;
   static WarpPart part(int warp) {
     constexpr int kQMTiles = Traits::kBlockM / Traits::kDQWarpsM / 16;
@@ -132,6 +134,8 @@ int main() {
   round_trip<96, StagedKernel<96>>(mismatches, checked);
   round_trip<128, StagedKernel<128>>(mismatches, checked);
   round_trip<256, StagedKernel<256>>(mismatches, checked);
+  round_trip<96, StagedKernel<96, SmemClass::k99K>>(mismatches, checked);
+  round_trip<128, StagedKernel<128, SmemClass::k99K>>(mismatches, checked);
   tiles_cover_dq_accum(mismatches, checked);
   std::printf("%ld %ld\n", mismatches, checked);
   return mismatches != 0;

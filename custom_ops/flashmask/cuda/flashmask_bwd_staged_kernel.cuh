@@ -4,7 +4,9 @@
 // for all (BwdStagedTraits; head dims up to 128 / 256):
 //   S = Q K^T, dP = dO V^T   64 rows x 128 / 64 keys, warps 2 x 4 / 4 x 2 (rows x keys);
 //   dV += P^T dO, dK += dS^T Q   128 / 64 keys x D, warps 4 x 2 / 2 x 4 (keys x head dim);
-//   dQ = dS K   64 rows x D, warps kDQWarpsM (rows) x the rest (head dim).
+//   dQ = dS K   64 rows x D, warps kDQWarpsM (rows) x the rest (head dim);
+// the 99 KB tiles of 96 and 128 (SmemClass::k99K) take 64 keys, and at 96 dV/dK
+// warps 4 x 2 of 16 keys each.
 // P and dS are staged in shared memory (16-bit, swizzled) between the splits.
 // Each warp loads only its own rows of Q/dO and its own keys of K/V in the
 // first two GEMMs (the one-split kernel, flashmask_bwd_kernel.cuh, has every
@@ -80,11 +82,14 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   // S/dP: warp (sm, sn) owns rows sm x kSRows + [0, kSRows) and keys sn x 32 + [0, 32).
   constexpr int kSWarpsM = Traits::kSWarpsM, kSRows = kBlockM / kSWarpsM, kSKeys = kBlockN / (Traits::kNWarps / kSWarpsM);
   constexpr int kSMTiles = kSRows / 16;
-  // dV/dK: warp (vn, vd) owns keys vn x 32 + [0, 32) and head dims vd x kVDims + [0, kVDims).
+  // dV/dK: warp (vn, vd) owns keys vn x kVKeys + [0, kVKeys) (kVMTiles m16 tiles) and head dims
+  // vd x kVDims + [0, kVDims).
   constexpr int kVWarpsN = Traits::kVWarpsN, kVKeys = kBlockN / kVWarpsN, kVDims = kDim / (Traits::kNWarps / kVWarpsN);
+  constexpr int kVMTiles = kVKeys / 16;
   // dQ: warp (qm, qd) owns rows qm x kQRows + [0, kQRows) and head dims qd x kQDims + [0, kQDims).
   constexpr int kQRows = kBlockM / Traits::kDQWarpsM, kQDims = kDim / (Traits::kNWarps / Traits::kDQWarpsM);
-  static_assert(kSRows % 16 == 0 && kSKeys == 32 && kVKeys == 32, "32 keys (two m16 tiles in dV/dK) per warp");
+  static_assert(kSRows % 16 == 0 && kSKeys == 32, "32 keys (four n8 tiles) per warp in S and dP");
+  static_assert(kVKeys == 16 || kVKeys == 32, "one or two m16 tiles of keys per warp in dV and dK");
   static_assert(kVDims % 16 == 0 && kQDims % 16 == 0 && kQRows % 16 == 0, "whole m16n16 blocks");
   using DimTile = SwizzledTile<kDim>;      // Q, dO, K, V rows
   using KeyTile = SwizzledTile<kBlockN>;   // P, dS rows (one query row: the block's keys)
@@ -191,9 +196,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 
   // dV and dK of the warp's keys x head-dim slice, over all query blocks.
   constexpr int kVTiles = kVDims / 8;
-  float acc_dv[2][kVTiles][4], acc_dk[2][kVTiles][4];
+  float acc_dv[kVMTiles][kVTiles][4], acc_dk[kVMTiles][kVTiles][4];
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+  for (int mt = 0; mt < kVMTiles; ++mt)
 #pragma unroll
     for (int j = 0; j < kVTiles; ++j)
 #pragma unroll
@@ -324,17 +329,17 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 
     // dV += P^T dO and dK += dS^T Q over the block's 64 rows: A = P^T / dS^T
     // (ldmatrix.trans of the [rows][keys] tiles: rows k x 16 + lane % 8 +
-    // (lane / 16) x 8, keys v_n x 32 + m16 tile + ((lane / 8) % 2) x 8); B =
+    // (lane / 16) x 8, keys v_n x kVKeys + m16 tile + ((lane / 8) % 2) x 8); B =
     // dO / Q (ldmatrix.trans: rows lane % 16, head dims v_d x kVDims + half lane / 16).
-    auto dkv_gemm = [&](float (&acc)[2][kVTiles][4], uint32_t a_smem, uint32_t b_smem) {
+    auto dkv_gemm = [&](float (&acc)[kVMTiles][kVTiles][4], uint32_t a_smem, uint32_t b_smem) {
       const int ln = int(opaque(uint32_t(lane)));
       const FragmentBases<KeyTile> a_frag(a_smem, ln % 8 + (ln / 16) * 8, v_n * kVKeys, (ln / 8) % 2);
       const FragmentBases<DimTile> b_frag(b_smem, ln % 16, v_d * kVDims, ln / 16);
-      gemm_b_trans_ahead<T, 2, kRowSteps, kVDims / 16>(
+      gemm_b_trans_ahead<T, kVMTiles, kRowSteps, kVDims / 16>(
           acc,
-          [&](uint32_t (&a)[2][4], int kk) {
+          [&](uint32_t (&a)[kVMTiles][4], int kk) {
 #pragma unroll
-            for (int mt = 0; mt < 2; ++mt) ldmatrix_x4_trans(a[mt], a_frag.at(mt, kk * 16));
+            for (int mt = 0; mt < kVMTiles; ++mt) ldmatrix_x4_trans(a[mt], a_frag.at(mt, kk * 16));
           },
           b_frag);
     };
@@ -400,10 +405,10 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   constexpr int kStageStride = kDim + 8;  // float2 stores of 8 rows x 4 lanes in 2 wavefronts
   static_assert(kBlockN * kStageStride * 4 <= Traits::kSmemBytes, "the staged gradient fits");
   float* stage = reinterpret_cast<float*>(smem_raw);
-  auto add_gradient = [&](const float (&acc)[2][kVTiles][4], float* accum) {
+  auto add_gradient = [&](const float (&acc)[kVMTiles][kVTiles][4], float* accum) {
     __syncthreads();  // every warp is done with the shared tiles (or the previous gradient)
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < kVMTiles; ++mt)
 #pragma unroll
       for (int j = 0; j < kVTiles; ++j)
 #pragma unroll

@@ -27,25 +27,50 @@ void run_bwd_(const BwdParams& p, cudaStream_t stream);
 template <int kHeadDim, typename T>
 void run_bwd_dq_(const BwdParams& p, cudaStream_t stream);
 
-// Opts the kernel into `bytes` of dynamic shared memory, with a clear error
-// where the GPU allows less per block: compute capability 8.6/8.9 (RTX
-// 30x0/40x0, A10, L40) allows 99 KB, which the FA2-class backward at head
-// dims 96, 128 and 256 and the forward at 256 exceed (one tile configuration
-// for every GPU so far; NOTES.md, "Plan for the sm80 rework").
-template <typename Kernel>
-void allow_large_smem(Kernel kernel, int bytes, int head_dim) {
-  if (bytes <= 48 * 1024) return;
+// The shared memory a block of the current GPU may opt into.
+inline int device_smem_optin() {
   int device = 0, limit = 0;
   FLASHMASK_CUDA_CHECK(cudaGetDevice(&device));
   FLASHMASK_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return limit;
+}
+
+// Opts the kernel into `bytes` of dynamic shared memory, with a clear error
+// where the GPU allows less per block: compute capability 8.6/8.9 (RTX
+// 30x0/40x0, A10, L40) allows 99 KB, which the FA2-class backward at head
+// dim 256 exceeds (the other kernels have tiles that fit: SmemClass).
+template <typename Kernel>
+void allow_large_smem(Kernel kernel, int bytes, int head_dim) {
+  if (bytes <= 48 * 1024) return;
+  const int limit = device_smem_optin();
   if (bytes > limit) {
     throw std::invalid_argument(
         "flashmask_attention: the FA2-class GPU kernel for head_dim " + std::to_string(head_dim) + " needs " +
         std::to_string(bytes) + " bytes of shared memory per block, this GPU allows " + std::to_string(limit) +
-        " (GPUs of compute capability 8.6/8.9 lack the backward at head dims 96, 128 and 256 and the forward at "
-        "256 so far; use head_dim 32 or 64 there, or the CPU)");
+        " (GPUs of compute capability 8.6/8.9 lack the backward at head dim 256 so far; use head_dim "
+        "32, 64, 96 or 128 there, or the CPU)");
   }
   FLASHMASK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+// PADDLE_FLASHMASK_FA2_SMEM_CLASS: "99k" runs the 99 KB tiles (SmemClass::k99K)
+// on every GPU, to test and time them on the larger ones; unset or "auto":
+// each kernel takes its default tiles where the GPU allows them. Read at each
+// launch, as PADDLE_FLASHMASK_FA2_BWD.
+inline bool smem_class_99k_forced() {
+  const char* env = std::getenv("PADDLE_FLASHMASK_FA2_SMEM_CLASS");
+  const std::string choice = env != nullptr && *env != '\0' ? env : "auto";
+  if (choice != "auto" && choice != "99k") {
+    throw std::invalid_argument("PADDLE_FLASHMASK_FA2_SMEM_CLASS: expected 'auto' or '99k', got '" + choice + "'");
+  }
+  return choice == "99k";
+}
+
+// Whether a kernel whose default tiles are `Default` runs its k99K tiles: where
+// the GPU allows a block less than the default tiles need, or when forced.
+template <typename Default>
+bool take_99k_tiles() {
+  return smem_class_99k_forced() || Default::kSmemBytes + 128 > device_smem_optin();
 }
 
 // Which FA2-class main backward runs: "staged" (FlashAttention-2's layout,
@@ -79,6 +104,13 @@ void launch_rows(Kernel kernel, const Params& p, int seqlen, int block, cudaStre
 template <int kHeadDim, typename T>
 void launch_fwd(const FwdParams& p, cudaStream_t stream) {
   using Traits = FwdTraits<kHeadDim, T>;
+  if constexpr (!fits_99k<Traits>()) {
+    if (take_99k_tiles<Traits>()) {
+      using Small = FwdTraits<kHeadDim, T, SmemClass::k99K>;
+      launch_rows<Small>(flashmask_fwd_kernel<Small>, p, p.seqlen_q, Small::kBlockM, stream);
+      return;
+    }
+  }
   launch_rows<Traits>(flashmask_fwd_kernel<Traits>, p, p.seqlen_q, Traits::kBlockM, stream);
 }
 
@@ -92,6 +124,13 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
   }
   if (use_staged_bwd()) {
     using Traits = BwdStagedTraits<kHeadDim, T>;
+    using Small = BwdStagedTraits<kHeadDim, T, SmemClass::k99K>;
+    if constexpr (!fits_99k<Traits>() && fits_99k<Small>()) {
+      if (take_99k_tiles<Traits>()) {
+        launch_rows<Small>(flashmask_bwd_staged_kernel<Small>, p, p.seqlen_k, Small::kBlockN, stream);
+        return;
+      }
+    }
     launch_rows<Traits>(flashmask_bwd_staged_kernel<Traits>, p, p.seqlen_k, Traits::kBlockN, stream);
   } else if constexpr (kHeadDim <= 128) {
     using Traits = BwdTraits<kHeadDim, T>;

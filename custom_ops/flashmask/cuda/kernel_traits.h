@@ -8,7 +8,14 @@ namespace cuda {
 // the preprocessing kernel writes (one BlockBounds per kBlockN columns).
 constexpr int kMaskBlockN = 64;
 
-template <int kHeadDim_, typename Element_>
+// The shared memory a block may opt into decides some tiles: kDefault fits the
+// A100 class (163 KB; the Hopper GPUs allow 227 KB), k99K the 99 KB of compute
+// capability 8.6/8.9 (RTX 30x0/40x0, A10, A40, L4, L40). A kernel has k99K tiles
+// of its own only where its default ones need more than 99 KB (the launch
+// picks, flashmask_launch.cuh); elsewhere both classes name the same tiles.
+enum class SmemClass { kDefault, k99K };
+
+template <int kHeadDim_, typename Element_, SmemClass kClass = SmemClass::kDefault>
 struct FwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -16,8 +23,9 @@ struct FwdTraits {
   // fragment read from shared memory feeds 2 MMAs (half the shared-memory
   // traffic per FLOP). 256: O alone is 128 registers a thread per 16 rows, so
   // 8 warps of 16 rows (FlashAttention-2's 128 x 64 tile for 256 on the A100:
-  // 129 KB, one CTA an SM).
-  static constexpr int kNWarps = kHeadDim_ <= 128 ? 4 : 8;
+  // 129 KB, one CTA an SM); in 99 KB, 4 warps of 16 rows (97 KB, FA2's 64 x 64
+  // for 256 on sm86/sm89).
+  static constexpr int kNWarps = kHeadDim_ <= 128 || kClass == SmemClass::k99K ? 4 : 8;
   static constexpr int kNThreads = kNWarps * 32;
   static constexpr int kMTiles = kHeadDim_ <= 128 ? 2 : 1;
   static constexpr int kBlockM = 16 * kMTiles * kNWarps;
@@ -62,17 +70,21 @@ struct BwdTraits {
 // (head dim), Q double- and dO single-buffered (147 KB at 128). 256: 64 keys,
 // S/dP 4 x 2, dV/dK 2 x 4 (dK and dV are 64 registers each), and Q
 // single-buffered too (146 KB; double, 178 KB would exceed the A100's 163).
-template <int kHeadDim_, typename Element_>
+// In 99 KB, 64 keys with Q double-buffered: at 128 with 256's splits (98 KB),
+// at 96 with dV/dK split 4 (keys) x 2 (head dim), 16 keys x 48 head dims a
+// warp, since 2 x 4 would leave 24 head dims, not whole m16n16 blocks (78 KB).
+template <int kHeadDim_, typename Element_, SmemClass kClass = SmemClass::kDefault>
 struct BwdStagedTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kWide = kHeadDim_ > 128;
+  static constexpr bool kNarrowKeys = kWide || (kClass == SmemClass::k99K && kHeadDim_ >= 96);
   static constexpr int kNWarps = 8;
   static constexpr int kNThreads = kNWarps * 32;
-  static constexpr int kBlockN = kWide ? 64 : 128;
+  static constexpr int kBlockN = kNarrowKeys ? 64 : 128;
   static constexpr int kBlockM = 64;
-  static constexpr int kSWarpsM = kWide ? 4 : 2;  // S/dP warps along the rows
-  static constexpr int kVWarpsN = kWide ? 2 : 4;  // dV/dK warps along the keys
+  static constexpr int kSWarpsM = kNarrowKeys ? 4 : 2;  // S/dP warps along the rows
+  static constexpr int kVWarpsN = kNarrowKeys && kHeadDim_ != 96 ? 2 : 4;  // dV/dK warps along the keys
   // dQ's warps along the rows: 2 (32 rows x D / 4 each) where D / 4 is whole
   // m16n16 blocks (64, 128, 256), else 4 (16 rows x D / 2).
   static constexpr int kDQWarpsM = (kHeadDim / 4) % 16 == 0 ? 2 : 4;
@@ -117,24 +129,35 @@ struct BwdDQTraits {
 };
 
 // GPUs of compute capability 8.6/8.9 (RTX 30x0/40x0, A10, A40, L4, L40) allow
-// 99 KB of shared memory a block; the launch refuses a kernel that needs more
-// (flashmask_launch.cuh, allow_large_smem). Python refuses the same calls
-// first, with the head dims listed in paddle_flashmask/validation.py
+// 99 KB of shared memory a block. Where a kernel's default tiles need more, the
+// launch takes its k99K tiles (flashmask_launch.cuh), and refuses the kernels
+// that have none (allow_large_smem). Python refuses the same calls first, with
+// the head dims listed in paddle_flashmask/validation.py
 // (FA2_FORWARD_BEYOND_99K, FA2_BACKWARD_BEYOND_99K), since Paddle 2.6 cannot
 // carry the op's C++ error back: these asserts keep both lists true.
 constexpr int kSmem99KOptin = 101376;
-template <template <int, typename> class Traits, int kHeadDim>
+template <typename Traits>
 constexpr bool fits_99k() {
-  return Traits<kHeadDim, float>::kSmemBytes + 128 <= kSmem99KOptin;  // + the kernels' static shared memory
+  return Traits::kSmemBytes + 128 <= kSmem99KOptin;  // + the kernels' static shared memory
 }
-static_assert(fits_99k<FwdTraits, 32>() && fits_99k<FwdTraits, 64>() && fits_99k<FwdTraits, 96>() &&
-                  fits_99k<FwdTraits, 128>() && !fits_99k<FwdTraits, 256>(),
-              "the forward beyond 99 KB at head dim 256 only: update validation.FA2_FORWARD_BEYOND_99K");
-static_assert(fits_99k<BwdStagedTraits, 32>() && fits_99k<BwdStagedTraits, 64>() &&
-                  !fits_99k<BwdStagedTraits, 96>() && !fits_99k<BwdStagedTraits, 128>() &&
-                  !fits_99k<BwdStagedTraits, 256>() && fits_99k<BwdDQTraits, 256>() &&
-                  fits_99k<BwdDQTraits, 128>(),
-              "the backward beyond 99 KB at head dims 96, 128, 256: update validation.FA2_BACKWARD_BEYOND_99K");
+// Whether a kernel runs on the 99 KB GPUs with its default tiles or its k99K ones.
+template <template <int, typename, SmemClass> class Traits, int kHeadDim>
+constexpr bool runs_in_99k() {
+  return fits_99k<Traits<kHeadDim, float, SmemClass::kDefault>>() ||
+         fits_99k<Traits<kHeadDim, float, SmemClass::k99K>>();
+}
+static_assert(runs_in_99k<FwdTraits, 32>() && runs_in_99k<FwdTraits, 64>() && runs_in_99k<FwdTraits, 96>() &&
+                  runs_in_99k<FwdTraits, 128>() && runs_in_99k<FwdTraits, 256>(),
+              "the forward runs in 99 KB at every head dim: update validation.FA2_FORWARD_BEYOND_99K");
+static_assert(runs_in_99k<BwdStagedTraits, 32>() && runs_in_99k<BwdStagedTraits, 64>() &&
+                  runs_in_99k<BwdStagedTraits, 96>() && runs_in_99k<BwdStagedTraits, 128>() &&
+                  !runs_in_99k<BwdStagedTraits, 256>() && fits_99k<BwdDQTraits<256, float>>() &&
+                  fits_99k<BwdDQTraits<128, float>>(),
+              "the backward beyond 99 KB at head dim 256 only: update validation.FA2_BACKWARD_BEYOND_99K");
+// The k99K tiles exist where the default ones do not fit: 256's forward, 96's and 128's backward.
+static_assert(!fits_99k<FwdTraits<256, float>>() && !fits_99k<BwdStagedTraits<96, float>>() &&
+                  !fits_99k<BwdStagedTraits<128, float>>(),
+              "k99K tiles only where the default ones exceed 99 KB");
 
 }  // namespace cuda
 }  // namespace flashmask
