@@ -228,8 +228,8 @@ def _choices(allowed):
     return ", ".join(repr(a) for a in allowed)
 
 
-# Query/key head dims the CUDA kernels take; 32 and 96 run on the FA2-class kernels only (NOTES.md,
-# "Head dim 96"), 192 on the Hopper ones only (SM90_ONLY_HEAD_DIMS), the others on both.
+# Query/key head dims the CUDA kernels take; 32 runs on the FA2-class kernels only, 192 on the Hopper
+# ones only (SM90_ONLY_HEAD_DIMS), the others on both.
 GPU_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 
 # The value head dim the CUDA kernels take with each of GPU_HEAD_DIMS: the same, except 192,
@@ -237,7 +237,7 @@ GPU_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 GPU_VALUE_HEAD_DIMS = {**{d: d for d in GPU_HEAD_DIMS}, 192: 128}
 
 # What the Hopper kernels take (custom_ops/flashmask/cuda/sm90), value head dims as above.
-SM90_HEAD_DIMS = (64, 128, 192, 256)
+SM90_HEAD_DIMS = (64, 96, 128, 192, 256)
 
 # Head dims with no FA2-class kernel: on GPU they need the Hopper kernels (compute capability
 # 9.0, a build that has them, a kernel family other than "fa2"), and the deterministic

@@ -522,7 +522,7 @@ double mma_peak(int sms, const char* name) {
   return best;
 }
 
-// The table time_case's rows belong to (--time, --time-hd256, --time-hd192).
+// The table time_case's rows belong to (--time, --time-hd256, --time-hd192, --time-hd96).
 void print_time_header() {
   std::printf("| kernel | mask | S | H:Hk | D/Dv | bwd heads/CTA / max steps | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | fwd+bwd TFLOP/s | bwd prep+finish ms |\n"
               "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -537,16 +537,22 @@ int main(int argc, char** argv) {
   // case, then all but pingpong (slower, NOTES.md v8a/v11) timed interleaved,
   // case by case, so that clock drift hits all alike.
   const bool time_fwd = argc > 1 && std::string(argv[1]) == "--time-fwd";
-  // --time-hd256, --time-hd192 (value 128): a head dim of the Hopper kernels
-  // only (non-deterministic backward): its cases checked, then causal, causal
-  // document, 128-512-token documents and sliding window at 8K and 32K timed
-  // (bf16, 32:8 heads), and the backward's head grouping.
+  // --time-hd256, --time-hd192 (value 128), --time-hd96: a head dim of the
+  // Hopper kernels beside 64/128 (non-deterministic backward): its cases checked, then
+  // causal, causal document, 128-512-token documents and sliding window at 8K
+  // and 32K timed (bf16, 32:8 heads), and the backward's head grouping.
   const std::string mode = argc > 1 ? argv[1] : "";
-  const int time_hd = mode == "--time-hd256" ? 256 : mode == "--time-hd192" ? 192 : 0;
-  // --check-hd256, --check-hd192: that head dim's cases once each (default
-  // grouping) and a case of about 4 tiles per CTA, nothing timed: small enough
-  // for compute-sanitizer.
-  const int check_hd = mode == "--check-hd256" ? 256 : mode == "--check-hd192" ? 192 : 0;
+  auto mode_head_dim = [&](const char* prefix) {
+    for (int d : {96, 192, 256}) {
+      if (mode == prefix + std::to_string(d)) return d;
+    }
+    return 0;
+  };
+  const int time_hd = mode_head_dim("--time-hd");
+  // --check-hd256, --check-hd192, --check-hd96: that head dim's cases once
+  // each (default grouping) and a case of about 4 tiles per CTA, nothing
+  // timed: small enough for compute-sanitizer.
+  const int check_hd = mode_head_dim("--check-hd");
   struct Schedule {
     const char* name;
     const char* overlap;
@@ -650,18 +656,24 @@ int main(int argc, char** argv) {
       {"random4+empty", 1, 333, 333, 4, 4, 128, false, 4, random4_mask},
       {"random4+empty", 1, 1024, 1024, 2, 1, 64, false, 4, random4_mask},
   };
-  // Head dim 96: the FA2-class kernels only (the Hopper ones take 64, 128, 192/128 and 256).
+  // Head dim 96 on the FA2-class kernels (the Hopper forward's are in sm90_only_cases).
   const Case fa2_only_cases[] = {
       {"causal", 1, 1000, 1000, 4, 2, 96, true, 0, nullptr},
       {"none", 2, 77, 77, 2, 2, 96, false, 0, nullptr},
       {"causal_doc", 1, 777, 777, 2, 1, 96, true, 1, doc_mask},
       {"random4+empty", 1, 333, 333, 4, 4, 96, false, 4, random4_mask},
   };
-  // Head dims 256 and 192/128 (q, k / v; MLA) on the Hopper kernels (--check-hd,
+  // Head dims 256, 192/128 (q, k / v; MLA) and 96 on the Hopper kernels (--check-hd,
   // --time-hd, the default run), non-deterministic: 192/128 has no
   // deterministic backward, and a deterministic 256 runs the FA2-class one
   // (fa2_hd256_cases). The D=128 cases of the list above, causal_doc with GQA.
   const Case sm90_only_cases[] = {
+      {"causal", 1, 1000, 1000, 4, 2, 96, true, 0, nullptr},
+      {"causal_sq<sk", 1, 300, 517, 4, 1, 96, true, 0, nullptr},
+      {"causal_doc", 2, 1000, 1000, 4, 2, 96, true, 1, doc_mask},
+      {"window128", 1, 1000, 1000, 4, 2, 96, true, 2, window_mask},
+      {"random4+empty", 1, 333, 333, 4, 4, 96, false, 4, random4_mask},
+      {"none", 2, 77, 77, 2, 2, 96, false, 0, nullptr},
       {"causal", 1, 1000, 1000, 4, 2, 256, true, 0, nullptr},
       {"causal_sq<sk", 1, 300, 517, 4, 1, 256, true, 0, nullptr},
       {"causal_doc", 2, 1000, 1000, 4, 2, 256, true, 1, doc_mask},
@@ -706,7 +718,10 @@ int main(int argc, char** argv) {
   }
   if (check_hd > 0) {
     for (const Case& c : sm90_only_cases) {
-      if (c.d == check_hd) failures += !check_case(c, GpuKernel::kSm90, false, 0, -1, rng);
+      if (c.d != check_hd) continue;
+      failures += !check_case(c, GpuKernel::kSm90, false, 0, -1, rng);
+      // 96 has the deterministic backward too (sm90 dK/dV, the FA2-class dQ pass).
+      if (c.d == 96) failures += !check_case(c, GpuKernel::kSm90, true, 1, 0, rng);
     }
     failures += !check_case({"causal_doc", 2, 2048, 2048, 16, 4, check_hd, true, 1, doc_mask, paired_value_dim(check_hd)},
                             GpuKernel::kSm90, false, 4, -1, rng);
@@ -796,7 +811,10 @@ int main(int argc, char** argv) {
   for (const Case& c : fa2_hd256_cases) {
     for (bool det : {false, true}) failures += !check_case(c, GpuKernel::kFA2, det, 1, 0, rng);
   }
-  for (const Case& c : sm90_only_cases) failures += check_sm90_head_groups(c, false, rng);
+  for (const Case& c : sm90_only_cases) {
+    failures += check_sm90_head_groups(c, false, rng);
+    if (c.d == 96) failures += check_sm90_head_groups(c, true, rng);
+  }
   std::printf("%d failures\n", failures);
   if (timing) {
     print_time_header();

@@ -105,7 +105,7 @@ bool use_sm90(const Params& p, bool kernel_available) {
     throw std::invalid_argument(
         "flashmask_attention: gpu_kernel='sm90' needs a compute capability 9.0 GPU, a build with "
         "sm_90a (PADDLE_FLASHMASK_CUDA_ARCHS containing 90a, CUTLASS headers installed), "
-        "head_dim 64, 128 or 256 (value alike) or 192 with value 128, float16/bfloat16 and 16-byte aligned "
+        "head_dim 64, 96, 128 or 256 (value alike) or 192 with value 128, float16/bfloat16 and 16-byte aligned "
         "strides");
   }
   return takes && kernel_available;

@@ -39,7 +39,7 @@ int max_seqlen(int head_dim) { return head_dim > 128 ? 1 << 18 : 1 << 19; }
 // The (q/k, v) head dims instantiated: 64, 128 and 256 with v alike, and
 // MLA's 192 with 128.
 bool head_dims_built(int head_dim, int head_dim_v) {
-  const bool built = head_dim == 64 || head_dim == 128 || head_dim == 192 || head_dim == 256;
+  const bool built = head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 192 || head_dim == 256;
   return built && head_dim_v == value_head_dim_for(head_dim);
 }
 // Tiles of a persistent forward (query blocks of 128 x heads x batch): int
@@ -133,6 +133,9 @@ void run_fwd(const FwdParams& p, cudaStream_t stream) {
   if (p.head_dim == 64) {
     return bf16 ? run_fwd_<64, __nv_bfloat16>(p, stream) : run_fwd_<64, __half>(p, stream);
   }
+  if (p.head_dim == 96) {
+    return bf16 ? run_fwd_<96, __nv_bfloat16>(p, stream) : run_fwd_<96, __half>(p, stream);
+  }
   if (p.head_dim == 128) {
     return bf16 ? run_fwd_<128, __nv_bfloat16>(p, stream) : run_fwd_<128, __half>(p, stream);
   }
@@ -152,6 +155,9 @@ void run_bwd(const BwdParams& p, cudaStream_t stream) {
   const bool bf16 = p.dtype == DType::kBFloat16;
   if (p.head_dim == 64) {
     return bf16 ? run_bwd_<64, __nv_bfloat16>(p, stream) : run_bwd_<64, __half>(p, stream);
+  }
+  if (p.head_dim == 96) {
+    return bf16 ? run_bwd_<96, __nv_bfloat16>(p, stream) : run_bwd_<96, __half>(p, stream);
   }
   if (p.head_dim == 128) {
     return bf16 ? run_bwd_<128, __nv_bfloat16>(p, stream) : run_bwd_<128, __half>(p, stream);

@@ -154,7 +154,8 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
   BwdKernelParams<Traits> kp{};
   kp.p = p;
   kp.dkv_written = cuda::dkv_written_flags(p);
-  kp.fitted_heads = cuda::fitted_head_counts(p);
+  int32_t* const fitted_heads = cuda::fitted_head_counts(p);  // the count pass writes, the kernel reads
+  kp.fitted_heads = fitted_heads;
   auto mQ = gmem_view<Element>(p.q, p.seqlen_q, p.head_dim, p.num_heads, p.batch, p.q_row_stride,
                                p.q_head_stride, p.q_batch_stride);
   auto mdO = gmem_view<Element>(p.dout, p.seqlen_q, kHeadDimV, p.num_heads, p.batch, p.do_row_stride,
@@ -201,13 +202,13 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
   const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN,
                   p.fitted_head_groups() ? p.num_heads : p.num_heads / p.bwd_head_group, p.batch);
   if (p.fitted_head_groups()) {
-    if (kp.fitted_heads == nullptr) {
+    if (fitted_heads == nullptr) {
       throw std::logic_error("flashmask sm90 backward: fitted grouping without its head counts");
     }
     constexpr int kCountThreads = 128;
     bwd_fitted_heads_kernel<Traits::kBlockM, Traits::kBlockN, kCountThreads>
         <<<dim3(grid.x, p.num_heads / p.bwd_head_group, p.batch), kCountThreads, 0, stream>>>(
-            p, cuda::fitted_head_counts(p));
+            p, fitted_heads);
     FLASHMASK_CUDA_CHECK(cudaGetLastError());
   }
   kernel<<<grid, Traits::kNThreads, smem, stream>>>(kp);

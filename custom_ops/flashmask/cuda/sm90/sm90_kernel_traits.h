@@ -3,6 +3,14 @@
 // TMA writes and wgmma reads, the two tiled wgmmas and the TMA pipelines.
 #pragma once
 
+// wgmma shapes whose N is not a multiple of 32 (64 x 48 x 16: dQ's half of
+// head dim 96 per warpgroup) are behind this switch in CuTe's op selectors;
+// without it they pick N = 16 (the tile-size asserts below would fail). The
+// other head dims' shapes select as before.
+#ifndef CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#endif
+
 #include <type_traits>
 
 #include <cute/tensor.hpp>
@@ -22,10 +30,13 @@ using namespace cute;
 
 // 128-byte swizzled rows (64 x 16 bits) where a warpgroup's slice of the head
 // dim is whole rows of the swizzle; 64-byte ones (32 x 16 bits) where it is
-// not (head dim 192 split over two warpgroups: 96 columns each).
+// not (head dim 96, and 192 split over two warpgroups: 96 columns each);
+// 32-byte ones (16 x 16 bits) for slices of 48 (K of head dim 96 in the
+// backward, whose dQ GEMM splits the head dim over the warpgroups).
 template <typename Element, int kSliceCols>
-using KMajorSmemAtom = std::conditional_t<kSliceCols % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
-                                          GMMA::Layout_K_SW64_Atom<Element>>;
+using KMajorSmemAtom = std::conditional_t<
+    kSliceCols % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
+    std::conditional_t<kSliceCols % 32 == 0, GMMA::Layout_K_SW64_Atom<Element>, GMMA::Layout_K_SW32_Atom<Element>>>;
 
 // One BlockBounds summary per kMaskBlockN key columns (cuda/kernel_traits.h);
 // a key tile here spans kBlockN / kMaskBlockN of them.
@@ -35,8 +46,8 @@ struct FwdTraits {
   using ElementAccum = float;
   static constexpr int kHeadDim = kHeadDim_;            // of q and k
   static constexpr int kHeadDimV = value_head_dim_for(kHeadDim);  // of v and out
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
-                "sm90 forward: head dim 64, 128, 192 (value 128) or 256");
+  static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
+                "sm90 forward: head dim 64, 96, 128, 192 (value 128) or 256");
 
   // Warpgroup 0 loads (warp 0 issues TMA, warps 1-3 build the next tiles'
   // live lists), warpgroups 1 and 2 compute 64 query rows each.
@@ -81,17 +92,18 @@ struct FwdTraits {
   static_assert(decltype(tile_size<0>(TiledMmaPV{}))::value == kBlockM &&
                 decltype(tile_size<1>(TiledMmaPV{}))::value == kHeadDimV);
 
-  // 128-byte swizzle (64 x 16-bit per row): what TMA writes and wgmma reads
-  // without bank conflicts.
-  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
-  static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "whole 128-byte swizzle rows");
+  // 128-byte swizzle (64 x 16-bit per row), 64-byte at head dim 96: what TMA
+  // writes and wgmma reads without bank conflicts.
+  using SmemAtomQK = KMajorSmemAtom<Element, kHeadDim>;
+  using SmemAtomV = KMajorSmemAtom<Element, kHeadDimV>;
+  static_assert(kHeadDim % 32 == 0 && kHeadDimV % 32 == 0, "whole 64-byte swizzle rows");
   // kQBuffers Q buffers: with two, the next tile's Q lands while this one computes.
   using SmemLayoutQ = decltype(tile_to_shape(
-      SmemAtom{}, make_shape(Int<kBlockM>{}, Int<kHeadDim>{}, Int<kQBuffers>{})));
+      SmemAtomQK{}, make_shape(Int<kBlockM>{}, Int<kHeadDim>{}, Int<kQBuffers>{})));
   using SmemLayoutK = decltype(tile_to_shape(
-      SmemAtom{}, make_shape(Int<kBlockN>{}, Int<kHeadDim>{}, Int<kStages>{})));
+      SmemAtomQK{}, make_shape(Int<kBlockN>{}, Int<kHeadDim>{}, Int<kStages>{})));
   using SmemLayoutV = decltype(tile_to_shape(
-      SmemAtom{}, make_shape(Int<kBlockN>{}, Int<kHeadDimV>{}, Int<kStages>{})));
+      SmemAtomV{}, make_shape(Int<kBlockN>{}, Int<kHeadDimV>{}, Int<kStages>{})));
   // V seen as (Dv, N, stage) for the PV GEMM's B operand: same bytes.
   using SmemLayoutVt = decltype(composition(
       SmemLayoutV{}, make_ordered_layout(make_shape(Int<kHeadDimV>{}, Int<kBlockN>{}, Int<kStages>{}),
@@ -164,8 +176,8 @@ struct BwdTraits {
   using ElementAccum = float;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = value_head_dim_for(kHeadDim);
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
-                "sm90 backward: head dim 64, 128, 192 (value 128) or 256");
+  static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
+                "sm90 backward: head dim 64, 96, 128, 192 (value 128) or 256");
   static constexpr bool kSplitHeadDim = kHeadDim > 128;
 
   static constexpr int kNumMmaWarpGroups = 2;
@@ -232,11 +244,16 @@ struct BwdTraits {
   // Q and K are read MN-major with the head dim split over the warpgroups (dK's
   // and dQ's B operands): each half must be whole rows of the swizzle.
   // Without the split the warpgroups take whole head dims.
+  // dQ's B operand, K seen MN-major, is split over the warpgroups in either
+  // layout: at 96 its halves of 48 columns need 32-byte swizzle rows (elsewhere
+  // Q's atom serves, whole rows at 64 and 128 alike).
   static constexpr int kSliceQK = kSplitHeadDim ? kHeadDim / kNumMmaWarpGroups : kHeadDim;
+  static constexpr int kSliceK = kHeadDim == 96 ? kHeadDim / kNumMmaWarpGroups : kSliceQK;
   static constexpr int kSliceV = kSplitHeadDim ? kHeadDimV / kNumMmaWarpGroups : kHeadDimV;
   using SmemAtomQK = KMajorSmemAtom<Element, kSliceQK>;
+  using SmemAtomK = KMajorSmemAtom<Element, kSliceK>;
   using SmemAtomV = KMajorSmemAtom<Element, kSliceV>;
-  using SmemLayoutK = decltype(tile_to_shape(SmemAtomQK{}, make_shape(Int<kBlockN>{}, Int<kHeadDim>{})));
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtomK{}, make_shape(Int<kBlockN>{}, Int<kHeadDim>{})));
   using SmemLayoutKt = decltype(composition(
       SmemLayoutK{}, make_ordered_layout(make_shape(Int<kHeadDim>{}, Int<kBlockN>{}), Step<_2, _1>{})));
   using SmemLayoutV = decltype(tile_to_shape(SmemAtomV{}, make_shape(Int<kBlockN>{}, Int<kHeadDimV>{})));

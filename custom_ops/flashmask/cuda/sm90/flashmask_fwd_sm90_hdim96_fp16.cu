@@ -1,0 +1,11 @@
+// Hopper forward instantiation: head dim 96, fp16.
+#include "flashmask_sm90_launch.cuh"
+
+namespace flashmask {
+namespace sm90 {
+template <>
+void run_fwd_<96, __half>(const FwdParams& p, cudaStream_t stream) {
+  launch_fwd<96, __half>(p, stream);
+}
+}  // namespace sm90
+}  // namespace flashmask
