@@ -35,6 +35,9 @@ def main():
     ap.add_argument("--kernel", default="sm90")
     ap.add_argument("--dims", nargs="+", default=["128"],
                     help='query/key head dims, "D/Dv" for a value head dim of its own (e.g. 192/128)')
+    ap.add_argument("--profile", type=int, default=0,
+                    help="also profile this many queued forward and backward calls of the first length "
+                         "with cProfile (where the host time per call goes: Python checks, the op, paddle.grad)")
     args = ap.parse_args()
     dims = [tuple(int(x) for x in d.split("/")) if "/" in d else (int(d), int(d)) for d in args.dims]
     place = paddle.CUDAPlace(0)
@@ -70,7 +73,30 @@ def main():
             paddle.device.cuda.synchronize()
             print(f"| {S} | {D}/{Dv} | {name} | {single:.3f} ({flops / single / 1e9:.0f}) | {many:.3f} ({flops / many / 1e9:.0f}) "
                   f"| {host_us:.0f} |", flush=True)
+        if args.profile and S == args.lengths[0]:
+            for name, fn in (("fwd", fwd), ("bwd", bwd)):
+                profile_calls(name, fn, args.profile)
         outs = None
+
+
+def profile_calls(name, fn, calls):
+    """cProfile of `calls` queued calls: the functions with the most own time, per call."""
+    import cProfile
+    import pstats
+
+    paddle.device.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    paddle.device.cuda.synchronize()
+    stats = pstats.Stats(prof)
+    print(f"\n{name}: cProfile of {calls} queued calls, own time per call (us), top 15")
+    rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:15]
+    for (path, line, func), (_, ncalls, tottime, cumtime, _) in rows:
+        print(f"  {tottime / calls * 1e6:7.1f} own {cumtime / calls * 1e6:7.1f} cum  {ncalls / calls:4.1f}x  "
+              f"{os.path.basename(path)}:{line}({func})")
 
 
 if __name__ == "__main__":
