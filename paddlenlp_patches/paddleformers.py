@@ -29,7 +29,7 @@ Contract (from PaddleFormers' sources): q ``[B, H, Sq, Dq]``, k ``[B, Hk, Sk, Dq
   for a model passed to :func:`enable_flashmask` the entry knows its value head dim from the
   config and takes the padding off again, so its 192/128 reaches the op as 192/128 (the Hopper
   kernels on GPU; less work on CPU). A DeepSeek-V3 model not passed in arrives as 192/192,
-  which no GPU kernel takes: the dense path there.
+  which no GPU kernel takes: the dense path there, whose warning says to pass the model.
 - ``scaling`` is honoured (PaddleFormers' own entry ignores it: wrong for Gemma3 when
   ``query_pre_attn_scalar != head_dim``). Exception: DeepSeek-V3 under "flashmask" pre-scales q
   by ``scaling`` and pads v itself, expecting ``1/sqrt(Dq)``; it is recognised by the bare
@@ -231,7 +231,8 @@ def flashmask_attention_forward(module, query, key, value, attention_mask=None,
         raise ValueError("flashmask attention: pass attn_mask_startend_row_indices or a dense attention_mask, "
                          "not both")
     padded_to = None  # the head dim the caller padded v to (DeepSeek-V3), given back in the output
-    if type(module) is paddle.nn.Layer:  # DeepSeek-V3's placeholder: q already scaled for 1/sqrt(Dq)
+    placeholder = type(module) is paddle.nn.Layer
+    if placeholder:  # DeepSeek-V3's placeholder: q already scaled for 1/sqrt(Dq)
         scale = Dq**-0.5
         unpadded = _PADDED_VALUE_HEAD_DIMS.get(Dq)
         if unpadded is not None and Dv == Dq:
@@ -258,6 +259,12 @@ def flashmask_attention_forward(module, query, key, value, attention_mask=None,
         dims = _op_head_dims(query, Dq, Dv)
         if dims is None:
             dense_why = f"no GPU kernel for {query.dtype} head_dim {Dq}" + (f" / value {Dv}" if Dv != Dq else "")
+            if placeholder and padded_to is None and Dv == Dq:
+                # DeepSeek-V3 zero-pads v to Dq before calling: its own value head dim (e.g.
+                # 192/128) may have a kernel, which the entry can only use once it knows it
+                dense_why += ("; an MLA model (DeepSeek-V3) pads value to the q/k head dim: pass the "
+                              "model to paddlenlp_patches.paddleformers.enable_flashmask(model) so its "
+                              "own value head dim reaches the op")
     if dims is not None:
         # our op wants [B, S, H, D]; zero-padding a head dim (where _op_head_dims asks) is exact
         q, k, v = (x.transpose([0, 2, 1, 3]) for x in (query, key, value))

@@ -427,6 +427,32 @@ def test_entry_deepseek_placeholder_convention(monkeypatch, op_head_dims, record
     assert maxdiff(out[..., :12].reshape([2, 12, -1]), ref) < 1e-5
 
 
+@pytest.mark.parametrize("recorded", [{}, {24: 12}])
+def test_entry_deepseek_placeholder_without_a_kernel_says_to_pass_the_model(monkeypatch, op_head_dims, recorded):
+    """On a GPU whose kernels take 24/12 but not 24/24 (as Hopper's take 192/128, not 192/192), a
+    DeepSeek-V3 call whose model was not passed to enable_flashmask reaches the entry padded to
+    24/24: the exact dense path, and its warning says how to reach the op; with the model's value
+    head dim known, the op runs unpadded and nothing is warned."""
+    monkeypatch.setattr(pfp, "_PADDED_VALUE_HEAD_DIMS", dict(recorded))
+    monkeypatch.setattr(pfp, "_op_supports", lambda q_, d, dv: (d, dv) == (24, 12))
+    monkeypatch.setattr(pfp, "_warned", set())
+    q, k, v = qkv(H=4, Hk=4, D=24, Dv=12)
+    v_pad = paddle.concat([v, paddle.zeros([2, 4, 12, 12])], axis=-1)
+    ref = eager_ref(q, k, v, np.tril(np.ones((12, 12), bool))[None, None], 24**-0.5)
+    if recorded:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            out = pfp.flashmask_attention_forward(paddle.nn.Layer(), q, k, v_pad)[0]
+        assert op_head_dims == [(24, 12)]
+    else:
+        with pytest.warns(UserWarning, match=r"no GPU kernel .* head_dim 24; an MLA model \(DeepSeek-V3\) pads "
+                                             r"value .*enable_flashmask\(model\)"):
+            out = pfp.flashmask_attention_forward(paddle.nn.Layer(), q, k, v_pad)[0]
+        assert op_head_dims == []
+    out = out.reshape([2, 12, 4, 24])
+    assert maxdiff(out[..., :12].reshape([2, 12, -1]), ref) < 1e-5
+
+
 def test_padded_value_head_dims_recorded_from_mla_configs():
     """enable_flashmask(model) records {q/k head dim: v head dim} of MLA configs whose v is the
     narrower; a q/k head dim seen with two value head dims is left padded (None); disable clears."""
