@@ -70,7 +70,7 @@ inline bool smem_class_99k_forced() {
 // the GPU allows a block less than the default tiles need, or when forced.
 template <typename Default>
 bool take_99k_tiles() {
-  return smem_class_99k_forced() || Default::kSmemBytes + 128 > device_smem_optin();
+  return smem_class_99k_forced() || Default::kSmemBytes + kStaticSmemBytes > device_smem_optin();
 }
 
 // Which FA2-class main backward runs: "staged" (FlashAttention-2's layout,

@@ -136,9 +136,11 @@ struct BwdDQTraits {
 // (FA2_FORWARD_BEYOND_99K, FA2_BACKWARD_BEYOND_99K), since Paddle 2.6 cannot
 // carry the op's C++ error back: these asserts keep both lists true.
 constexpr int kSmem99KOptin = 101376;
+// The static shared memory the FA2-class kernels add to Traits::kSmemBytes (ptxas: 128 B).
+constexpr int kStaticSmemBytes = 128;
 template <typename Traits>
 constexpr bool fits_99k() {
-  return Traits::kSmemBytes + 128 <= kSmem99KOptin;  // + the kernels' static shared memory
+  return Traits::kSmemBytes + kStaticSmemBytes <= kSmem99KOptin;
 }
 // Whether a kernel runs on the 99 KB GPUs with its default tiles or its k99K ones.
 template <template <int, typename, SmemClass> class Traits, int kHeadDim>
