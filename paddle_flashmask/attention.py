@@ -239,7 +239,7 @@ def flashmask_attention(
     validation.check_deterministic_support(query, head_dim, deterministic)
     validation.check_shared_memory(query, head_dim, backward=not all(t.stop_gradient for t in (query, key, value)))
     validation.check_sm90_forced(query, head_dim, gpu_kernel_name)
-    validation.check_sm90_env()
+    validation.check_env_switches()
     gpu_kernel = GPU_KERNELS[gpu_kernel_name]
     if return_seed_offset or fixed_seed_offset is not None or rng_name:
         raise NotImplementedError(

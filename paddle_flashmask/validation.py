@@ -396,15 +396,20 @@ SM90_ENV_SWITCHES = {
 }
 
 
-# The FA2-class kernels' choice of tiles (kernel_traits.h, SmemClass; read by the op at each launch):
-# "99k" runs the tiles of the 99 KB GPUs on every GPU (to test and time them on the larger ones).
+# The FA2-class kernels' switches (read by the op at each launch, flashmask_launch.cuh): name ->
+# the values they take. PADDLE_FLASHMASK_FA2_SMEM_CLASS "99k" runs the tiles of the 99 KB GPUs on
+# every GPU (kernel_traits.h, SmemClass; to test and time them on the larger ones);
+# PADDLE_FLASHMASK_FA2_BWD picks the main backward kernel.
 FA2_SMEM_CLASS_ENV = "PADDLE_FLASHMASK_FA2_SMEM_CLASS"
-FA2_SMEM_CLASSES = ("auto", "99k")
+FA2_ENV_CHOICES = {
+    FA2_SMEM_CLASS_ENV: ("auto", "99k"),
+    "PADDLE_FLASHMASK_FA2_BWD": ("staged", "split"),
+}
 
 
-def check_sm90_env():
-    """The SM90_ENV_SWITCHES that are set hold integers in their range, and FA2_SMEM_CLASS_ENV one
-    of FA2_SMEM_CLASSES (whatever the place: a wrong value is wrong everywhere, and static graphs
+def check_env_switches():
+    """The SM90_ENV_SWITCHES that are set hold integers in their range, and the FA2_ENV_CHOICES
+    one of their values (whatever the place: a wrong value is wrong everywhere, and static graphs
     have no place yet)."""
     for name, (lo, hi) in SM90_ENV_SWITCHES.items():
         value = os.environ.get(name, "")
@@ -412,10 +417,10 @@ def check_sm90_env():
             continue
         if not (value.isdigit() and lo <= int(value) <= hi):
             raise ValueError(f"environment variable {name} must be an integer in [{lo}, {hi}], got {value!r}")
-    smem_class = os.environ.get(FA2_SMEM_CLASS_ENV, "")
-    if smem_class and smem_class not in FA2_SMEM_CLASSES:
-        raise ValueError(f"environment variable {FA2_SMEM_CLASS_ENV} must be one of {FA2_SMEM_CLASSES}, "
-                         f"got {smem_class!r}")
+    for name, choices in FA2_ENV_CHOICES.items():
+        value = os.environ.get(name, "")
+        if value and value not in choices:
+            raise ValueError(f"environment variable {name} must be one of {choices}, got {value!r}")
 
 
 @functools.lru_cache(maxsize=None)

@@ -808,13 +808,25 @@ def test_bad_calls_do_not_crash_the_process(real_ops):
                                         ("PADDLE_FLASHMASK_SM90_BWD_HEAD_GROUP", "-1"),
                                         ("PADDLE_FLASHMASK_SM90_BWD_GROUP_MAX_STEPS", "1e3"),
                                         ("PADDLE_FLASHMASK_FA2_SMEM_CLASS", "99K"),
-                                        ("PADDLE_FLASHMASK_FA2_SMEM_CLASS", "a100")])
-def test_bad_sm90_env_switch(spy, monkeypatch, name, value):
+                                        ("PADDLE_FLASHMASK_FA2_SMEM_CLASS", "a100"),
+                                        ("PADDLE_FLASHMASK_FA2_BWD", "fast")])
+def test_bad_env_switch(spy, monkeypatch, name, value):
     # Read by the op on GPU, whose own error would not reach Python on Paddle 2.6: rejected
     # in Python on every place, naming the variable.
     monkeypatch.setenv(name, value)
     q, k, v = qkv()
     assert_rejected(spy, ValueError, name, q, k, v, causal=True)
+
+
+@pytest.mark.parametrize("name,value", [("PADDLE_FLASHMASK_FA2_SMEM_CLASS", "99k"),
+                                        ("PADDLE_FLASHMASK_FA2_SMEM_CLASS", "auto"),
+                                        ("PADDLE_FLASHMASK_FA2_BWD", "split"),
+                                        ("PADDLE_FLASHMASK_FA2_BWD", "staged")])
+def test_good_fa2_env_switch_is_taken(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    q, k, v = qkv()
+    out = pfm.flashmask_attention(q, k, v, causal=True)
+    assert list(out.shape) == list(q.shape) and bool(paddle.isfinite(out).all())
 
 
 # --------------------------------------------------------------------------------------
