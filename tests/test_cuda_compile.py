@@ -138,6 +138,7 @@ SASS_MUST_HAVE = {
     "USETMAXREG.DEALLOC": r"\bUSETMAXREG\.DEALLOC\b",
     "USETMAXREG.(TRY_)ALLOC": r"\bUSETMAXREG\.(TRY_)?ALLOC\b",
 }
+SASS_TMA_EPILOGUE = {"STSM": r"\bSTSM\.", "UTMASTG": r"\bUTMASTG\b"}
 SASS_LOCAL_MEMORY = r"\b(LDL|STL)(\.[A-Z0-9]+)*\s[^;]*;"
 
 
@@ -182,6 +183,11 @@ def test_sm90_kernels_sass(compiled):
             for label, pattern in SASS_MUST_HAVE.items():
                 if not re.search(pattern, body):
                     problems.append(f"{where}: no {label}")
+            # Head dims 64, 96 and 128 store O through shared memory (stmatrix) and TMA.
+            if re.search(r"flashmask_fwd_sm90_kernel.*FwdTraitsILi(64|96|128)E", fname):
+                for label, pattern in SASS_TMA_EPILOGUE.items():
+                    if not re.search(pattern, body):
+                        problems.append(f"{where}: no {label} (the TMA epilogue)")
             local = local_memory_by_role(body)
             # Consumers (the main loops): none. The producer warpgroup (24
             # registers, TMA issue and the forward's list builders): a few
@@ -193,3 +199,20 @@ def test_sm90_kernels_sass(compiled):
                 problems.append(f"{where}: {len(local['producer'])} local-memory instructions in the producer")
     assert not problems, "\n".join(problems)
     assert kernels["fwd"] >= 1 and kernels["bwd"] >= 1, kernels
+
+
+def test_sm90_forward_out_panels_match_q_layout(tmp_path):
+    """The forward's TMA epilogue reads O's panels where stmatrix wrote them
+    (tests/cpp/fwd_out_panels_check.cu, host code through nvcc)."""
+    include = _op_sources.cutlass_include_dir()
+    if not include:
+        pytest.fail("CUTLASS/CuTe headers missing: the README's test command installs nvidia-cutlass")
+    exe = tmp_path / "fwd_out_panels_check"
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpp", "fwd_out_panels_check.cu")
+    res = subprocess.run([NVCC, "-std=c++17", "--expt-relaxed-constexpr", "-DFLASHMASK_WITH_CUDA", f"-I{include}",
+                          source, "-o", str(exe)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    mismatches, checks = (int(x) for x in out.split())
+    assert checks == 2 * 2 * 64 * (64 + 96 + 128)
+    assert mismatches == 0, f"{mismatches} of {checks} O elements staged apart from where the TMA store reads them"

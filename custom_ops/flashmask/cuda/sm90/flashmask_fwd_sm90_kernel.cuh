@@ -39,6 +39,7 @@ struct FwdKernelParams {
   typename Traits::TmaQ tma_q;
   typename Traits::TmaK tma_k;
   typename Traits::TmaV tma_v;
+  typename Traits::TmaO tma_o;  // the epilogue's stores (Traits::kTmaStoreO)
   FwdParams p;
   int* tile_counter;  // zeroed before the launch: tiles handed out so far past the first wave
   int heads_together;  // query heads handed out side by side (fwd_tile_of): H / Hk or 1
@@ -161,7 +162,9 @@ enum class FwdBarrier : int {
   kStagedColumnsWG1 = 2,
   kListBuilders = 3,
   kSchedulerWG0 = 4,
-  kSchedulerWG1 = 5
+  kSchedulerWG1 = 5,
+  kOutStagedWG0 = 6,  // a consumer warpgroup's O is in shared memory (Traits::kTmaStoreO)
+  kOutStagedWG1 = 7
 };
 
 // Pingpong: a consumer warpgroup issues its S = QK^T only after the other one
@@ -230,12 +233,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     cute::prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
+    if constexpr (Traits::kTmaStoreO) cute::prefetch_tma_descriptor(kp.tma_o.get_tma_descriptor());
     for (int slot = 0; slot < 2; ++slot) {
       ss.barrier_q[slot].init(1);
       ss.list_full[slot].init(1);
       // Every consumer thread and every lane of the TMA warp: each thread
       // publishes its own last reads of the slot.
       ss.tile_empty[slot].init(Traits::kNumMmaThreads + 32);
+      ss.q_free[slot].init(Traits::kNumMmaWarpGroups);  // the TMA store issuers (kTmaStoreO)
     }
     cutlass::arch::fence_barrier_init();
   }
@@ -326,6 +331,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       // this warp has already arrived) before Q is overwritten.
       auto load_q = [&](auto const& gq, auto& sq) {  // (structured bindings are not captured in C++17)
         if (kQBuffers == 1 && k > 0) wait_published(ss.tile_empty[(k - 1) % 2], ((k - 1) / 2) % 2);
+        // The epilogue's TMA stores of tile k - 2 have read its O out of this buffer.
+        if (Traits::kTmaStoreO && k >= 2) ss.q_free[slot].wait((k / 2 - 1) % 2);
         if (lane_predicate) {
           if (num_live > 0) {
             ss.barrier_q[slot].arrive_and_expect_tx(Traits::kTmaBytesQ);
@@ -448,6 +455,71 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   // from one row pointer (v13: a predicate per store had compiled to a branch
   // and an address computation per store, 13 instructions each, a fifth of
   // the consumers' stall samples on 128-512-token documents).
+  // Traits::kTmaStoreO: one thread per consumer warpgroup issues its TMA
+  // stores and hands the Q buffer back to the TMA warp (q_free) once they
+  // have read the staged O. It does so late, after the next tile's first
+  // step, by when they have: waiting at once would hold the warpgroup's next
+  // GEMMs for the copy's latency. The lists' slot (tile_empty) is released
+  // as before, so the builders keep a whole tile of lead.
+  const bool out_issuer = Traits::kTmaStoreO && wg_tid == 0;
+  int stored_slot = -1;  // the slot whose staged O this thread's stores may still read
+  auto release_stored_slot = [&]() FLASHMASK_INLINE {
+    if (out_issuer && stored_slot >= 0) {
+      tma_store_wait<0>();
+      ss.q_free[stored_slot].arrive();
+      stored_slot = -1;
+    }
+  };
+  // The LSE (natural log) of this thread's rows, and 1 / row sum (0 for rows
+  // that saw no key).
+  auto finish_rows = [&](const FwdTile& tile, float (&inv)[kRows]) FLASHMASK_INLINE {
+    float* lse = p.softmax_lse + (int64_t(tile.batch) * p.num_heads + tile.head) * p.seqlen_q;
+    const int col0 = get<1>(tOcO_rc(0, 0));
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const float total = quad_allreduce_sum(row_sum[r]);
+      const int row = tile.m_block * kBlockM + get<0>(tOcO_rc(r, 0));
+      const bool empty = !(total > 0.f);
+      inv[r] = empty ? 0.f : rcp_approx(total);
+      if (col0 == 0 && row < p.seqlen_q) {
+        lse[row] = empty ? -CUDART_INF_F : (row_max[r] + log2f(total)) * 0.6931471805599453f;
+      }
+    }
+  };
+  // Normalises O into the Q buffer of `slot` (this warpgroup's rows, which
+  // its last QK^T has read) and stores it with TMA, one store per panel.
+  auto store_tile_tma = [&](const FwdTile& tile, int slot) FLASHMASK_INLINE {
+    if constexpr (Traits::kTmaStoreO) {
+    float inv[kRows];
+    finish_rows(tile, inv);
+    rescale_rows(tOrO_rc, inv);
+    Tensor rO = make_tensor_like<Element>(tOrO);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(tOrO); ++i) rO(i) = Element(tOrO(i));
+    auto copy_o = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_pv);
+    auto thr_copy_o = copy_o.get_thread_slice(mma_tid);
+    Tensor sO = sQ(_, _, q_buffer(slot));  // (rows, Dv): Dv = D here
+    cute::copy(copy_o, thr_copy_o.retile_S(rO), thr_copy_o.partition_D(sO));
+    cutlass::arch::fence_view_async_shared();  // the TMA unit reads it next
+    asm volatile("bar.sync %0, 128;\n" ::"r"(int(FwdBarrier::kOutStagedWG0) + wg) : "memory");
+    if (out_issuer) {
+      Tensor mO = kp.tma_o.get_tma_tensor(make_shape(p.seqlen_q, int(Traits::kHeadDimV), p.num_heads, p.batch));
+      constexpr int kPanelCols = Traits::kPanelCols;
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < Traits::kHeadDimV / kPanelCols; ++j) {
+        Tensor gO = local_tile(mO(_, _, tile.head, tile.batch), Shape<Int<Traits::kOutRows>, Int<kPanelCols>>{},
+                               make_coord(tile.m_block * Traits::kNumMmaWarpGroups + wg, j));
+        Tensor sPanel = make_tensor(make_smem_ptr(ss.smem_q.data() + Traits::out_panel_offset(q_buffer(slot), j, wg)),
+                                    typename Traits::SmemLayoutOPanel{});
+        auto [tOgO, tOsO] = tma_partition(kp.tma_o, _0{}, Layout<_1>{}, group_modes<0, 2>(sPanel),
+                                          group_modes<0, 2>(gO));
+        copy(kp.tma_o, tOsO, tOgO);
+      }
+      tma_store_arrive();
+      stored_slot = slot;
+    }
+    }
+  };
   auto store_tile = [&](const FwdTile& tile) FLASHMASK_INLINE {
     const int r0 = tile.m_block * kBlockM;
     Element* out = static_cast<Element*>(p.out) + tile.batch * p.o_batch_stride + tile.head * p.o_head_stride;
@@ -644,21 +716,30 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         pipeline_v.consumer_wait(read);
         warpgroup_gemm</*zero_init=*/false, /*wait=*/0>(mma_pv, tOrP_serial, tOrV(_, _, _, read.index()), tOrO);
         pipeline_v.consumer_release(read);
+        if (Traits::kTmaStoreO && i == 0) release_stored_slot();
         ++read;
       }
     } else if (o.num_live > 0) {
       first_step(slot, o.r0, o.columns, o.list[0], o.num_live > 1 ? o.list[1] : uint16_t(0));
+      release_stored_slot();
       overlap_steps(slot, o.r0, o.columns, o.list, o.num_live);
       last_pv();
     }
-    // This thread no longer reads the slot's Q or list: the producer may refill it.
+    release_stored_slot();  // (the serial loop, and tiles with nothing live)
+    // This thread no longer reads the slot's list (nor, but for the O staged
+    // there under kTmaStoreO, its Q): the producer may refill it.
     arrive_published(ss.tile_empty[slot]);
     OpenTile next;
     more = open_tile(k + 1, next);
     if (kOverlap && more && next.num_live > 0) fetch_ahead(next.columns, next.list[0]);
-    store_open_tile(o);
+    if constexpr (Traits::kTmaStoreO) {
+      store_tile_tma(o.tile, slot);
+    } else {
+      store_open_tile(o);
+    }
     o = next;
   }
+  if (out_issuer && stored_slot >= 0) tma_store_wait<0>();  // the staged O is read before the CTA ends
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

@@ -109,7 +109,7 @@ bool fwd_supported(const FwdParams& p) {
          tma_friendly(p.q, p.q_row_stride, p.q_head_stride, p.q_batch_stride) &&
          tma_friendly(p.k, p.k_row_stride, p.k_head_stride, p.k_batch_stride) &&
          tma_friendly(p.v, p.v_row_stride, p.v_head_stride, p.v_batch_stride) &&
-         p.o_row_stride % 2 == 0 && aligned16(p.out);
+         tma_friendly(p.out, p.o_row_stride, p.o_head_stride, p.o_batch_stride);  // O leaves by TMA (64-128)
 }
 
 // Pairs of 16-bit gradient values stored as one 32-bit word (the backward

@@ -125,6 +125,13 @@ void launch_fwd(const FwdParams& p, cudaStream_t stream) {
                            select<1, 2>(typename Traits::TileShape{}), _1{});
   kp.tma_v = make_tma_copy(SM90_TMA_LOAD{}, mV, take<0, 2>(typename Traits::SmemLayoutV{}),
                            make_shape(Int<Traits::kBlockN>{}, Int<Traits::kHeadDimV>{}), _1{});
+  if constexpr (Traits::kTmaStoreO) {
+    auto mO = make_tensor(make_gmem_ptr(static_cast<Element*>(p.out)),
+                          make_shape(p.seqlen_q, int(Traits::kHeadDimV), p.num_heads, p.batch),
+                          make_stride(p.o_row_stride, _1{}, p.o_head_stride, p.o_batch_stride));
+    kp.tma_o = make_tma_copy(SM90_TMA_STORE{}, mO, typename Traits::SmemLayoutOPanel{},
+                             Shape<Int<Traits::kOutRows>, Int<Traits::kPanelCols>>{}, _1{});
+  }
 
   const bool column_mask = p.mask.startend_row_indices != nullptr;
   const bool pingpong = fwd_pingpong(), overlap = fwd_overlap();

@@ -124,6 +124,29 @@ struct FwdTraits {
   static constexpr uint32_t kTmaBytesK = kBlockN * kHeadDim * sizeof(Element);
   static constexpr uint32_t kTmaBytesV = kBlockN * kHeadDimV * sizeof(Element);
 
+  // Epilogue through TMA (v14): each consumer warpgroup writes its 64 rows of
+  // O into the rows of the tile's Q buffer that only it has read (stmatrix,
+  // the same swizzle as Q) and stores them with one TMA store per swizzle
+  // panel (kPanelCols columns x 64 rows, contiguous in the buffer); TMA drops
+  // the rows past the end, so no row needs a predicate. Where O fits the Q
+  // buffer and that buffer is not refilled before the tile ends: two Q
+  // buffers and Dv = D (head dims 64, 96, 128); 192/128 and 256 store O from
+  // registers.
+  static constexpr bool kTmaStoreO = kQBuffers == 2 && kHeadDimV == kHeadDim;
+  static constexpr int kOutRows = 64;  // a consumer warpgroup's rows
+  static constexpr int kPanelCols = kHeadDim % 64 == 0 ? 64 : 32;  // one SW128 / SW64 atom row
+  using SmemLayoutOPanel = decltype(tile_to_shape(SmemAtomQK{}, Shape<Int<kOutRows>, Int<kPanelCols>>{}));
+  using GmemTensorOut =
+      decltype(make_tensor(make_gmem_ptr(static_cast<Element*>(nullptr)), ShapeQKV{}, StrideQKV{}));
+  using TmaO = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensorOut{}, SmemLayoutOPanel{},
+                                      Shape<Int<kOutRows>, Int<kPanelCols>>{}, _1{}));
+  // SmemLayoutQ tiles the swizzle atom down the rows first, so panel j of
+  // buffer b is kBlockM x kPanelCols contiguous elements and a warpgroup's
+  // rows are its half: this is where warpgroup wg's panel j starts.
+  static constexpr int out_panel_offset(int buffer, int panel, int wg) {
+    return buffer * kBlockM * kHeadDim + panel * kBlockM * kPanelCols + wg * kOutRows * kPanelCols;
+  }
+
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = cutlass::PipelineState<kStages>;
 
@@ -138,6 +161,9 @@ struct FwdTraits {
     cutlass::arch::ClusterTransactionBarrier barrier_q[2];
     cutlass::arch::ClusterBarrier list_full[2];
     cutlass::arch::ClusterBarrier tile_empty[2];
+    // Per slot (kTmaStoreO): the epilogue's TMA stores have read the O staged
+    // in the slot's Q buffer, which the TMA warp may then refill.
+    cutlass::arch::ClusterBarrier q_free[2];
     typename Pipeline::SharedStorage pipeline_k;
     typename Pipeline::SharedStorage pipeline_v;
     int tile_index[2];

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One device call for a change to the Hopper forward: the new variant's checks (every harness
+# case under the default schedule, and again under the serial loop and pingpong, which share
+# the epilogue), compute-sanitizer on the new variant, then the forward timed on causal and the
+# short-list masks (--time-fwd-masks), old and new interleaved over PASSES passes so that clock
+# drift hits both alike.
+#   OUT=... BASE=hd96b NEW=tmao [PASSES=2] bash benchmarks/device/ab_fwd.sh
+#   OUT=... BASE=hd96b NEW=tmao CHECKS=0 PASSES=0 SANITIZE=1 bash benchmarks/device/ab_fwd.sh
+# (carry [".gpu_variants"]: .gpu_variants/{BASE,NEW}/flashmask_harness, build_variant.sh builds them)
+set -u
+BASE=${BASE:?old variant}
+NEW=${NEW:?new variant}
+PASSES=${PASSES:-2}
+H_BASE=.gpu_variants/$BASE/flashmask_harness
+H_NEW=.gpu_variants/$NEW/flashmask_harness
+mkdir -p "$OUT"
+SUMMARY=$OUT/ab_${BASE}_${NEW}.txt
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader | tee "$SUMMARY"
+
+check() {  # label, env..., then the harness arguments
+  local label=$1; shift
+  local log=$OUT/check_$label.log
+  env "$@" > "$log" 2>&1
+  echo "check $label: exit $? | $(grep -E '^[0-9]+ failures' "$log" | tail -1)" | tee -a "$SUMMARY"
+}
+if [ "${CHECKS:-1}" = 1 ]; then
+check default "$H_NEW"
+check serial PADDLE_FLASHMASK_SM90_FWD_OVERLAP=0 "$H_NEW"
+check pingpong PADDLE_FLASHMASK_SM90_FWD_PINGPONG=1 "$H_NEW" --check-hd96
+check hd96 "$H_NEW" --check-hd96
+fi
+
+for pass in $(seq "$PASSES"); do  # PASSES=0 with SANITIZE=1: the sanitizer call
+  for v in "$BASE" "$NEW"; do
+    echo "== $v pass $pass" >> "$SUMMARY"
+    .gpu_variants/$v/flashmask_harness --time-fwd-masks 2>&1 | grep -E "^\| sm90" | cut -d'|' -f3-4,6,8-9 >> "$SUMMARY"
+  done
+done
+
+if [ "${SANITIZE:-0}" = 1 ]; then  # a call of its own: each tool over the whole case list
+  CS=/usr/local/cuda/bin/compute-sanitizer
+  for tool in memcheck synccheck racecheck; do
+    log=$OUT/sanitize_$tool.log
+    timeout "${SANITIZE_TIMEOUT_S:-180}" $CS --tool $tool --kernel-name kns=flashmask_fwd_sm90 "$H_NEW" ${SANITIZE_ARGS:-} > "$log" 2>&1
+    echo "$tool (flashmask_fwd_sm90) ${SANITIZE_ARGS:-default}: exit $? | $(grep -E '^[0-9]+ failures' "$log" | tail -1) | $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)" | tee -a "$SUMMARY"
+  done
+  # racecheck's hazards by kernel head dim and SASS offset (the known class: the live lists' hand-over).
+  grep -E "access at" "$OUT/sanitize_racecheck.log" \
+    | sed -E 's/.*(Write|Read) access at .*FwdTraits<\(int\)([0-9]+)[^+]*(\+0x[0-9a-f]+).*/\1 D\2 \3/' \
+    | sort | uniq -c | sort -rn | head -20 >> "$SUMMARY"
+fi
+nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader >> "$SUMMARY"
+cat "$SUMMARY"
