@@ -132,24 +132,39 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
 }
 
 // Rows of kDim 16-bit elements in shared memory, 16-byte chunks XOR-swizzled
-// by (row % 8) within groups of 8 chunks, so that ldmatrix's 8 row addresses
-// hit 8 different bank groups. Rows of 4 or 12 chunks (head dims 32 and 96)
-// swizzle within groups of 4: 8 rows then meet 4 bank groups, 2-way conflicts.
+// so that ldmatrix's 8 row addresses (one chunk of 8 consecutive rows) hit 8
+// different bank groups (16 bytes each, 8 per 128 bytes). Rows of 8 or 16
+// chunks (head dims 64, 128, 256): chunk ^ (row % 8) within groups of 8. Rows
+// of 4 or 12 chunks (head dims 32 and 96) swizzle within groups of 4: there
+// rows r and r + 1 start 4 bank groups apart (64 or 192 bytes), so chunk ^
+// ((row / 2) % 4) gives the even rows 4 different groups and the odd rows the
+// other 4 (with chunk ^ (row % 4), rows r and r + 4 met: 2-way conflicts).
 template <int kDim>
 struct SwizzledTile {
   static constexpr int kChunks = kDim / 8;
   static_assert(kDim % 32 == 0, "rows of whole 4-chunk groups");
-  static constexpr bool kPow2 = (kChunks & (kChunks - 1)) == 0;
+  static constexpr bool kGroupsOf8 = kChunks % 8 == 0;
   __host__ __device__ __forceinline__ static constexpr int offset(int row, int col) {
     const int chunk = col >> 3;
-    if constexpr (kPow2) {
-      // 4, 8 or 16 chunks: the same permutation as the grouped form below,
-      // in the form the head dims 32/64/128 kernels were tuned with.
+    if constexpr (kGroupsOf8) {
+      // 8 or 16 chunks, in the form the head dims 64/128/256 kernels were tuned with.
       return row * kDim + (((chunk ^ (row & 7)) & (kChunks - 1)) << 3) + (col & 7);
     } else {
-      const int swizzled = (chunk & ~3) | ((chunk ^ row) & 3);  // 12 chunks: groups of 4
+      const int swizzled = (chunk & ~3) | ((chunk ^ (row >> 1)) & 3);  // 4 or 12 chunks: groups of 4
       return row * kDim + (swizzled << 3) + (col & 7);
     }
+  }
+
+  // ldmatrix (and ldmatrix.trans) reads one 16-byte chunk of 8 consecutive
+  // rows from an 8-row boundary: a different bank group for each row.
+  static constexpr bool ldmatrix_conflict_free() {
+    for (int r0 = 0; r0 < 16; r0 += 8)
+      for (int chunk = 0; chunk < kChunks; ++chunk) {
+        int groups_seen = 0;
+        for (int r = r0; r < r0 + 8; ++r) groups_seen |= 1 << ((offset(r, chunk * 8) / 8) % 8);
+        if (groups_seen != 0xff) return false;
+      }
+    return true;
   }
 
   // Fragment addressing for ldmatrix, whose lane-dependent row is a multiple
@@ -158,7 +173,7 @@ struct SwizzledTile {
   // 8 rows down is 8 x kDim elements on. So a warp keeps kPhases base
   // addresses per operand and reaches every fragment with an immediate offset
   // (the swizzle is not recomputed per load, and no address lives per step).
-  static constexpr int kPhases = kPow2 && kChunks >= 8 ? 4 : 2;
+  static constexpr int kPhases = kGroupsOf8 ? 4 : 2;
   static constexpr int kSteps = kDim / 16;  // 16-column steps of a row
   __host__ __device__ __forceinline__ static constexpr int step_shift(int k) {
     return (k / kPhases) * kPhases * 16;
@@ -201,6 +216,10 @@ static_assert(SwizzledTile<32>::phases_hold() && SwizzledTile<64>::phases_hold()
                   SwizzledTile<96>::phases_hold() && SwizzledTile<128>::phases_hold() &&
                   SwizzledTile<256>::phases_hold(),
               "ldmatrix fragment addresses are phase bases plus immediates");
+static_assert(SwizzledTile<32>::ldmatrix_conflict_free() && SwizzledTile<64>::ldmatrix_conflict_free() &&
+                  SwizzledTile<96>::ldmatrix_conflict_free() && SwizzledTile<128>::ldmatrix_conflict_free() &&
+                  SwizzledTile<256>::ldmatrix_conflict_free(),
+              "ldmatrix's 8 rows in 8 bank groups");
 
 // Warp-wide reductions over the 4 lanes that share an accumulator row.
 __device__ __forceinline__ float quad_max(float x) {
