@@ -75,6 +75,10 @@ def test_cuda_sources_compile_for_sm80_and_sm90a(compiled):
                 # The deterministic dQ kernel at its register limit: one word since the
                 # block_mask check (NOTES.md, block_mask); head dim 32 and the rest stay at 0.
                 limit = 8
+            elif "_fwd_hdim96" in name:
+                # The forward with its K/V copies unrolled (2026-11-26, +15%): 124 / 112 bytes
+                # (sm_80 / sm_90a) at the 255-register limit, as at 128 (NOTES.md)
+                limit = 128
             elif "hdim96" in name:
                 # the backward at the 255-register limit: 12 bytes on sm_80 and sm_90a since
                 # issue 15 step 3 (4 before; NOTES.md)
@@ -88,10 +92,11 @@ def test_cuda_sources_compile_for_sm80_and_sm90a(compiled):
                 # issue 15 step 3 (36 / 72 before), outside the MMA runs but for one sm_80 reload (NOTES.md)
                 limit = 48
             elif "hdim256" in name:
-                # issue 15 step 6, none spill (nvcc 13.0, sm_80 / sm_90a): forward 246 / 249
-                # registers, FA2-layout backward 251 / 254, deterministic dQ kernel (32-key
-                # blocks) 242 / 242
-                limit = 0
+                # issue 15 step 6 (nvcc 13.0, sm_80 / sm_90a): forward 246 / 249 registers and
+                # the deterministic dQ kernel (32-key blocks) 242 / 242 do not spill; the
+                # FA2-layout backward, its Q/dO copies unrolled since 2026-11-26 (+5%), 12 bytes
+                # on sm_80 (255 registers), none on sm_90a
+                limit = 16 if "_bwd_hdim256" in name else 0
             else:
                 # the rest, the deterministic dQ kernel at 128 included, do not spill
                 limit = 0

@@ -184,13 +184,13 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   auto next_live_block = [&](int from, TileKind& kind) { return scan.next(from, q_blocks, lane, classify, kind); };
   auto rows_of = [&](int m) { return min(kBlockM, seqlen_q - m * kBlockM); };
   auto load_q = [&](int m, int buf) {
-    load_tile_async<kBlockM, kDim, kThreads>(sQbuf + buf * Traits::kSmemQ, q + int64_t(m) * kBlockM * p.q_row_stride,
+    copy_tile_async<kBlockM, kDim, kThreads>(sQbuf + buf * Traits::kSmemQ, q + int64_t(m) * kBlockM * p.q_row_stride,
                                              p.q_row_stride, rows_of(m), tid);
     load_row_stats_async<kBlockM>(sStatsBuf + buf * 2 * kBlockM, lse + m * kBlockM,
                                   lse + delta_plane + m * kBlockM, tid);
   };
   auto load_do = [&](int m) {
-    load_tile_async<kBlockM, kDim, kThreads>(sdO, dout + int64_t(m) * kBlockM * p.do_row_stride, p.do_row_stride,
+    copy_tile_async<kBlockM, kDim, kThreads>(sdO, dout + int64_t(m) * kBlockM * p.do_row_stride, p.do_row_stride,
                                              rows_of(m), tid);
   };
 

@@ -38,31 +38,6 @@ __device__ __forceinline__ void stage_masked_rows(MaskedRows* smem, const int32_
   }
 }
 
-// Rows [0, kRows) of a [*, kDim] matrix into a swizzled tile, rows >=
-// rows_valid as zeros: load_tile_async with the thread's passes unrolled, so
-// that with whole rows per pass (kThreads a multiple of the row's chunks)
-// each pass is the previous one kThreads / kChunks rows down, an immediate in
-// shared memory and one add in global memory (the strided loop compiled to a
-// real loop around every copy).
-template <int kRows, int kDim, int kThreads, typename T>
-__device__ __forceinline__ void copy_tile_async(T* smem, const T* gmem, int64_t stride, int rows_valid, int tid) {
-  constexpr int kChunks = kDim / 8;
-  if constexpr (kThreads % kChunks != 0 || kRows % (kThreads / kChunks) != 0) {
-    // Head dim 96 (12 chunks a row): unrolled, it spilled (sm_90a); the loop stays.
-    load_tile_async<kRows, kDim, kThreads>(smem, gmem, stride, rows_valid, tid);
-  } else {
-    constexpr int kRowsPerPass = kThreads / kChunks;
-    const int r0 = tid / kChunks, c = (tid % kChunks) * 8;
-#pragma unroll
-    for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
-      const int r = r0 + pass * kRowsPerPass;
-      const bool valid = r < rows_valid;
-      // Point at a valid row even when copying zero bytes.
-      cp_async_16(smem + SwizzledTile<kDim>::offset(r, c), gmem + int64_t(valid ? r : 0) * stride + c, valid);
-    }
-  }
-}
-
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kNThreads)
     flashmask_fwd_kernel(const FwdParams p) {

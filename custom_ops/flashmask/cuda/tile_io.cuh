@@ -25,6 +25,52 @@ __device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t 
   }
 }
 
+// The same with the thread's copies unrolled, so that each is the first
+// one's address plus immediates (the strided loop above compiled to a real
+// loop around every copy, with a division per copy where a row is not a
+// power of two chunks):
+// - kThreads a multiple of the row's chunks: whole rows per pass, each pass
+//   kThreads / kChunks rows down (an immediate in shared memory, one add in
+//   global memory);
+// - rows of 4-chunk swizzle groups (head dim 96: 12 chunks, which 128 or 256
+//   threads do not divide): chunk tid % 4 of each group of rows tid / 4 +
+//   kThreads / 4 x pass; the swizzle repeats every 4 chunks and every 8 rows
+//   (SwizzledTile::phases_hold), so the groups are +64 bytes and the passes
+//   +kThreads / 4 rows.
+// Other shapes keep the loop.
+template <int kRows, int kDim, int kThreads, typename T>
+__device__ __forceinline__ void copy_tile_async(T* smem, const T* gmem, int64_t stride, int rows_valid, int tid) {
+  using Tile = SwizzledTile<kDim>;
+  constexpr int kChunks = kDim / 8;
+  if constexpr (kThreads % kChunks == 0 && kRows % (kThreads / kChunks) == 0) {
+    constexpr int kRowsPerPass = kThreads / kChunks;
+    const int r0 = tid / kChunks, c = (tid % kChunks) * 8;
+#pragma unroll
+    for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
+      const int r = r0 + pass * kRowsPerPass;
+      const bool valid = r < rows_valid;
+      // Point at a valid row even when copying zero bytes.
+      cp_async_16(smem + Tile::offset(r, c), gmem + int64_t(valid ? r : 0) * stride + c, valid);
+    }
+  } else if constexpr (kChunks % 4 == 0 && kThreads % 32 == 0 && kRows % (kThreads / 4) == 0) {
+    constexpr int kRowsPerPass = kThreads / 4;  // a multiple of 8: the swizzle's period in rows
+    const int r0 = tid / 4, c0 = (tid % 4) * 8;
+    T* const first = smem + Tile::offset(r0, c0);
+#pragma unroll
+    for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
+      const int r = r0 + pass * kRowsPerPass;
+      const bool valid = r < rows_valid;
+      const T* src = gmem + int64_t(valid ? r : 0) * stride + c0;
+#pragma unroll
+      for (int g = 0; g < kChunks / 4; ++g) {
+        cp_async_16(first + pass * kRowsPerPass * kDim + g * 32, src + g * 32, valid);
+      }
+    }
+  } else {
+    load_tile_async<kRows, kDim, kThreads>(smem, gmem, stride, rows_valid, tid);
+  }
+}
+
 // The bounds of key columns [c0, c0 + kCols), for partially masked tiles.
 // Columns past seqlen_k get an empty mask (the kernels mask them separately).
 template <int kCols>
