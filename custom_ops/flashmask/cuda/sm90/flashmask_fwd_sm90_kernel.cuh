@@ -449,12 +449,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     }
     clear(tOrO);
   };
-  // Normalises O and writes it and the LSE (natural log) of a finished tile.
-  // Empty rows: O = 0, LSE = -inf. One branch per row (rows past the end
-  // store nothing); inside it the row's 4-byte stores take immediate offsets
-  // from one row pointer (v13: a predicate per store had compiled to a branch
-  // and an address computation per store, 13 instructions each, a fifth of
-  // the consumers' stall samples on 128-512-token documents).
   // Traits::kTmaStoreO: one thread per consumer warpgroup issues its TMA
   // stores and hands the Q buffer back to the TMA warp (q_free) once they
   // have read the staged O. It does so late, after the next tile's first
@@ -490,36 +484,43 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   // its last QK^T has read) and stores it with TMA, one store per panel.
   auto store_tile_tma = [&](const FwdTile& tile, int slot) FLASHMASK_INLINE {
     if constexpr (Traits::kTmaStoreO) {
-    float inv[kRows];
-    finish_rows(tile, inv);
-    rescale_rows(tOrO_rc, inv);
-    Tensor rO = make_tensor_like<Element>(tOrO);
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(tOrO); ++i) rO(i) = Element(tOrO(i));
-    auto copy_o = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_pv);
-    auto thr_copy_o = copy_o.get_thread_slice(mma_tid);
-    Tensor sO = sQ(_, _, q_buffer(slot));  // (rows, Dv): Dv = D here
-    cute::copy(copy_o, thr_copy_o.retile_S(rO), thr_copy_o.partition_D(sO));
-    cutlass::arch::fence_view_async_shared();  // the TMA unit reads it next
-    asm volatile("bar.sync %0, 128;\n" ::"r"(int(FwdBarrier::kOutStagedWG0) + wg) : "memory");
-    if (out_issuer) {
-      Tensor mO = kp.tma_o.get_tma_tensor(make_shape(p.seqlen_q, int(Traits::kHeadDimV), p.num_heads, p.batch));
-      constexpr int kPanelCols = Traits::kPanelCols;
+      float inv[kRows];
+      finish_rows(tile, inv);
+      rescale_rows(tOrO_rc, inv);
+      Tensor rO = make_tensor_like<Element>(tOrO);
       CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < Traits::kHeadDimV / kPanelCols; ++j) {
-        Tensor gO = local_tile(mO(_, _, tile.head, tile.batch), Shape<Int<Traits::kOutRows>, Int<kPanelCols>>{},
-                               make_coord(tile.m_block * Traits::kNumMmaWarpGroups + wg, j));
-        Tensor sPanel = make_tensor(make_smem_ptr(ss.smem_q.data() + Traits::out_panel_offset(q_buffer(slot), j, wg)),
-                                    typename Traits::SmemLayoutOPanel{});
-        auto [tOgO, tOsO] = tma_partition(kp.tma_o, _0{}, Layout<_1>{}, group_modes<0, 2>(sPanel),
-                                          group_modes<0, 2>(gO));
-        copy(kp.tma_o, tOsO, tOgO);
+      for (int i = 0; i < size(tOrO); ++i) rO(i) = Element(tOrO(i));
+      auto copy_o = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_pv);
+      auto thr_copy_o = copy_o.get_thread_slice(mma_tid);
+      Tensor sO = sQ(_, _, q_buffer(slot));  // (rows, Dv): Dv = D here
+      cute::copy(copy_o, thr_copy_o.retile_S(rO), thr_copy_o.partition_D(sO));
+      cutlass::arch::fence_view_async_shared();  // the TMA unit reads it next
+      asm volatile("bar.sync %0, 128;\n" ::"r"(int(FwdBarrier::kOutStagedWG0) + wg) : "memory");
+      if (out_issuer) {
+        Tensor mO = kp.tma_o.get_tma_tensor(make_shape(p.seqlen_q, int(Traits::kHeadDimV), p.num_heads, p.batch));
+        constexpr int kPanelCols = Traits::kPanelCols;
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < Traits::kHeadDimV / kPanelCols; ++j) {
+          Tensor gO = local_tile(mO(_, _, tile.head, tile.batch), Shape<Int<Traits::kOutRows>, Int<kPanelCols>>{},
+                                 make_coord(tile.m_block * Traits::kNumMmaWarpGroups + wg, j));
+          Tensor sPanel = make_tensor(make_smem_ptr(ss.smem_q.data() + Traits::out_panel_offset(q_buffer(slot), j, wg)),
+                                      typename Traits::SmemLayoutOPanel{});
+          auto [tOgO, tOsO] = tma_partition(kp.tma_o, _0{}, Layout<_1>{}, group_modes<0, 2>(sPanel),
+                                            group_modes<0, 2>(gO));
+          copy(kp.tma_o, tOsO, tOgO);
+        }
+        tma_store_arrive();
+        stored_slot = slot;
       }
-      tma_store_arrive();
-      stored_slot = slot;
-    }
     }
   };
+  // Normalises O and writes it and the LSE (natural log) of a finished tile
+  // from registers (192/128 and 256; 64-128 take store_tile_tma).
+  // Empty rows: O = 0, LSE = -inf. One branch per row (rows past the end
+  // store nothing); inside it the row's 4-byte stores take immediate offsets
+  // from one row pointer (v13: a predicate per store had compiled to a branch
+  // and an address computation per store, 13 instructions each, a fifth of
+  // the consumers' stall samples on 128-512-token documents).
   auto store_tile = [&](const FwdTile& tile) FLASHMASK_INLINE {
     const int r0 = tile.m_block * kBlockM;
     Element* out = static_cast<Element*>(p.out) + tile.batch * p.o_batch_stride + tile.head * p.o_head_stride;
@@ -725,7 +726,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       overlap_steps(slot, o.r0, o.columns, o.list, o.num_live);
       last_pv();
     }
-    release_stored_slot();  // (the serial loop, and tiles with nothing live)
+    release_stored_slot();  // (tiles with nothing live)
     // This thread no longer reads the slot's list (nor, but for the O staged
     // there under kTmaStoreO, its Q): the producer may refill it.
     arrive_published(ss.tile_empty[slot]);
