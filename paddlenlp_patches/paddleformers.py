@@ -171,6 +171,18 @@ def _op_head_dims(q, Dq, Dv):
     return (D, D) if _op_supports(q, D, D) else None
 
 
+def _value_piece_width(q, Dq, Dv):
+    """Where the op takes neither ``Dq``/``Dv`` nor one padded head dim (_op_head_dims is None): the
+    widest value head dim below ``Dv`` (a multiple of 8) that the kernels take with ``Dq``, so that v
+    can run in column pieces of that width, or None. DeepSeek-V3 reaches the entry at 192/192 (v
+    zero-padded) where Hopper's kernels take 192/128: two calls, exact, since each output column
+    depends only on its own value column (P is the same in every call)."""
+    for width in range(Dv - 8, 7, -8):
+        if _op_supports(q, Dq, width):
+            return width
+    return None
+
+
 _warned = set()
 
 
@@ -255,23 +267,34 @@ def flashmask_attention_forward(module, query, key, value, attention_mask=None,
     dense_why = ("an attention sink" if sink is not None else "softcap" if softcap
                  else "dropout" if dropout and dropout > 0 else None)
     dims = None  # (q/k, v) head dims of our op's call; None: the dense path
+    piece = None  # the value width of each call where v runs in column pieces
     if dense_why is None and op_kw is not None:
         dims = _op_head_dims(query, Dq, Dv)
         if dims is None:
-            dense_why = f"no GPU kernel for {query.dtype} head_dim {Dq}" + (f" / value {Dv}" if Dv != Dq else "")
-            if placeholder and padded_to is None and Dv == Dq:
-                # DeepSeek-V3 zero-pads v to Dq before calling: its own value head dim (e.g.
-                # 192/128) may have a kernel, which the entry can only use once it knows it
-                dense_why += ("; an MLA model (DeepSeek-V3) pads value to the q/k head dim: pass the "
-                              "model to paddlenlp_patches.paddleformers.enable_flashmask(model) so its "
-                              "own value head dim reaches the op")
+            no_kernel = f"no GPU kernel for {query.dtype} head_dim {Dq}" + (f" / value {Dv}" if Dv != Dq else "")
+            # DeepSeek-V3 zero-pads v to Dq before calling: its own value head dim (e.g. 192/128)
+            # has a kernel, which the entry can use in one call only once it knows it
+            pass_model = ("; an MLA model (DeepSeek-V3) pads value to the q/k head dim: pass the model to "
+                          "paddlenlp_patches.paddleformers.enable_flashmask(model) so its own value head "
+                          "dim reaches the op" if placeholder and padded_to is None and Dv == Dq else "")
+            piece = _value_piece_width(query, Dq, Dv)
+            if piece is None:
+                dense_why = no_kernel + pass_model
+            else:
+                dims = (Dq, piece)
+                _warn_once(f"flashmask attention: {no_kernel}: value runs in {-(-Dv // piece)} calls of "
+                           f"{Dq}/{piece} (each recomputes the scores){pass_model}")
     if dims is not None:
         # our op wants [B, S, H, D]; zero-padding a head dim (where _op_head_dims asks) is exact
         q, k, v = (x.transpose([0, 2, 1, 3]) for x in (query, key, value))
-        q, k, v = _pad_last(q, dims[0]), _pad_last(k, dims[0]), _pad_last(v, dims[1])
-        out = paddle_flashmask.flashmask_attention(q, k, v, ind, causal=bool(causal), softmax_scale=scale,
-                                                   **op_kw)
-        out = out[:, :, :, :Dv] if out.shape[-1] != Dv else out
+        q, k = _pad_last(q, dims[0]), _pad_last(k, dims[0])
+        pieces = [v] if piece is None else [v[:, :, :, c:c + piece] for c in range(0, Dv, piece)]
+        outs = []
+        for vp in pieces:
+            o = paddle_flashmask.flashmask_attention(q, k, _pad_last(vp, dims[1]), ind, causal=bool(causal),
+                                                     softmax_scale=scale, **op_kw)
+            outs.append(o[:, :, :, :vp.shape[-1]] if o.shape[-1] != vp.shape[-1] else o)
+        out = outs[0] if len(outs) == 1 else paddle.concat(outs, axis=-1)
     else:
         if dense_why is not None:
             _warn_once(f"flashmask attention: exact dense path for {dense_why} (O(S^2) memory)")

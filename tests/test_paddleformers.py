@@ -429,12 +429,13 @@ def test_entry_deepseek_placeholder_convention(monkeypatch, op_head_dims, record
 
 @pytest.mark.parametrize("recorded", [{}, {24: 12}])
 def test_entry_deepseek_placeholder_without_a_kernel_says_to_pass_the_model(monkeypatch, op_head_dims, recorded):
-    """On a GPU whose kernels take 24/12 but not 24/24 (as Hopper's take 192/128, not 192/192), a
-    DeepSeek-V3 call whose model was not passed to enable_flashmask reaches the entry padded to
-    24/24: the exact dense path, and its warning says how to reach the op; with the model's value
-    head dim known, the op runs unpadded and nothing is warned."""
+    """On a GPU whose kernels take 24/12 and 24/16 but not 24/24 (as Hopper's take 192/128, not
+    192/192), a DeepSeek-V3 call whose model was not passed to enable_flashmask reaches the entry
+    padded to 24/24: value runs in two column pieces of 16 (exact), and the warning says how to
+    reach the op in one call; with the model's value head dim known, the op runs once, unpadded,
+    and nothing is warned."""
     monkeypatch.setattr(pfp, "_PADDED_VALUE_HEAD_DIMS", dict(recorded))
-    monkeypatch.setattr(pfp, "_op_supports", lambda q_, d, dv: (d, dv) == (24, 12))
+    monkeypatch.setattr(pfp, "_op_supports", lambda q_, d, dv: (d, dv) in {(24, 12), (24, 16)})
     monkeypatch.setattr(pfp, "_warned", set())
     q, k, v = qkv(H=4, Hk=4, D=24, Dv=12)
     v_pad = paddle.concat([v, paddle.zeros([2, 4, 12, 12])], axis=-1)
@@ -445,12 +446,40 @@ def test_entry_deepseek_placeholder_without_a_kernel_says_to_pass_the_model(monk
             out = pfp.flashmask_attention_forward(paddle.nn.Layer(), q, k, v_pad)[0]
         assert op_head_dims == [(24, 12)]
     else:
-        with pytest.warns(UserWarning, match=r"no GPU kernel .* head_dim 24; an MLA model \(DeepSeek-V3\) pads "
-                                             r"value .*enable_flashmask\(model\)"):
+        with pytest.warns(UserWarning, match=r"no GPU kernel .* head_dim 24: value runs in 2 calls of 24/16 .*"
+                                             r"an MLA model \(DeepSeek-V3\) pads value .*enable_flashmask\(model\)"):
             out = pfp.flashmask_attention_forward(paddle.nn.Layer(), q, k, v_pad)[0]
-        assert op_head_dims == []
+        assert op_head_dims == [(24, 16), (24, 16)]
     out = out.reshape([2, 12, 4, 24])
     assert maxdiff(out[..., :12].reshape([2, 12, -1]), ref) < 1e-5
+    assert float(paddle.abs(out[..., 12:]).max()) == 0.0
+
+
+@pytest.mark.parametrize("taken,calls", [({(24, 16)}, [(24, 16)] * 2), ({(24, 8)}, [(24, 8)] * 3), (set(), [])])
+def test_entry_value_in_column_pieces_is_exact_with_gradients(monkeypatch, op_head_dims, taken, calls):
+    """Where the kernels take q/k's head dim only with a narrower value (and not one padded head
+    dim), v runs in column pieces of the widest such width, the last one zero-padded: the output
+    and the gradients of q, k and v are those of one call (each output column depends only on its
+    value column; q and k collect the pieces' gradients). With no such width: the dense path."""
+    monkeypatch.setattr(pfp, "_op_supports", lambda q_, d, dv: (d, dv) in taken)
+    monkeypatch.setattr(pfp, "_warned", set())
+    rng = np.random.default_rng(3)
+    idx = masks.causal_document_mask([5, 7], batch_size=2)
+    leaves = [paddle.to_tensor(rng.standard_normal(s).astype("float32"), stop_gradient=False)
+              for s in ((2, 4, 12, 24), (2, 2, 12, 24), (2, 2, 12, 24))]
+    dout = paddle.to_tensor(rng.standard_normal((2, 12, 4 * 24)).astype("float32"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = pfp.flashmask_attention_forward(_Attn(2), *leaves, attn_mask_startend_row_indices=idx, scaling=0.2)[0]
+    assert op_head_dims == calls
+    grads = paddle.grad([out], leaves, [dout])
+    monkeypatch.setattr(pfp, "_op_supports", lambda q_, d, dv: True)  # one call of 24/24
+    ref_out = pfp.flashmask_attention_forward(_Attn(2), *leaves, attn_mask_startend_row_indices=idx, scaling=0.2)[0]
+    ref_grads = paddle.grad([ref_out], leaves, [dout])
+    assert maxdiff(out, ref_out) < 1e-5
+    assert maxdiff(out, eager_ref(*leaves, masks.to_dense(idx, True), 0.2)) < 1e-5
+    for g, r in zip(grads, ref_grads):
+        assert maxdiff(g, r) < 1e-4 * max(1.0, float(r.abs().max()))
 
 
 def test_padded_value_head_dims_recorded_from_mla_configs():
