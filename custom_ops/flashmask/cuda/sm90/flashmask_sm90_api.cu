@@ -36,7 +36,7 @@ bool tma_friendly(const void* ptr, int64_t row, int64_t head, int64_t batch) {
 // long_sequence.sm90_max_seqlen has the same rule.
 int max_seqlen(int head_dim) { return head_dim > 128 ? 1 << 18 : 1 << 19; }
 
-// The (q/k, v) head dims instantiated: 64, 128 and 256 with v alike, and
+// The (q/k, v) head dims instantiated: 64, 96, 128 and 256 with v alike, and
 // MLA's 192 with 128.
 bool head_dims_built(int head_dim, int head_dim_v) {
   const bool built = head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 192 || head_dim == 256;

@@ -134,7 +134,7 @@ struct FwdTraits {
   // registers.
   static constexpr bool kTmaStoreO = kQBuffers == 2 && kHeadDimV == kHeadDim;
   static constexpr int kOutRows = 64;  // a consumer warpgroup's rows
-  static constexpr int kPanelCols = kHeadDim % 64 == 0 ? 64 : 32;  // one SW128 / SW64 atom row
+  static constexpr int kPanelCols = decltype(size<1>(SmemAtomQK{}))::value;  // one swizzle atom row
   using SmemLayoutOPanel = decltype(tile_to_shape(SmemAtomQK{}, Shape<Int<kOutRows>, Int<kPanelCols>>{}));
   using GmemTensorOut =
       decltype(make_tensor(make_gmem_ptr(static_cast<Element*>(nullptr)), ShapeQKV{}, StrideQKV{}));
