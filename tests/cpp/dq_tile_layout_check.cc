@@ -6,7 +6,9 @@
 // head-dim slice warp / kDQWarpsM) adds each register of its m16n8 accumulators, placed as the
 // PTX ISA defines the mma.m16n8 C fragment, at DQTileLayout::index; the
 // conversion reads float i back to DQTileLayout::element(i). For each head
-// dim, a 64 x D matrix must come back unchanged with every tile float added
+// dim, a step's kStepRows x D matrix (64 rows, or 128 where the FA2-layout
+// kernel's step spans two tiles: its m16 row tile r goes to row tile r % 4 of
+// the step's tile r / 4) must come back unchanged with every tile float added
 // exactly once, and the (batch, head, block) tiles must tile dq_accum.
 // (Including the header also runs its compile-time bijection proof.) Prints
 // the number of mismatches (0 expected) and the number of checks.
@@ -23,8 +25,8 @@ using flashmask::cuda::DQTileElement;
 using flashmask::cuda::DQTileLayout;
 using flashmask::cuda::SmemClass;
 
-// A warp's part of the 64 x D dQ tile: row tiles [row_tile0, + row_tiles),
-// 16-column steps [step0, + steps).
+// A warp's part of a step's kStepRows x D dQ: m16 row tiles [row_tile0, +
+// row_tiles) of the step, 16-column steps [step0, + steps).
 struct WarpPart {
   int row_tile0, row_tiles, step0, steps;
 };
@@ -34,6 +36,7 @@ template <int kDim>
 struct SplitKernel {
   using Traits = BwdTraits<kDim, uint16_t>;
   static constexpr int kNWarps = Traits::kNWarps;
+  static constexpr int kStepRows = Traits::kBlockM;
   static WarpPart part(int warp) {
     constexpr int kSliceSteps = kDim / 16 / Traits::kDQDimSplit;
     return {warp % Traits::kDQRowTiles, 1, (warp / Traits::kDQRowTiles) * kSliceSteps, kSliceSteps};
@@ -47,6 +50,7 @@ template <int kDim, SmemClass kClass = SmemClass::kDefault>
 struct StagedKernel {
   using Traits = BwdStagedTraits<kDim, uint16_t, kClass>;
   static constexpr int kNWarps = Traits::kNWarps;
+  static constexpr int kStepRows = Traits::kBlockM;
   static WarpPart part(int warp) {
     constexpr int kQMTiles = Traits::kBlockM / Traits::kDQWarpsM / 16;
     constexpr int kQSteps = kDim / (Traits::kNWarps / Traits::kDQWarpsM) / 16;
@@ -57,9 +61,12 @@ struct StagedKernel {
 template <int kDim, typename Kernel>
 void round_trip(long& mismatches, long& checked) {
   using Layout = DQTileLayout<kDim>;
-  std::vector<double> x(Layout::kFloats), tile(Layout::kFloats, 0.0);
-  std::vector<int> adds(Layout::kFloats, 0);
-  for (int i = 0; i < Layout::kFloats; ++i) x[i] = 1.0 + i;  // distinct values, row-major
+  constexpr int kTiles = Kernel::kStepRows / Layout::kRows;  // the step's tiles
+  static_assert(Kernel::kStepRows % Layout::kRows == 0, "a step is whole tiles");
+  constexpr int kStepFloats = kTiles * Layout::kFloats;
+  std::vector<double> x(kStepFloats), tiles(kStepFloats, 0.0);
+  std::vector<int> adds(kStepFloats, 0);
+  for (int i = 0; i < kStepFloats; ++i) x[i] = 1.0 + i;  // distinct values, row-major over the step
   for (int warp = 0; warp < Kernel::kNWarps; ++warp) {
     const WarpPart w = Kernel::part(warp);
     for (int row_tile = w.row_tile0; row_tile < w.row_tile0 + w.row_tiles; ++row_tile)
@@ -69,26 +76,28 @@ void round_trip(long& mismatches, long& checked) {
             for (int lane = 0; lane < 32; ++lane) {
               const int row = row_tile * 16 + lane / 4 + (e >= 2 ? 8 : 0);  // groupID (+8)
               const int col = step * 16 + t * 8 + (lane % 4) * 2 + (e & 1);  // threadID_in_group x 2
-              const int i = Layout::index(row_tile, step, t, e, lane);
-              if (i < 0 || i >= Layout::kFloats) {
+              const int tile = row_tile / Layout::kRowTiles;
+              const int i = Layout::index(row_tile % Layout::kRowTiles, step, t, e, lane);
+              if (tile >= kTiles || i < 0 || i >= Layout::kFloats) {
                 ++mismatches;
                 continue;
               }
-              tile[i] += x[row * kDim + col];
-              ++adds[i];
+              tiles[tile * Layout::kFloats + i] += x[row * kDim + col];
+              ++adds[tile * Layout::kFloats + i];
             }
   }
-  std::vector<double> back(Layout::kFloats, 0.0);
-  for (int i = 0; i < Layout::kFloats; ++i) {
-    const DQTileElement el = Layout::element(i);
-    mismatches += adds[i] != 1;
-    if (el.row < 0 || el.row >= Layout::kRows || el.col < 0 || el.col >= kDim) {
-      ++mismatches;
-      continue;
+  std::vector<double> back(kStepFloats, 0.0);
+  for (int tile = 0; tile < kTiles; ++tile)
+    for (int i = 0; i < Layout::kFloats; ++i) {
+      const DQTileElement el = Layout::element(i);
+      mismatches += adds[tile * Layout::kFloats + i] != 1;
+      if (el.row < 0 || el.row >= Layout::kRows || el.col < 0 || el.col >= kDim) {
+        ++mismatches;
+        continue;
+      }
+      back[(tile * Layout::kRows + el.row) * kDim + el.col] = tiles[tile * Layout::kFloats + i];
     }
-    back[el.row * kDim + el.col] = tile[i];
-  }
-  for (int i = 0; i < Layout::kFloats; ++i) {
+  for (int i = 0; i < kStepFloats; ++i) {
     mismatches += back[i] != x[i];
     ++checked;
   }
@@ -135,7 +144,9 @@ int main() {
   round_trip<128, StagedKernel<128>>(mismatches, checked);
   round_trip<256, StagedKernel<256>>(mismatches, checked);
   round_trip<96, StagedKernel<96, SmemClass::k99K>>(mismatches, checked);
+  round_trip<64, StagedKernel<64, SmemClass::k99K>>(mismatches, checked);
   round_trip<128, StagedKernel<128, SmemClass::k99K>>(mismatches, checked);
+  static_assert(StagedKernel<64>::kStepRows == 128, "head dim 64 takes 128-row steps (two tiles)");
   tiles_cover_dq_accum(mismatches, checked);
   std::printf("%ld %ld\n", mismatches, checked);
   return mismatches != 0;

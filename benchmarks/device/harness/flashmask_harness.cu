@@ -636,6 +636,31 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (mode == "--time-bwd-masks") {
+    // The sm90 forward and backward (defaults, bf16, 32:8) for A/B calls on a
+    // backward change: D=128 causal at 8K/16K/32K and the short-list masks at
+    // 8K and 32K, then causal, causal document and sliding window at 8K for
+    // head dims 64 and 256.
+    print_time_header();
+    for (int s : {8192, 16384, 32768}) {
+      std::mt19937 mask_rng(s);
+      const std::vector<int32_t> docs = timing_docs(s, mask_rng), short_docs = timing_short_docs(s, mask_rng),
+                                 window = timing_window(s);
+      time_case("causal", s, 32, 8, 128, GpuKernel::kSm90, rng);
+      if (s == 16384) continue;
+      time_case("causal_document", s, 32, 8, 128, GpuKernel::kSm90, rng, docs);
+      time_case("short_documents", s, 32, 8, 128, GpuKernel::kSm90, rng, short_docs);
+      time_case("sliding_window", s, 32, 8, 128, GpuKernel::kSm90, rng, window);
+    }
+    std::mt19937 mask_rng(8192);
+    const std::vector<int32_t> docs = timing_docs(8192, mask_rng), window = timing_window(8192);
+    for (int d : {64, 256}) {
+      time_case("causal", 8192, 32, 8, d, GpuKernel::kSm90, rng);
+      time_case("causal_document", 8192, 32, 8, d, GpuKernel::kSm90, rng, docs);
+      time_case("sliding_window", 8192, 32, 8, d, GpuKernel::kSm90, rng, window);
+    }
+    return 0;
+  }
   if (mode == "--profile-32k") {
     // One 32K case (sm90, D=128, defaults) for Nsight Compute, the case named
     // by the next argument: short_documents (128-512 tokens) or sliding_window.
@@ -656,8 +681,13 @@ int main(int argc, char** argv) {
       {"random4+empty", 1, 333, 333, 4, 4, 128, false, 4, random4_mask},
       {"random4+empty", 1, 1024, 1024, 2, 1, 64, false, 4, random4_mask},
   };
-  // Head dim 96 on the FA2-class kernels (the Hopper forward's are in sm90_only_cases).
+  // Head dim 96 on the FA2-class kernels (the Hopper forward's are in sm90_only_cases),
+  // and at 64 (128-row backward steps) rows that end half-way into a step (300:
+  // the last step's second 64-row block is past the padded rows) with Sq < Sk,
+  // and a window with GQA.
   const Case fa2_only_cases[] = {
+      {"causal_sq<sk", 1, 300, 517, 4, 1, 64, true, 0, nullptr},
+      {"window128", 1, 1000, 1000, 4, 2, 64, true, 2, window_mask},
       {"causal", 1, 1000, 1000, 4, 2, 96, true, 0, nullptr},
       {"none", 2, 77, 77, 2, 2, 96, false, 0, nullptr},
       {"causal_doc", 1, 777, 777, 2, 1, 96, true, 1, doc_mask},

@@ -152,7 +152,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     load_tile_async<kBlockM, kDim, kThreads>(sdObuf + buf * Traits::kSmemQ,
                                              dout + int64_t(r0) * p.do_row_stride,
                                              p.do_row_stride, rows, tid);
-    load_row_stats_async<kBlockM>(sStatsBuf + buf * 2 * kBlockM, lse + r0, lse + delta_plane + r0, tid);
+    load_row_stats_async<kBlockM>(sStatsBuf + buf * 2 * kBlockM, lse + r0, lse + delta_plane + r0, kBlockM,
+                                  tid);
     cp_async_commit();
   };
 

@@ -1,10 +1,11 @@
 // FlashMask backward, FA2 class, FlashAttention-2's layout: one CTA of 8
 // warps per (key block, query head, batch) walks the live 64-row query
 // blocks, and each GEMM gets the warp split that suits it instead of one split
-// for all (BwdStagedTraits; head dims up to 128 / 256):
-//   S = Q K^T, dP = dO V^T   64 rows x 128 / 64 keys, warps 2 x 4 / 4 x 2 (rows x keys);
+// for all (BwdStagedTraits; head dims up to 128 / 256; at head dim 64 a step
+// takes two query blocks, 128 rows, as FA2's tile there):
+//   S = Q K^T, dP = dO V^T   64 (128) rows x 128 / 64 keys, warps 2 x 4 / 4 x 2 (rows x keys);
 //   dV += P^T dO, dK += dS^T Q   128 / 64 keys x D, warps 4 x 2 / 2 x 4 (keys x head dim);
-//   dQ = dS K   64 rows x D, warps kDQWarpsM (rows) x the rest (head dim);
+//   dQ = dS K   64 (128) rows x D, warps kDQWarpsM (rows) x the rest (head dim);
 // the 99 KB tiles of 96 and 128 (SmemClass::k99K) take 64 keys, and at 96 dV/dK
 // warps 4 x 2 of 16 keys each.
 // P and dS are staged in shared memory (16-bit, swizzled) between the splits.
@@ -73,7 +74,10 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     flashmask_bwd_staged_kernel(const BwdParams p) {
   using T = typename Traits::Element;
   constexpr int kDim = Traits::kHeadDim;
-  constexpr int kBlockM = Traits::kBlockM;  // 64 query rows per step
+  constexpr int kBlockM = Traits::kBlockM;  // query rows per step: 64, or 128 at head dim 64
+  // A step spans kTilesPerStep row_stats blocks and dQ tiles of kBwdRowBlock rows.
+  static_assert(kBlockM % kBwdRowBlock == 0, "a step is whole row_stats blocks and dQ tiles");
+  constexpr int kTilesPerStep = kBlockM / kBwdRowBlock;
   constexpr int kBlockN = Traits::kBlockN;  // keys per CTA: 128 (64 at head dim 256)
   constexpr int kThreads = Traits::kNThreads;
   constexpr int kKSteps = kDim / 16;      // k-steps of S and dP
@@ -141,7 +145,10 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const T* v = static_cast<const T*>(p.v) + batch * p.v_batch_stride + head_k * p.v_head_stride;
   const T* q = static_cast<const T*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
   const T* dout = static_cast<const T*>(p.dout) + batch * p.do_batch_stride + head * p.do_head_stride;
-  static_assert(kBlockM == kBwdRowBlock, "a query block is one row_stats block and one dQ tile");
+  // Rows of row_stats and of the dQ tiles per (batch, head): whole 64-row
+  // blocks, so a 128-row step may end 64 rows past them (the step's last
+  // query block is padding: its statistics read as zeros, which with Q and
+  // dO zero-filled there give dS = 0, and it adds no dQ).
   const int64_t stats_rows = bwd_padded_rows(seqlen_q);
   const float* lse = p.row_stats + (int64_t(batch) * p.num_heads + head) * stats_rows;
   const int64_t delta_plane = int64_t(p.batch) * p.num_heads * stats_rows;
@@ -187,7 +194,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     copy_tile_async<kBlockM, kDim, kThreads>(sQbuf + buf * Traits::kSmemQ, q + int64_t(m) * kBlockM * p.q_row_stride,
                                              p.q_row_stride, rows_of(m), tid);
     load_row_stats_async<kBlockM>(sStatsBuf + buf * 2 * kBlockM, lse + m * kBlockM,
-                                  lse + delta_plane + m * kBlockM, tid);
+                                  lse + delta_plane + m * kBlockM, int(stats_rows - int64_t(m) * kBlockM), tid);
   };
   auto load_do = [&](int m) {
     copy_tile_async<kBlockM, kDim, kThreads>(sdO, dout + int64_t(m) * kBlockM * p.do_row_stride, p.do_row_stride,
@@ -378,13 +385,21 @@ __global__ void __launch_bounds__(Traits::kNThreads)
             },
             b_frag);
       }
-      // Padding rows add zeros (their P is 0) to the tile's padding.
-      float* dq_tile = p.dq_accum + dq_tile_offset(batch, head, m, p.num_heads, seqlen_q, kDim);
+      // Padding rows add zeros (their dS is 0) to the tile's padding. The
+      // warp's rows lie in one dQ tile (kQRows <= 64, aligned); a 128-row
+      // step's second tile may not exist (past the padded rows).
+      static_assert(kBwdRowBlock % kQRows == 0, "a warp's dQ rows lie in one tile");
+      const int tile = m * kTilesPerStep + q_m * kQRows / kBwdRowBlock;
+      if (int64_t(tile) * kBwdRowBlock < stats_rows) {
+        float* dq_tile = p.dq_accum + dq_tile_offset(batch, head, tile, p.num_heads, seqlen_q, kDim);
+        constexpr int kTileRowTiles = kBwdRowBlock / 16;
 #pragma unroll
-      for (int mt = 0; mt < kQMTiles; ++mt)
+        for (int mt = 0; mt < kQMTiles; ++mt)
 #pragma unroll
-        for (int dd = 0; dd < kQSteps; ++dd)
-          add_dq_block<kDim>(dq_tile, &acc_dq[mt][2 * dd], q_m * kQMTiles + mt, q_d * kQSteps + dd, lane);
+          for (int dd = 0; dd < kQSteps; ++dd)
+            add_dq_block<kDim>(dq_tile, &acc_dq[mt][2 * dd], (q_m * kQMTiles + mt) % kTileRowTiles,
+                               q_d * kQSteps + dd, lane);
+      }
     }
     m = m_next;
     kind = kind_next;

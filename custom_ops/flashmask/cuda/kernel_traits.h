@@ -64,10 +64,13 @@ struct BwdTraits {
 };
 
 // The FA2-layout backward (flashmask_bwd_staged_kernel.cuh): 8 warps
-// re-split per GEMM, 64 query rows per step, P and dS staged in shared
-// memory; FlashAttention-2's tiles for these head dims on the A100. Up to
-// 128: 128 keys a CTA, S/dP split 2 (rows) x 4 (keys), dV/dK 4 (keys) x 2
-// (head dim), Q double- and dO single-buffered (147 KB at 128). 256: 64 keys,
+// re-split per GEMM, 64 query rows per step (128 at head dim 64), P and dS
+// staged in shared memory; FlashAttention-2's tiles for these head dims on the
+// A100. Up to 128: 128 keys a CTA, S/dP split 2 (rows) x 4 (keys), dV/dK 4
+// (keys) x 2 (head dim), Q double- and dO single-buffered (147 KB at 128). At
+// 64, FA2's 128 x 128 step: a 64-row step's K-dim of 64 left its fixed costs
+// (three barriers, the row statistics, the live-block scan) and its K/V
+// fragment loads on half the MMAs (148 KB; the 99 KB tiles keep 64 rows). 256: 64 keys,
 // S/dP 4 x 2, dV/dK 2 x 4 (dK and dV are 64 registers each), and Q
 // single-buffered too (146 KB; double, 178 KB would exceed the A100's 163).
 // In 99 KB, 64 keys with Q double-buffered: at 128 with 256's splits (98 KB),
@@ -82,11 +85,12 @@ struct BwdStagedTraits {
   static constexpr int kNWarps = 8;
   static constexpr int kNThreads = kNWarps * 32;
   static constexpr int kBlockN = kNarrowKeys ? 64 : 128;
-  static constexpr int kBlockM = 64;
+  static constexpr bool kTallSteps = kHeadDim_ == 64 && kClass == SmemClass::kDefault;
+  static constexpr int kBlockM = kTallSteps ? 128 : 64;  // a whole number of row_stats blocks and dQ tiles
   static constexpr int kSWarpsM = kNarrowKeys ? 4 : 2;  // S/dP warps along the rows
   static constexpr int kVWarpsN = kNarrowKeys && kHeadDim_ != 96 ? 2 : 4;  // dV/dK warps along the keys
-  // dQ's warps along the rows: 2 (32 rows x D / 4 each) where D / 4 is whole
-  // m16n16 blocks (64, 128, 256), else 4 (16 rows x D / 2).
+  // dQ's warps along the rows: 2 (kBlockM / 2 rows x D / 4 each) where D / 4
+  // is whole m16n16 blocks (64, 128, 256), else 4 (kBlockM / 4 rows x D / 2).
   static constexpr int kDQWarpsM = (kHeadDim / 4) % 16 == 0 ? 2 : 4;
   static constexpr int kQStages = kWide ? 1 : 2;
   static constexpr int kSmemQ = kBlockM * kHeadDim;   // elements, Q (each buffer) or dO
@@ -156,9 +160,9 @@ static_assert(runs_in_99k<BwdStagedTraits, 32>() && runs_in_99k<BwdStagedTraits,
                   !runs_in_99k<BwdStagedTraits, 256>() && fits_99k<BwdDQTraits<256, float>>() &&
                   fits_99k<BwdDQTraits<128, float>>(),
               "the backward beyond 99 KB at head dim 256 only: update validation.FA2_BACKWARD_BEYOND_99K");
-// The k99K tiles exist where the default ones do not fit: 256's forward, 96's and 128's backward.
-static_assert(!fits_99k<FwdTraits<256, float>>() && !fits_99k<BwdStagedTraits<96, float>>() &&
-                  !fits_99k<BwdStagedTraits<128, float>>(),
+// The k99K tiles exist where the default ones do not fit: 256's forward, 64's, 96's and 128's backward.
+static_assert(!fits_99k<FwdTraits<256, float>>() && !fits_99k<BwdStagedTraits<64, float>>() &&
+                  !fits_99k<BwdStagedTraits<96, float>>() && !fits_99k<BwdStagedTraits<128, float>>(),
               "k99K tiles only where the default ones exceed 99 KB");
 
 }  // namespace cuda

@@ -125,17 +125,20 @@ struct LiveBlockScan {
   }
 };
 
-// A query block's row statistics, kBlockM LSE then kBlockM delta floats, from
-// row_stats (`lse` at the block's first row, `delta` the same rows in the
+// A query step's row statistics, kBlockM LSE then kBlockM delta floats, from
+// row_stats (`lse` at the step's first row, `delta` the same rows in the
 // delta plane) into shared memory: one 16-byte cp.async each for the first
-// kBlockM / 2 threads. Padded per (batch, head), so no row is out of range.
+// kBlockM / 2 threads. Rows from `rows_valid` on (past the (batch, head)'s
+// padded rows, which end on a whole 64-row block: only a 128-row step's
+// second block) are zero-filled, not read.
 template <int kBlockM>
 __device__ __forceinline__ void load_row_stats_async(float* smem, const float* lse, const float* delta,
-                                                     int tid) {
+                                                     int rows_valid, int tid) {
   constexpr int kChunks = kBlockM / 4;  // 16-byte chunks per statistic
   if (tid < 2 * kChunks) {
     const int c = (tid % kChunks) * 4;
-    cp_async_16(smem + (tid / kChunks) * kBlockM + c, (tid < kChunks ? lse : delta) + c, true);
+    const bool valid = c < rows_valid;
+    cp_async_16(smem + (tid / kChunks) * kBlockM + c, (tid < kChunks ? lse : delta) + (valid ? c : 0), valid);
   }
 }
 
