@@ -144,6 +144,11 @@ SASS_MUST_HAVE = {
     "USETMAXREG.(TRY_)ALLOC": r"\bUSETMAXREG\.(TRY_)?ALLOC\b",
 }
 SASS_TMA_EPILOGUE = {"STSM": r"\bSTSM\.", "UTMASTG": r"\bUTMASTG\b"}
+# Generic stores (ST.E, not STG/STS): a store to shared memory whose address went
+# through an integer (a swizzled cute tensor copied element by element) loses its
+# state space; the backward's dS stores were 16-32 of them a step, each with 64-bit
+# address arithmetic. The backward hands P/dS over by stmatrix instead.
+SASS_GENERIC_STORE = r"\bST\.E[A-Z0-9.]*\s[^;]*;"
 SASS_LOCAL_MEMORY = r"\b(LDL|STL)(\.[A-Z0-9]+)*\s[^;]*;"
 
 
@@ -193,6 +198,11 @@ def test_sm90_kernels_sass(compiled):
                 for label, pattern in SASS_TMA_EPILOGUE.items():
                     if not re.search(pattern, body):
                         problems.append(f"{where}: no {label} (the TMA epilogue)")
+            generic = re.findall(SASS_GENERIC_STORE, body)
+            if generic:
+                problems.append(f"{where}: {len(generic)} generic stores (ST.E), e.g. {generic[0]}")
+            if "flashmask_bwd_sm90_kernel" in fname and not re.search(r"\bSTSM\.", body):
+                problems.append(f"{where}: no STSM (the dS hand-over)")
             local = local_memory_by_role(body)
             # Consumers (the main loops): none. The producer warpgroup (24
             # registers, TMA issue and the forward's list builders): a few

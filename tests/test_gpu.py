@@ -270,7 +270,7 @@ def test_deterministic_unequal_lengths(gpu_kernel, causal, cols, seqlen_q, seqle
 
 # --------------------------------------------------------------------------------------
 # The FA2-class tiles of the 99 KB GPUs (compute capability 8.6/8.9; kernel_traits.h,
-# SmemClass): the forward at 256 and the backward at 96 and 128, run on this GPU under
+# SmemClass): the forward at 256 and the backward at 64, 96 and 128, run on this GPU under
 # PADDLE_FLASHMASK_FA2_SMEM_CLASS=99k (the other kernels have one set of tiles and run as
 # always); both backward modes
 # --------------------------------------------------------------------------------------
@@ -285,7 +285,7 @@ def fa2_99k_tiles(monkeypatch):
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
-@pytest.mark.parametrize("dim", [96, 128, HD256])
+@pytest.mark.parametrize("dim", [64, 96, 128, HD256])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("causal,cols", FORMS)
 @pytest.mark.parametrize("seqlen", [77, 1000])
@@ -296,7 +296,7 @@ def test_fa2_99k_tiles_forms(fa2_99k_tiles, deterministic, dim, dtype, causal, c
                  causal, idx, dtype=dtype, deterministic=deterministic)
 
 
-@pytest.mark.parametrize("dim", [96, 128, HD256])
+@pytest.mark.parametrize("dim", [64, 96, 128, HD256])
 @pytest.mark.parametrize("causal,cols", [(True, 0), (True, 2), (False, 4)])
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(100, 300), (300, 100)])
 def test_fa2_99k_tiles_unequal_lengths(fa2_99k_tiles, dim, causal, cols, seqlen_q, seqlen_k):
@@ -306,14 +306,14 @@ def test_fa2_99k_tiles_unequal_lengths(fa2_99k_tiles, dim, causal, cols, seqlen_
                  causal, idx)
 
 
-@pytest.mark.parametrize("dim", [96, 128, HD256])
+@pytest.mark.parametrize("dim", [64, 96, 128, HD256])
 @pytest.mark.parametrize("name", ["causal_document", "share_question"])
 def test_fa2_99k_tiles_packed_masks(fa2_99k_tiles, dim, name):
     idx, causal = masks.example_mask(name, 1000, batch_size=2, num_heads=1, seed=7, place=paddle.CPUPlace())
     run_gpu_case(seed_of("99k-packed", dim, name), 2, 1000, 1000, 8, 2, dim, causal, idx.numpy())
 
 
-@pytest.mark.parametrize("dim", [96, 128, HD256])
+@pytest.mark.parametrize("dim", [64, 96, 128, HD256])
 @pytest.mark.parametrize("heads,heads_k,hm", [(8, 2, 1), (8, 2, 2), (8, 2, 8), (8, 1, 8)])
 def test_fa2_99k_tiles_gqa_mask_heads(fa2_99k_tiles, dim, heads, heads_k, hm):
     idx = random_indices(np.random.default_rng(seed_of("99k-gqa", hm)), 2, hm, 333, 333, False, 4)
@@ -321,13 +321,13 @@ def test_fa2_99k_tiles_gqa_mask_heads(fa2_99k_tiles, dim, heads, heads_k, hm):
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
-@pytest.mark.parametrize("dim", [96, 128, HD256])
+@pytest.mark.parametrize("dim", [64, 96, 128, HD256])
 def test_fa2_99k_tiles_fully_masked_rows(fa2_99k_tiles, deterministic, dim):
     run_gpu_case(seed_of("99k-empty", dim, deterministic), 1, 300, 300, 4, 2, dim, False,
                  fully_masked_rows_indices(), deterministic=deterministic)
 
 
-@pytest.mark.parametrize("dim", [96, 128])
+@pytest.mark.parametrize("dim", [64, 96, 128])
 def test_fa2_99k_tiles_long(fa2_99k_tiles, dim):
     idx, causal = masks.example_mask("causal_document", 4097, batch_size=1, num_heads=1, seed=3,
                                      place=paddle.CPUPlace())

@@ -7,7 +7,11 @@
 #   OUT=... BASE=hd96b NEW=tmao [PASSES=2] bash benchmarks/device/ab_fwd.sh
 #   OUT=... BASE=hd96b NEW=tmao CHECKS=0 PASSES=0 SANITIZE=1 bash benchmarks/device/ab_fwd.sh
 # (carry [".gpu_variants"]: .gpu_variants/{BASE,NEW}/flashmask_harness, build_variant.sh builds them)
+# A backward change: PART=bwd checks the default case list and --check-hd256/192/96 (the
+# backward's head dims beside 64/128), times --time-bwd-masks (forward and backward columns)
+# and sanitizes the sm90 backward kernels.
 set -u
+PART=${PART:-fwd}
 BASE=${BASE:?old variant}
 NEW=${NEW:?new variant}
 PASSES=${PASSES:-2}
@@ -23,17 +27,22 @@ check() {  # label, env..., then the harness arguments
   env "$@" > "$log" 2>&1
   echo "check $label: exit $? | $(grep -E '^[0-9]+ failures' "$log" | tail -1)" | tee -a "$SUMMARY"
 }
-if [ "${CHECKS:-1}" = 1 ]; then
+if [ "${CHECKS:-1}" = 1 ] && [ "$PART" = fwd ]; then
 check default "$H_NEW"
 check serial PADDLE_FLASHMASK_SM90_FWD_OVERLAP=0 "$H_NEW"
 check pingpong PADDLE_FLASHMASK_SM90_FWD_PINGPONG=1 "$H_NEW" --check-hd96
 check hd96 "$H_NEW" --check-hd96
+elif [ "${CHECKS:-1}" = 1 ]; then
+check default "$H_NEW"
+for d in 256 192 96; do check hd$d "$H_NEW" --check-hd$d; done
 fi
+if [ "$PART" = fwd ]; then TIME_MODE=--time-fwd-masks FIELDS=3-4,6,8-9; KERNELS=flashmask_fwd_sm90
+else TIME_MODE=--time-bwd-masks FIELDS=3-4,6,8-11; KERNELS=flashmask_bwd_sm90; fi
 
 for pass in $(seq "$PASSES"); do  # PASSES=0 with SANITIZE=1: the sanitizer call
   for v in "$BASE" "$NEW"; do
     echo "== $v pass $pass" >> "$SUMMARY"
-    .gpu_variants/$v/flashmask_harness --time-fwd-masks 2>&1 | grep -E "^\| sm90" | cut -d'|' -f3-4,6,8-9 >> "$SUMMARY"
+    .gpu_variants/$v/flashmask_harness $TIME_MODE 2>&1 | grep -E "^\| sm90" | cut -d'|' -f$FIELDS >> "$SUMMARY"
   done
 done
 
@@ -41,12 +50,12 @@ if [ "${SANITIZE:-0}" = 1 ]; then  # a call of its own: each tool over the whole
   CS=/usr/local/cuda/bin/compute-sanitizer
   for tool in memcheck synccheck racecheck; do
     log=$OUT/sanitize_$tool.log
-    timeout "${SANITIZE_TIMEOUT_S:-180}" $CS --tool $tool --kernel-name kns=flashmask_fwd_sm90 "$H_NEW" ${SANITIZE_ARGS:-} > "$log" 2>&1
-    echo "$tool (flashmask_fwd_sm90) ${SANITIZE_ARGS:-default}: exit $? | $(grep -E '^[0-9]+ failures' "$log" | tail -1) | $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)" | tee -a "$SUMMARY"
+    timeout "${SANITIZE_TIMEOUT_S:-180}" $CS --tool $tool --kernel-name kns=$KERNELS "$H_NEW" ${SANITIZE_ARGS:-} > "$log" 2>&1
+    echo "$tool ($KERNELS) ${SANITIZE_ARGS:-default}: exit $? | $(grep -E '^[0-9]+ failures' "$log" | tail -1) | $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)" | tee -a "$SUMMARY"
   done
   # racecheck's hazards by kernel head dim and SASS offset (the known class: the live lists' hand-over).
   grep -E "access at" "$OUT/sanitize_racecheck.log" \
-    | sed -E 's/.*(Write|Read) access at .*FwdTraits<\(int\)([0-9]+)[^+]*(\+0x[0-9a-f]+).*/\1 D\2 \3/' \
+    | sed -E 's/.*(Write|Read) access at .*(Fwd|Bwd)Traits<\(int\)([0-9]+)[^+]*(\+0x[0-9a-f]+).*/\1 \2 D\3 \4/' \
     | sort | uniq -c | sort -rn | head -20 >> "$SUMMARY"
 fi
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader >> "$SUMMARY"

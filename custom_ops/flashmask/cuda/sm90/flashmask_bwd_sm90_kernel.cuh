@@ -516,8 +516,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     Tensor sP = make_tensor(make_smem_ptr(ss.smem_p.data()), typename Traits::SmemLayoutdS{});
     Tensor sPt = make_tensor(make_smem_ptr(ss.smem_p.data()), typename Traits::SmemLayoutPdSt{});
     Tensor sdStK = make_tensor(make_smem_ptr(ss.smem_ds.data()), typename Traits::SmemLayoutPdSt{});
-    Tensor tPsP = thr_sdp.partition_C(sP);     // (MMA, M, N, 1)
-    Tensor tdSsdS = thr_sdp.partition_C(sdS);  // (MMA, M, N, 1)
+    // P and dS leave the accumulators by stmatrix, transposed: the
+    // accumulators hold key pairs, shared memory is query-contiguous.
+    // (Element-wise copies through the swizzled tensor compiled to generic
+    // 16-bit ST.E with 64-bit address math, one per element.)
+    auto copy_pds = make_tiled_copy_C(Copy_Atom<SM90_U16x8_STSM_T, Element>{}, mma_sdp);
+    auto thr_copy_pds = copy_pds.get_thread_slice(mma_tid);
+    Tensor tPsP = thr_copy_pds.partition_D(sP);     // (CPY, CPY_M, CPY_N, 1)
+    Tensor tdSsdS = thr_copy_pds.partition_D(sdS);  // (CPY, CPY_M, CPY_N, 1)
     Tensor tdVrPt = thr_dv.partition_fragment_A(sPt);
     Tensor tdKrdSt = thr_dk.partition_fragment_A(sdStK);
     // (query, key) of every S element within the tile.
@@ -579,10 +585,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         // P and dS have one buffer each: both warpgroups' GEMMs of the last
         // step (waited for at its end) must have read them.
         if (step > 0) named_barrier<kPdSFree, Traits::kNumMmaThreads>();
-        Tensor tPsP_0 = tPsP(_, _, _, 0);
-        Tensor tdSsdS_0 = tdSsdS(_, _, _, 0);
-        cute::copy(rP, tPsP_0);
-        cute::copy(rdS, tdSsdS_0);
+        cute::copy(copy_pds, thr_copy_pds.retile_S(rP), tPsP(_, _, _, 0));
+        cute::copy(copy_pds, thr_copy_pds.retile_S(rdS), tdSsdS(_, _, _, 0));
         cutlass::arch::fence_view_async_shared();  // the tensor cores read them next
         named_barrier<kdS, Traits::kNumMmaThreads>();  // both warpgroups' keys of P and dS stored
 
@@ -611,7 +615,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);    // (MMA, N, K, stage)
     Tensor tdPrV = thr_sdp.partition_fragment_A(sV);
     Tensor tdPrdO = thr_sdp.partition_fragment_B(sdO);  // (MMA, N, K, stage)
-    Tensor tdSsdS = thr_sdp.partition_C(sdSt);          // where this thread's dS^T goes
+    // dS^T leaves the accumulators by stmatrix (query pairs, query-contiguous
+    // shared memory). (The element-wise copy through the swizzled tensor
+    // compiled to generic 32-bit ST.E with 64-bit address math, ~100
+    // instructions a step.)
+    auto copy_ds = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
+    auto thr_copy_ds = copy_ds.get_thread_slice(mma_tid);
+    Tensor tdSsdS = thr_copy_ds.partition_D(sdSt);  // (CPY, CPY_M, CPY_N, dS buffer)
 
     // (key, query) of every S^T element within the tile.
     Tensor tScS = thr_sdp.partition_C(make_identity_tensor(make_shape(Int<kBlockN>{}, Int<kBlockM>{})));
@@ -681,8 +691,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
           // dS^T to shared memory for dQ; the tensor cores read it next, through
           // the async proxy. Two buffers: the one written here was last read by
           // the dQ GEMM two steps ago, finished before the last barrier.
-          Tensor tdSsdS_buf = tdSsdS(_, _, _, buf);
-          cute::copy(rdS, tdSsdS_buf);
+          cute::copy(copy_ds, thr_copy_ds.retile_S(rdS), tdSsdS(_, _, _, buf));
           cutlass::arch::fence_view_async_shared();
         }
         Tensor tdVrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
