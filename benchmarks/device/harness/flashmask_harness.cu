@@ -618,11 +618,14 @@ int main(int argc, char** argv) {
     time_case("sliding_window", 8192, 32, 8, 128, GpuKernel::kSm90, rng, timing_window(8192));
     return 0;
   }
-  if (mode == "--time-fwd-masks") {
-    // The sm90 forward alone (D=128, 32:8, defaults) on plain causal and the
-    // masks with short live lists, 8K and 32K (16K causal): for A/B calls
-    // that run several variants' binaries back to back.
-    g_forward_only = true;
+  if (mode == "--time-fwd-masks" || mode == "--time-bwd-masks") {
+    // For A/B calls that run several variants' binaries back to back, the sm90
+    // kernels (defaults, bf16, 32:8): D=128 causal at 8K/16K/32K and the masks
+    // with short live lists at 8K and 32K. --time-fwd-masks times the forward
+    // alone; --time-bwd-masks (a backward change) both passes, then causal,
+    // causal document and sliding window at 8K for head dims 64 and 256.
+    const bool backward = mode == "--time-bwd-masks";
+    g_forward_only = !backward;
     print_time_header();
     for (int s : {8192, 16384, 32768}) {
       std::mt19937 mask_rng(s);
@@ -634,30 +637,14 @@ int main(int argc, char** argv) {
       time_case("short_documents", s, 32, 8, 128, GpuKernel::kSm90, rng, short_docs);
       time_case("sliding_window", s, 32, 8, 128, GpuKernel::kSm90, rng, window);
     }
-    return 0;
-  }
-  if (mode == "--time-bwd-masks") {
-    // The sm90 forward and backward (defaults, bf16, 32:8) for A/B calls on a
-    // backward change: D=128 causal at 8K/16K/32K and the short-list masks at
-    // 8K and 32K, then causal, causal document and sliding window at 8K for
-    // head dims 64 and 256.
-    print_time_header();
-    for (int s : {8192, 16384, 32768}) {
-      std::mt19937 mask_rng(s);
-      const std::vector<int32_t> docs = timing_docs(s, mask_rng), short_docs = timing_short_docs(s, mask_rng),
-                                 window = timing_window(s);
-      time_case("causal", s, 32, 8, 128, GpuKernel::kSm90, rng);
-      if (s == 16384) continue;
-      time_case("causal_document", s, 32, 8, 128, GpuKernel::kSm90, rng, docs);
-      time_case("short_documents", s, 32, 8, 128, GpuKernel::kSm90, rng, short_docs);
-      time_case("sliding_window", s, 32, 8, 128, GpuKernel::kSm90, rng, window);
-    }
-    std::mt19937 mask_rng(8192);
-    const std::vector<int32_t> docs = timing_docs(8192, mask_rng), window = timing_window(8192);
-    for (int d : {64, 256}) {
-      time_case("causal", 8192, 32, 8, d, GpuKernel::kSm90, rng);
-      time_case("causal_document", 8192, 32, 8, d, GpuKernel::kSm90, rng, docs);
-      time_case("sliding_window", 8192, 32, 8, d, GpuKernel::kSm90, rng, window);
+    if (backward) {
+      std::mt19937 mask_rng(8192);
+      const std::vector<int32_t> docs = timing_docs(8192, mask_rng), window = timing_window(8192);
+      for (int d : {64, 256}) {
+        time_case("causal", 8192, 32, 8, d, GpuKernel::kSm90, rng);
+        time_case("causal_document", 8192, 32, 8, d, GpuKernel::kSm90, rng, docs);
+        time_case("sliding_window", 8192, 32, 8, d, GpuKernel::kSm90, rng, window);
+      }
     }
     return 0;
   }
