@@ -4,8 +4,8 @@
 # the epilogue), compute-sanitizer on the new variant, then the forward timed on causal and the
 # short-list masks (--time-fwd-masks), old and new interleaved over PASSES passes so that clock
 # drift hits both alike.
-#   OUT=... BASE=hd96b NEW=tmao [PASSES=2] bash benchmarks/device/ab_fwd.sh
-#   OUT=... BASE=hd96b NEW=tmao CHECKS=0 PASSES=0 SANITIZE=1 bash benchmarks/device/ab_fwd.sh
+#   OUT=... BASE=hd96b NEW=tmao [PASSES=2] bash benchmarks/device/ab_sm90.sh
+#   OUT=... BASE=hd96b NEW=tmao CHECKS=0 PASSES=0 SANITIZE=1 bash benchmarks/device/ab_sm90.sh
 # (carry [".gpu_variants"]: .gpu_variants/{BASE,NEW}/flashmask_harness, build_variant.sh builds them)
 # A backward change: PART=bwd checks the default case list and --check-hd256/192/96 (the
 # backward's head dims beside 64/128), times --time-bwd-masks (forward and backward columns)
