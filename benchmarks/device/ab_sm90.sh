@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# One device call for a change to the Hopper forward: the new variant's checks (every harness
-# case under the default schedule, and again under the serial loop and pingpong, which share
-# the epilogue), compute-sanitizer on the new variant, then the forward timed on causal and the
-# short-list masks (--time-fwd-masks), old and new interleaved over PASSES passes so that clock
-# drift hits both alike.
+# One device call for a change to the Hopper kernels (PART=fwd, the default: the forward;
+# PART=bwd: the backward): the new variant's checks (forward: every harness case under the
+# default schedule, and again under the serial loop and pingpong, which share the epilogue),
+# compute-sanitizer on the new variant, then the kernels timed on causal and the short-list
+# masks (--time-fwd-masks / --time-bwd-masks), old and new interleaved over PASSES passes so
+# that clock drift hits both alike.
 #   OUT=... BASE=hd96b NEW=tmao [PASSES=2] bash benchmarks/device/ab_sm90.sh
 #   OUT=... BASE=hd96b NEW=tmao CHECKS=0 PASSES=0 SANITIZE=1 bash benchmarks/device/ab_sm90.sh
 # (carry [".gpu_variants"]: .gpu_variants/{BASE,NEW}/flashmask_harness, build_variant.sh builds them)
