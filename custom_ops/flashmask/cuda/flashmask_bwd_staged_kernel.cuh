@@ -1,6 +1,6 @@
 // FlashMask backward, FA2 class, FlashAttention-2's layout: one CTA of 8
-// warps per (key block, query head, batch) walks the live 64-row query
-// blocks, and each GEMM gets the warp split that suits it instead of one split
+// warps per (key block, query head, batch) walks the live query blocks
+// (steps of kBlockM rows), and each GEMM gets the warp split that suits it instead of one split
 // for all (BwdStagedTraits; head dims up to 128 / 256; at head dim 64 a step
 // takes two query blocks, 128 rows, as FA2's tile there):
 //   S = Q K^T, dP = dO V^T   64 (128) rows x 128 / 64 keys, warps 2 x 4 / 4 x 2 (rows x keys);
