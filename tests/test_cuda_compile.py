@@ -143,7 +143,8 @@ SASS_MUST_HAVE = {
     "USETMAXREG.DEALLOC": r"\bUSETMAXREG\.DEALLOC\b",
     "USETMAXREG.(TRY_)ALLOC": r"\bUSETMAXREG\.(TRY_)?ALLOC\b",
 }
-SASS_TMA_EPILOGUE = {"STSM": r"\bSTSM\.", "UTMASTG": r"\bUTMASTG\b"}
+SASS_STSM = r"\bSTSM\."  # stmatrix: the forward's O epilogue and the backward's dS hand-over
+SASS_TMA_EPILOGUE = {"STSM": SASS_STSM, "UTMASTG": r"\bUTMASTG\b"}
 # Generic stores (ST.E, not STG/STS): a store to shared memory whose address went
 # through an integer (a swizzled cute tensor copied element by element) loses its
 # state space; the backward's dS stores were 16-32 of them a step, each with 64-bit
@@ -201,7 +202,7 @@ def test_sm90_kernels_sass(compiled):
             generic = re.findall(SASS_GENERIC_STORE, body)
             if generic:
                 problems.append(f"{where}: {len(generic)} generic stores (ST.E), e.g. {generic[0]}")
-            if "flashmask_bwd_sm90_kernel" in fname and not re.search(r"\bSTSM\.", body):
+            if "flashmask_bwd_sm90_kernel" in fname and not re.search(SASS_STSM, body):
                 problems.append(f"{where}: no STSM (the dS hand-over)")
             local = local_memory_by_role(body)
             # Consumers (the main loops): none. The producer warpgroup (24
