@@ -52,9 +52,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSM)
   T* sV = sK + Traits::kSmemKV;
   ColumnBounds* sCol = reinterpret_cast<ColumnBounds*>(sV + Traits::kSmemKV);
 
-  // Heaviest query blocks (the last ones under causal masks) start first.
-  const int m_block = gridDim.x - 1 - blockIdx.x;
-  const int head = blockIdx.y;
+  // The grid is (heads, query blocks, batch), heads fastest
+  // (launch_rows_heads_fastest), and the heaviest query blocks (the last ones
+  // under causal masks) come first.
+  const int m_block = gridDim.y - 1 - blockIdx.y;
+  const int head = blockIdx.x;
   const int batch = blockIdx.z;
   const int tid = threadIdx.x;
   const int warp = tid / 32;
