@@ -387,7 +387,7 @@ def rank_step_time(plan, r, it, causal, method, blocks, place, dtype, args, time
     kern = GPU_KERNELS[args.kernel]
     scale = D ** -0.5
     if method == "allgather":
-        spec = allgather.Spec(plan, r, None, it, causal, scale, kern, False, B, place)
+        spec = allgather.Spec(plan, r, None, it, causal, scale, kern, False, B, place, D)
         q, k, v, do = (tiled(blocks[h], L, place, dtype) for h in (H, Hk, Hk, H))
         # what the exchanges bring (each group's K/V: the keys r's rows see) and send back
         # (dK/dV pieces for r's keys, spread over all of them); a group that brings nothing
@@ -415,7 +415,7 @@ def rank_step_time(plan, r, it, causal, method, blocks, place, dtype, args, time
             for back in backs:
                 dk, dv = tensor_ops.accumulate(dk, back), tensor_ops.accumulate(dv, back)
     else:
-        spec = ulysses.Spec(plan, r, None, it, causal, scale, kern, False, B, place)
+        spec = ulysses.Spec(plan, r, None, it, causal, scale, kern, False, B, place, D)
         qh, dh = (tiled(blocks[H][:, :, : H // W], S, place, dtype) for _ in range(2))
         kh, vh = (tiled(blocks[Hk][:, :, : Hk // W], S, place, dtype) for _ in range(2))
         ql = tiled(blocks[H], L, place, dtype)

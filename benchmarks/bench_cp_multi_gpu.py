@@ -164,7 +164,8 @@ def exchanges_time(plan, rank, method, k, q, it, causal, place, args, timer):
 
     group = comm.get_context_parallel_group()
     if method == "allgather":
-        spec = allgather.Spec(plan, rank, group, it, causal, 1.0, 0, False, int(k.shape[0]), place)
+        spec = allgather.Spec(plan, rank, group, it, causal, 1.0, 0, False, int(k.shape[0]), place,
+                              int(q.shape[-1]))
 
         def run():
             jobs = []
@@ -179,7 +180,8 @@ def exchanges_time(plan, rank, method, k, q, it, causal, place, args, timer):
             for j in jobs:
                 j.wait()
     else:
-        spec = ulysses.Spec(plan, rank, group, it, causal, 1.0, 0, False, int(k.shape[0]), place)
+        spec = ulysses.Spec(plan, rank, group, it, causal, 1.0, 0, False, int(k.shape[0]), place,
+                            int(q.shape[-1]))
 
         def run():
             jobs = [ulysses.seq_to_heads(spec, x) for x in (q, k, k, q)]  # q, k, v, dout
