@@ -202,3 +202,35 @@ def test_bench_value_head_dim_default_is_the_gpu_kernels():
     for dim in validation.GPU_HEAD_DIMS:
         assert mask_area.gpu_value_head_dim(dim) == validation.gpu_value_head_dim(dim), dim
     assert mask_area.gpu_value_head_dim(192) == 128 and mask_area.gpu_value_head_dim(48) == 48
+
+
+report_cp_multi_gpu = _load("report_cp_multi_gpu")
+
+
+def cp_rec(device, mask, S, W, method, t1_ms, steps, **extra):
+    return dict(device=device, mask=mask, seqlen=S, world_size=W, method=method, layout="local", t1_ms=t1_ms,
+                step_ms=steps, compute_ms=[s * 0.9 for s in steps], exchanges_ms=[1.0] * W,
+                busiest_over_mean=max(steps) / (sum(steps) / W),
+                efficiency=None if t1_ms is None else t1_ms / (W * max(steps)), tflops_per_gpu=400.0, **extra)
+
+
+def test_report_cp_multi_gpu(tmp_path):
+    """The measured multi-GPU table: later records of a key win, the efficiency and the slowest
+    rank's step are printed, a failed step (NaN) and a missing T1 read n/a; the plot is written."""
+    path = tmp_path / "cp.jsonl"
+    nan = float("nan")
+    rows = [cp_rec("GPU A", "causal_document", 262144, 4, "allgather", 200.0, [90.0] * 4),
+            cp_rec("GPU A", "causal_document", 262144, 4, "allgather", 200.0, [50.0, 40.0, 40.0, 40.0]),
+            cp_rec("GPU A", "causal_document", 1048576, 4, "ulysses", None, [300.0] * 4),
+            cp_rec("GPU A", "share_question", 131072, 4, "ulysses", 60.0, [nan] * 4)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    recs = report_cp_multi_gpu.load([str(path)])
+    assert len(recs) == 3
+    lines = report_cp_multi_gpu.table(recs).splitlines()
+    assert "| GPU A | causal_document | 256K | 4 | allgather (local) | 200.0 | 50.0 | 1.176 | 1.000 |" in lines[2]
+    assert "| 1024K | 4 | ulysses | n/a | 300.0 |" in lines[3] and "| n/a |" in lines[3]
+    assert "| share_question | 128K | 4 | ulysses | 60.0 | n/a | n/a | n/a |" in lines[4]
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "cp.png"
+    report_cp_multi_gpu.plot(recs, str(png))
+    assert png.stat().st_size > 1000
