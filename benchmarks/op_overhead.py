@@ -24,6 +24,8 @@ sys.path.insert(0, HERE)
 import paddle  # noqa: E402
 
 import paddle_flashmask as pfm  # noqa: E402
+from paddle_flashmask.attention import GPU_KERNELS  # noqa: E402
+from paddle_flashmask.distributed import tensor_ops  # noqa: E402
 from bench_gpu import StreamEvents, device_tensor  # noqa: E402
 from mask_area import attention_flops  # noqa: E402
 
@@ -57,7 +59,12 @@ def main():
         fwd = lambda: pfm.flashmask_attention(q, k, v, causal=True)
         outs = [fwd()]
         bwd = lambda: paddle.grad(outs, [q, k, v], [do], retain_graph=True)
-        for name, fn, flops in (("fwd", fwd, fwd_flops), ("bwd", bwd, bwd_flops)):
+        # The backward op alone, outside autograd (the context-parallel entry: out and LSE from
+        # the caller): what paddle.grad's own machinery adds is the difference to "bwd".
+        kernel = GPU_KERNELS[args.kernel]
+        out_raw, lse_raw = tensor_ops.attention_fwd(q, k, v, None, D ** -0.5, True, kernel, False)
+        bwd_op = lambda: tensor_ops.attention_bwd(q, k, v, None, out_raw, lse_raw, do, D ** -0.5, True, kernel, False)
+        for name, fn, flops in (("fwd", fwd, fwd_flops), ("bwd", bwd, bwd_flops), ("bwd op alone", bwd_op, bwd_flops)):
             fn()
             single = float(np.median([ev.time_ms(fn) for _ in range(5)]))
 
