@@ -35,47 +35,64 @@ def table(recs):
     return "\n".join(lines)
 
 
-def plot(recs, path):
+def draw_efficiency_panels(curves, path, ylabel, target):
+    """One panel per mask, a line per series over the sequence length: curves maps a mask to
+    [(label, [(seqlen, efficiency), ...]), ...] (ulysses dashed); `target` a dotted line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    masks = sorted({r["mask"] for r in recs})
+    masks = sorted(curves)
     fig, axes = plt.subplots(1, len(masks), figsize=(4 * len(masks), 3.4), sharey=True)
     axes = axes if len(masks) > 1 else [axes]
     for ax, m in zip(axes, masks):
-        for W, label in sorted({(r["world_size"], method_label(r)) for r in recs}):
-            pts = sorted((r["seqlen"], r["efficiency_compute"]) for r in recs
-                         if r["mask"] == m and r["world_size"] == W and method_label(r) == label
-                         and r.get("efficiency_compute") is not None)
+        for label, pts in curves[m]:
             if pts:
-                style = "s--" if label == "ulysses" else "o-"
-                ax.plot([p[0] // 1024 for p in pts], [p[1] for p in pts], style, label=f"{label} W={W}")
-        ax.axhline(0.9, color="grey", lw=0.8, ls=":")
+                pts = sorted(pts)
+                style = "s--" if label.startswith("ulysses") else "o-"
+                ax.plot([p[0] // 1024 for p in pts], [p[1] for p in pts], style, label=label)
+        ax.axhline(target, color="grey", lw=0.8, ls=":")
         ax.set_xscale("log", base=2)
         ax.set_title(m)
         ax.set_xlabel("tokens (K)")
-    axes[0].set_ylabel("T1 / (W x busiest rank), compute only")
+    axes[0].set_ylabel(ylabel)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
-def main():
+def plot(recs, path):
+    series = sorted({(r["world_size"], method_label(r)) for r in recs})
+    curves = {m: [(f"{label} W={W}",
+                   [(r["seqlen"], r["efficiency_compute"]) for r in recs
+                    if r["mask"] == m and r["world_size"] == W and method_label(r) == label
+                    and r.get("efficiency_compute") is not None])
+                  for W, label in series]
+              for m in {r["mask"] for r in recs}}
+    draw_efficiency_panels(curves, path, "T1 / (W x busiest rank), compute only", 0.9)
+
+
+def report(load_fn, table_fn, plot_fn, nargs=None):
+    """The command line of a results report: JSON lines in (one file, or nargs="+" for several),
+    the markdown table printed and written to --out, the plot to --plot."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("jsonl")
+    ap.add_argument("jsonl", nargs=nargs)
     ap.add_argument("--out")
     ap.add_argument("--plot")
     args = ap.parse_args()
-    recs = load(args.jsonl)
-    text = table(recs)
+    recs = load_fn(args.jsonl)
+    text = table_fn(recs)
     if args.out:
         with open(args.out, "w") as f:
             f.write(text + "\n")
     print(text)
     if args.plot:
-        plot(recs, args.plot)
+        plot_fn(recs, args.plot)
+
+
+def main():
+    report(load, table, plot)
 
 
 if __name__ == "__main__":

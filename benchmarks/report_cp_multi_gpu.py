@@ -9,9 +9,13 @@ Later records of the same (device, mask, S, W, method, layout) win. A step that 
 device (NaN) shows as n/a.
 """
 
-import argparse
 import json
 import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report_cp import draw_efficiency_panels, report  # noqa: E402
 
 
 def load(paths):
@@ -49,49 +53,21 @@ def table(recs):
 
 
 def plot(recs, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    masks = sorted({r["mask"] for r in recs})
-    fig, axes = plt.subplots(1, len(masks), figsize=(4 * len(masks), 3.4), sharey=True)
-    axes = axes if len(masks) > 1 else [axes]
     series = sorted({(r.get("device", ""), r["world_size"], method_label(r)) for r in recs})
-    for ax, m in zip(axes, masks):
-        for device, W, label in series:
-            pts = sorted((r["seqlen"], r["efficiency"]) for r in recs
-                         if r["mask"] == m and r.get("device", "") == device and r["world_size"] == W
-                         and method_label(r) == label and r.get("efficiency") is not None
-                         and not math.isnan(r["efficiency"]))
-            if pts:
-                style = "s--" if label == "ulysses" else "o-"
-                short = device.replace("NVIDIA ", "").split()[0]
-                ax.plot([p[0] // 1024 for p in pts], [p[1] for p in pts], style, label=f"{label}, {W} x {short}")
-        ax.axhline(0.85, color="grey", lw=0.8, ls=":")
-        ax.set_xscale("log", base=2)
-        ax.set_title(m)
-        ax.set_xlabel("tokens (K)")
-    axes[0].set_ylabel("T1 / (W x slowest step), measured")
-    axes[0].legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+
+    def points(m, device, W, label):
+        return [(r["seqlen"], r["efficiency"]) for r in recs
+                if r["mask"] == m and r.get("device", "") == device and r["world_size"] == W
+                and method_label(r) == label and r.get("efficiency") is not None and not math.isnan(r["efficiency"])]
+
+    curves = {m: [(f"{label}, {W} x {device.replace('NVIDIA ', '').split()[0]}", points(m, device, W, label))
+                  for device, W, label in series]
+              for m in {r["mask"] for r in recs}}
+    draw_efficiency_panels(curves, path, "T1 / (W x slowest step), measured", 0.85)
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("jsonl", nargs="+")
-    ap.add_argument("--out")
-    ap.add_argument("--plot")
-    args = ap.parse_args()
-    recs = load(args.jsonl)
-    text = table(recs)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
-    print(text)
-    if args.plot:
-        plot(recs, args.plot)
+    report(load, table, plot, nargs="+")
 
 
 if __name__ == "__main__":
