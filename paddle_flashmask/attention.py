@@ -274,6 +274,7 @@ def flashmask_attention(
         out, lse = long_sequence.attention(q, k, v, indices, causal, scale, gpu_kernel, deterministic)
     else:
         validation.check_sm90_only_length(query, head_dim, seqlen_q, seqlen_k, "query/key")
+        validation.check_fa2_query_rows(query, seqlen_q, head_dim, deterministic)
         left, right = window if window is not None else (-1, -1)
         out, lse = ops.pfm_flashmask_attention(
             q,

@@ -4,7 +4,7 @@ The Hopper kernels take at most 2^19 query rows and keys per call, 2^18 at head 
 128 (192 and 256: their live-block lists must fit in shared memory next to the tiles:
 ``sm90_max_seqlen``); a longer self-attention call would otherwise run on the FA2-class
 kernels at a fraction of the speed, or not at all (head dim 192 has no FA2-class kernel;
-those kernels have no sequence limit of their own). Here the call is cut into query pieces and key parts of at most
+those kernels take up to 65535 query blocks, validation.fa2_max_query_rows). Here the call is cut into query pieces and key parts of at most
 ``split_seqlen(head_dim)`` tokens (v, out and dV keep value's own head dim, e.g. 128 with
 q/k 192). Every (piece, part) pair runs the single-device kernels on the GLOBAL mask through
 the remap op (its masked rows in the piece's row numbers, for the part's keys), so tiles

@@ -370,6 +370,30 @@ def check_sm90_only_length(query, head_dim, seqlen_q, seqlen_k, what):
             f"into pieces automatically; otherwise shorten the call or use the CPU)")
 
 
+# The FA2-class forward and deterministic dQ pass launch a (heads, query blocks, batch) grid
+# (flashmask_launch.cuh, launch_rows_heads_fastest), whose y extent stops at 65535 blocks of 128
+# query rows (64 at head dim 256, whose 99 KB tiles take 64, and in the deterministic dQ pass).
+FA2_MAX_QUERY_BLOCKS = 65535
+
+
+def fa2_max_query_rows(head_dim, deterministic):
+    """The most query rows one FA2-class kernel call takes."""
+    return FA2_MAX_QUERY_BLOCKS * (64 if deterministic or head_dim > 128 else 128)
+
+
+def check_fa2_query_rows(query, seqlen_q, head_dim, deterministic):
+    """A GPU call longer than the FA2-class kernels' grid takes (what runs a call the Hopper
+    kernels do not, or beyond their 2^19 tokens when it is not cut into pieces): a ValueError
+    here rather than the op's C++ error, which Paddle 2.6 cannot carry back."""
+    limit = fa2_max_query_rows(head_dim, deterministic)
+    if seqlen_q <= limit or not paddle.in_dynamic_mode() or not query.place.is_gpu_place():
+        return
+    raise ValueError(
+        f"query of {seqlen_q} rows: the FA2-class GPU kernels take at most {limit} query rows per call "
+        f"({FA2_MAX_QUERY_BLOCKS} blocks); split the sequence (context parallel: plan=, group=) or run "
+        f"self-attention without window_size or block_mask on a Hopper GPU, which cuts it into pieces")
+
+
 def check_deterministic_support(query, head_dim, deterministic):
     """deterministic=True (given, or the FLAGS_cudnn_deterministic default) on GPU with a head dim
     its backward lacks: the query-major dQ pass is FA2-class, and those kernels have no 192 (256

@@ -1120,3 +1120,25 @@ def test_gpu_supports_knows_the_99k_shared_memory_gpus(default_gpu_kernel, fake_
     assert gpu_supports(fake_gpu(capability=(8, 6)), 64)
     assert gpu_supports(fake_gpu(capability=(8, 0)), 256)
 
+
+
+def test_fa2_query_rows_limit():
+    # The FA2-class forward's grid holds 65535 query blocks of 128 rows (64 at head dim 256 and
+    # in the deterministic dQ pass): one row more on a GPU is a ValueError naming the limit
+    # (tests/test_gpu.py runs it through the op); CPU calls have no such limit. The place is
+    # stubbed here: the check reads nothing else of the tensor.
+    class GpuPlace:
+        def is_gpu_place(self):
+            return True
+
+    class Query:
+        place = GpuPlace()
+
+    assert validation.fa2_max_query_rows(128, False) == 65535 * 128
+    assert validation.fa2_max_query_rows(256, False) == validation.fa2_max_query_rows(64, True) == 65535 * 64
+    validation.check_fa2_query_rows(Query(), 65535 * 128, 128, False)
+    with pytest.raises(ValueError, match="at most 8388480 query rows per call"):
+        validation.check_fa2_query_rows(Query(), 65535 * 128 + 1, 128, False)
+    with pytest.raises(ValueError, match="at most 4194240 query rows per call"):
+        validation.check_fa2_query_rows(Query(), 65535 * 64 + 1, 64, True)
+    validation.check_fa2_query_rows(paddle.zeros([1]), 65535 * 128 + 1, 8, False)  # a CPU tensor: no limit

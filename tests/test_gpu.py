@@ -554,6 +554,19 @@ def test_forced_sm90_raises_where_it_cannot_run():
         pfm.set_gpu_kernel(old)
 
 
+def test_query_rows_beyond_the_fa2_grid_rejected():
+    # The FA2-class forward's grid holds 65535 query blocks (launch_rows_heads_fastest): one row
+    # more is a ValueError naming the limit, before the op. Cross-attention with few keys keeps
+    # the tensors small (the query: 537 MB); deterministic halves the block.
+    for deterministic in (False, True):
+        rows = validation.fa2_max_query_rows(32, deterministic) + 1
+        q = to_gpu(np.zeros((1, rows, 1, 32), np.float32), "bfloat16")
+        k = to_gpu(np.ones((1, 128, 1, 32), np.float32), "bfloat16")
+        with pytest.raises(ValueError, match="at most .* query rows per call"):
+            pfm.flashmask_attention(q, k, k, causal=False, deterministic=deterministic)
+        del q
+
+
 def test_bad_indices_rejected_on_gpu():
     q = to_gpu(np.random.default_rng(0).standard_normal((1, 64, 2, 64)).astype(np.float32), "bfloat16")
     bad = np.full((1, 1, 64, 1), 65, dtype=np.int32)
