@@ -5,7 +5,8 @@ set -uo pipefail
 OUT=${OUT:-/tmp/pfm_out}; mkdir -p "$OUT"
 unset PYTHONPATH
 export PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/device_peers.txt"
+# The device line heads bench_peers.log (at most 8 files of $OUT come back from a call).
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/bench_peers.log"
 # PEER_IMPLS / PEER_KV_HEADS narrow the 8K/32K sweep (e.g. "flex_attention" / "8", to fit in one
 # call with gpu_suite.sh's bench stage).
 # BENCH_DIM / BENCH_DIM_V / BENCH_MASKS (as gpu_suite.sh's bench stage): that sweep only
@@ -14,7 +15,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 python3 benchmarks/bench_gpu_peers.py --lengths 8192 32768 --kv-heads ${PEER_KV_HEADS:-8 32} --repeats 3 \
   --impls ${PEER_IMPLS:-flex_attention sdpa_dense_mask sdpa_flash_causal} \
   --dim "${BENCH_DIM:-128}" ${BENCH_DIM_V:+--dim-v $BENCH_DIM_V} ${BENCH_MASKS:+--masks $BENCH_MASKS} \
-  --budget-s "${PEER_BUDGET_S:-330}" --out "$OUT/peer_results.jsonl" 2>&1 | tee "$OUT/bench_peers.log" | grep "^|"
+  --budget-s "${PEER_BUDGET_S:-330}" --out "$OUT/peer_results.jsonl" 2>&1 | tee -a "$OUT/bench_peers.log" | grep "^|"
 [[ -n "${BENCH_DIM:-}${BENCH_DIM_V:-}${BENCH_MASKS:-}" ]] && exit 0
 python3 benchmarks/bench_gpu_peers.py --lengths 16384 --kv-heads 8 32 --masks causal --repeats 5 \
   --out "$OUT/peer_results.jsonl" 2>&1 | grep "^|" | tail -4
