@@ -91,14 +91,18 @@ inline bool use_staged_bwd() {
   return choice == "staged";
 }
 
-// One CTA of Traits::kNThreads per (block of `block` rows along `seqlen`,
-// head, batch).
+// One CTA of Traits::kNThreads per grid cell, with the kernel's shared memory.
 template <typename Traits, typename Kernel, typename Params>
-void launch_rows(Kernel kernel, const Params& p, int seqlen, int block, cudaStream_t stream) {
+void launch_grid(Kernel kernel, const Params& p, dim3 grid, cudaStream_t stream) {
   allow_large_smem(kernel, Traits::kSmemBytes, p.head_dim);
-  const dim3 grid((seqlen + block - 1) / block, p.num_heads, p.batch);
   kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
+}
+
+// One CTA per (block of `block` rows along `seqlen`, head, batch).
+template <typename Traits, typename Kernel, typename Params>
+void launch_rows(Kernel kernel, const Params& p, int seqlen, int block, cudaStream_t stream) {
+  launch_grid<Traits>(kernel, p, dim3((seqlen + block - 1) / block, p.num_heads, p.batch), stream);
 }
 
 // One CTA per (head, block of `block` rows along `seqlen`, batch), the heads
@@ -114,16 +118,15 @@ void launch_rows(Kernel kernel, const Params& p, int seqlen, int block, cudaStre
 // head's at once outgrow L2: head dim 256 lost 12-37%.)
 template <typename Traits, typename Kernel, typename Params>
 void launch_rows_heads_fastest(Kernel kernel, const Params& p, int seqlen, int block, cudaStream_t stream) {
-  allow_large_smem(kernel, Traits::kSmemBytes, p.head_dim);
+  constexpr int kMaxGridY = 65535;  // validation.FA2_MAX_QUERY_BLOCKS checks it first in Python
   const int blocks = (seqlen + block - 1) / block;
-  if (blocks > 65535) {  // the grid's y extent
+  if (blocks > kMaxGridY) {
     throw std::invalid_argument("flashmask_attention: the FA2-class GPU kernels take at most " +
-                                std::to_string(65535LL * block) + " query rows per call (65535 blocks of " +
-                                std::to_string(block) + "), got " + std::to_string(seqlen));
+                                std::to_string(int64_t(kMaxGridY) * block) + " query rows per call (" +
+                                std::to_string(kMaxGridY) + " blocks of " + std::to_string(block) + "), got " +
+                                std::to_string(seqlen));
   }
-  const dim3 grid(p.num_heads, blocks, p.batch);
-  kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
-  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+  launch_grid<Traits>(kernel, p, dim3(p.num_heads, blocks, p.batch), stream);
 }
 
 template <int kHeadDim, typename T>
