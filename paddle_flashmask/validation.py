@@ -408,15 +408,18 @@ def check_deterministic_support(query, head_dim, deterministic):
         f"{head_dim} kernel; pass deterministic=False (deterministic=None follows FLAGS_cudnn_deterministic)")
 
 
-# The sm90 kernels' tuning switches (environment, read by the op at each call), checked
+# The GPU kernels' integer tuning switches (environment, read by the op at each call), checked
 # here because Paddle 2.6 cannot carry the op's own error back to Python:
-# name -> (lowest, highest) integer value.
-SM90_ENV_SWITCHES = {
+# name -> (lowest, highest) integer value. PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST: how many of the
+# last key blocks of every head the FA2-class backward runs after all the others (its default,
+# 16 at 128-key blocks, is flashmask_launch.cuh's bwd_light_last).
+INTEGER_ENV_SWITCHES = {
     "PADDLE_FLASHMASK_SM90_FWD_OVERLAP": (0, 1),
     "PADDLE_FLASHMASK_SM90_FWD_PINGPONG": (0, 1),
     "PADDLE_FLASHMASK_SM90_FWD_GQA_TILES": (0, 1),
     "PADDLE_FLASHMASK_SM90_BWD_HEAD_GROUP": (0, 1024),
     "PADDLE_FLASHMASK_SM90_BWD_GROUP_MAX_STEPS": (0, 1 << 20),
+    "PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST": (0, 1 << 16),
 }
 
 
@@ -432,10 +435,10 @@ FA2_ENV_CHOICES = {
 
 
 def check_env_switches():
-    """The SM90_ENV_SWITCHES that are set hold integers in their range, and the FA2_ENV_CHOICES
+    """The INTEGER_ENV_SWITCHES that are set hold integers in their range, and the FA2_ENV_CHOICES
     one of their values (whatever the place: a wrong value is wrong everywhere, and static graphs
     have no place yet)."""
-    for name, (lo, hi) in SM90_ENV_SWITCHES.items():
+    for name, (lo, hi) in INTEGER_ENV_SWITCHES.items():
         value = os.environ.get(name, "")
         if value == "":
             continue

@@ -394,6 +394,42 @@ def test_sm90_bwd_head_group_fully_masked_and_reproducible(sm90_bwd_head_group):
 # block i - 1; the default), the serial loop, pingpong between the consumer warpgroups
 # --------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("light_last", [None, "0", "1", "3", "100"])
+@pytest.mark.parametrize("heads,heads_k,hm", [(8, 2, 1), (8, 1, 8)])
+@pytest.mark.parametrize("causal,cols", [(True, 0), (False, 4)])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_fa2_bwd_light_last(monkeypatch, light_last, heads, heads_k, hm, causal, cols, deterministic):
+    # The FA2-class backward runs the last k key blocks of every head after all the others,
+    # heads fastest (flashmask_launch.cuh, bwd_light_last; default 16 of 128-key blocks, so at
+    # 517 keys every block is deferred): the grid's order (0), a mixed one (1, 3), the default and
+    # more than the call has (100), GQA and per-head masks, against the float64 reference.
+    if light_last is None:
+        monkeypatch.delenv("PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST", raising=False)
+    else:
+        monkeypatch.setenv("PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST", light_last)
+    old = pfm.set_gpu_kernel("fa2")
+    try:
+        rng = np.random.default_rng(seed_of("light-idx", heads, heads_k, hm, causal, cols))
+        idx = None if cols == 0 else random_indices(rng, 2, hm, 517, 517, causal, cols)
+        for dim in (64, 128, 256):
+            run_gpu_case(seed_of("light", light_last, heads, heads_k, hm, causal, cols, dim), 2, 517, 517, heads,
+                         heads_k, dim, causal, idx, deterministic=deterministic)
+    finally:
+        pfm.set_gpu_kernel(old)
+
+
+@pytest.mark.parametrize("dim", [64, 128])
+def test_fa2_bwd_light_last_default_with_blocks_in_the_grid_order(dim):
+    # 2700 keys: 22 key blocks of 128, so the default defers 16 and runs 6 in the grid's order.
+    old = pfm.set_gpu_kernel("fa2")
+    try:
+        rng = np.random.default_rng(seed_of("light-long-idx", dim))
+        idx = random_indices(rng, 1, 1, 2700, 2700, True, 1)
+        run_gpu_case(seed_of("light-long", dim), 1, 2700, 2700, 4, 2, dim, True, idx)
+    finally:
+        pfm.set_gpu_kernel(old)
+
+
 FWD_OVERLAP_ENV = "PADDLE_FLASHMASK_SM90_FWD_OVERLAP"
 # (pingpong, overlap); pingpong takes precedence (flashmask_sm90_launch.cuh)
 FWD_SCHEDULES = {"pingpong": (1, 0), "overlap": (0, 1), "serial": (0, 0)}

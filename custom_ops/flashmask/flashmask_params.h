@@ -123,6 +123,13 @@ struct BwdParams : FwdParams {
   // sums each kv head's slots in a fixed order.
   bool deterministic = false;
 
+  // FA2-class GPU backward only, set by its launcher (flashmask_launch.cuh,
+  // bwd_light_last): the main backward kernel runs the last bwd_light_last
+  // key blocks of every head after all the others, heads fastest (0: the
+  // grid's own order, key blocks fastest). The grid then has num_heads rows
+  // of key blocks followed by one row per deferred key block.
+  int bwd_light_last = 0;
+
   // GPU backward plan, filled by plan_bwd_cuda (flashmask_api.h) before the
   // caller sizes dk_accum/dv_accum (it also resolves gpu_kernel to the
   // family these fields are planned for):

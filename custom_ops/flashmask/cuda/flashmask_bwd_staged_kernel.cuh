@@ -108,8 +108,14 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   float* sStatsBuf = reinterpret_cast<float*>(sdS + Traits::kSmemPS);  // 2 x (LSE, delta) x kBlockM
   ColumnBounds* sCol = reinterpret_cast<ColumnBounds*>(sStatsBuf + 4 * kBlockM);
 
-  const int n_block = blockIdx.x;
-  const int head = blockIdx.y;
+  // Rows below num_heads: head y, key block x; the rows after them one
+  // deferred key block each, head x (BwdParams::bwd_light_last). CTAs past
+  // either range only pad the grid's x extent and leave.
+  const int key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
+  const bool deferred = int(blockIdx.y) >= p.num_heads;
+  const int n_block = deferred ? key_blocks - p.bwd_light_last + (int(blockIdx.y) - p.num_heads) : blockIdx.x;
+  const int head = deferred ? blockIdx.x : blockIdx.y;
+  if (deferred ? head >= p.num_heads : n_block >= key_blocks - p.bwd_light_last) return;
   const int batch = blockIdx.z;
   const int tid = threadIdx.x;
   const int warp = tid / 32;

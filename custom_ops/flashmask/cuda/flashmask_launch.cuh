@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -99,12 +100,6 @@ void launch_grid(Kernel kernel, const Params& p, dim3 grid, cudaStream_t stream)
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }
 
-// One CTA per (block of `block` rows along `seqlen`, head, batch).
-template <typename Traits, typename Kernel, typename Params>
-void launch_rows(Kernel kernel, const Params& p, int seqlen, int block, cudaStream_t stream) {
-  launch_grid<Traits>(kernel, p, dim3((seqlen + block - 1) / block, p.num_heads, p.batch), stream);
-}
-
 // One CTA per (head, block of `block` rows along `seqlen`, batch), the heads
 // fastest: the forward's query blocks and the deterministic dQ pass's. The
 // hardware hands out CTAs x fastest, and with the row blocks fastest each
@@ -114,8 +109,9 @@ void launch_rows(Kernel kernel, const Params& p, int seqlen, int block, cudaStre
 // the heads fastest every head's heavy blocks go first and the light ones
 // fill the last wave; the CTAs running at once read the same K/V blocks of
 // every GQA group, which stay in L2. (The backward keeps the row blocks
-// fastest: its CTAs add dQ into their head's fp32 accumulator rows, and every
-// head's at once outgrow L2: head dim 256 lost 12-37%.)
+// fastest but for its last key blocks: its CTAs add dQ into their head's fp32
+// accumulator rows, and every head's at once outgrow L2: head dim 256 lost
+// 12-37%; bwd_light_last below.)
 template <typename Traits, typename Kernel, typename Params>
 void launch_rows_heads_fastest(Kernel kernel, const Params& p, int seqlen, int block, cudaStream_t stream) {
   constexpr int kMaxGridY = 65535;  // validation.FA2_MAX_QUERY_BLOCKS checks it first in Python
@@ -142,6 +138,48 @@ void launch_fwd(const FwdParams& p, cudaStream_t stream) {
   launch_rows_heads_fastest<Traits>(flashmask_fwd_kernel<Traits>, p, p.seqlen_q, Traits::kBlockM, stream);
 }
 
+// How many of the last key blocks of every head the main backward defers to
+// after all the others, heads fastest (BwdParams::bwd_light_last). With the key
+// blocks fastest (the grid's order otherwise) the last head's heaviest key
+// blocks start in the last waves and run alone at the end; taking the heads
+// fastest everywhere spreads the dQ accumulation over every head's rows at
+// once, which outgrows L2 (NOTES.md, "CTA order"). Deferring only the last
+// key blocks (under causal masks the lightest) fills the last wave with short
+// CTAs whose dQ goes to the last k x kBlockN query rows of each head, which
+// L2 holds. Measured (H100, one call, bf16 32:8): 16 of 128-key blocks takes
+// causal 8K +4-6% (D64-128), causal documents 8K +10%, 16K and 32K within 1%;
+// the 64-key blocks (head dim 256, the 99 KB tiles) lost 1-5% with 16 or 32,
+// so they keep the grid's order. PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST=k
+// overrides (0: off), at most `key_blocks`.
+template <int kBlockN>
+int bwd_light_last(int key_blocks) {
+  constexpr int kDefault = kBlockN >= 128 ? 16 : 0;
+  int value = kDefault;
+  const char* env = std::getenv("PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST");
+  if (env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long parsed = std::strtol(env, &end, 10);
+    if (*end != '\0' || parsed < 0 || parsed > (1 << 16)) {
+      throw std::invalid_argument("PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST must be an integer in [0, 65536], got '" +
+                                  std::string(env) + "'");
+    }
+    value = int(parsed);
+  }
+  return std::min(value, key_blocks);
+}
+
+// The main backward: rows of key blocks per head, then one row per deferred
+// key block of one CTA per head (bwd_light_last), as the kernels read it.
+template <typename Traits, typename Kernel>
+void launch_bwd_rows(Kernel kernel, const BwdParams& planned, cudaStream_t stream) {
+  BwdParams p = planned;
+  const int key_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  p.bwd_light_last = bwd_light_last<Traits::kBlockN>(key_blocks);
+  const int k = p.bwd_light_last;
+  const dim3 grid(k > 0 ? std::max(key_blocks - k, p.num_heads) : key_blocks, p.num_heads + k, p.batch);
+  launch_grid<Traits>(kernel, p, grid, stream);
+}
+
 template <int kHeadDim, typename T>
 void launch_bwd(const BwdParams& p, cudaStream_t stream) {
   // The kernel reads row_stats and, unless deterministic, adds dQ into tiles.
@@ -155,14 +193,14 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
     using Small = BwdStagedTraits<kHeadDim, T, SmemClass::k99K>;
     if constexpr (!fits_99k<Traits>() && fits_99k<Small>()) {
       if (take_99k_tiles<Traits>()) {
-        launch_rows<Small>(flashmask_bwd_staged_kernel<Small>, p, p.seqlen_k, Small::kBlockN, stream);
+        launch_bwd_rows<Small>(flashmask_bwd_staged_kernel<Small>, p, stream);
         return;
       }
     }
-    launch_rows<Traits>(flashmask_bwd_staged_kernel<Traits>, p, p.seqlen_k, Traits::kBlockN, stream);
+    launch_bwd_rows<Traits>(flashmask_bwd_staged_kernel<Traits>, p, stream);
   } else if constexpr (kHeadDim <= 128) {
     using Traits = BwdTraits<kHeadDim, T>;
-    launch_rows<Traits>(flashmask_bwd_kernel<Traits>, p, p.seqlen_k, Traits::kBlockN, stream);
+    launch_bwd_rows<Traits>(flashmask_bwd_kernel<Traits>, p, stream);
   } else {
     throw std::invalid_argument("PADDLE_FLASHMASK_FA2_BWD=split takes head_dim 32, 64, 96 or 128, got " +
                                 std::to_string(kHeadDim) + "; unset it (or set 'staged') at this head_dim");
