@@ -808,6 +808,7 @@ def test_bad_calls_do_not_crash_the_process(real_ops):
                                         ("PADDLE_FLASHMASK_SM90_BWD_HEAD_GROUP", "-1"),
                                         ("PADDLE_FLASHMASK_SM90_BWD_GROUP_MAX_STEPS", "1e3"),
                                         ("PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST", "-8"),
+                                        ("PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST", "4097"),
                                         ("PADDLE_FLASHMASK_FA2_SMEM_CLASS", "99K"),
                                         ("PADDLE_FLASHMASK_FA2_SMEM_CLASS", "a100"),
                                         ("PADDLE_FLASHMASK_FA2_BWD", "fast")])

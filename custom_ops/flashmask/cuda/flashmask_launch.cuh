@@ -159,8 +159,9 @@ int bwd_light_last(int key_blocks) {
   if (env != nullptr && *env != '\0') {
     char* end = nullptr;
     const long parsed = std::strtol(env, &end, 10);
-    if (*end != '\0' || parsed < 0 || parsed > (1 << 16)) {
-      throw std::invalid_argument("PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST must be an integer in [0, 65536], got '" +
+    // At most 4096, so that num_heads + k grid rows stay within the grid's y limit (65535).
+    if (*end != '\0' || parsed < 0 || parsed > 4096) {
+      throw std::invalid_argument("PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST must be an integer in [0, 4096], got '" +
                                   std::string(env) + "'");
     }
     value = int(parsed);
