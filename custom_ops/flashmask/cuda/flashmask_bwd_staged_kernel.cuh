@@ -31,6 +31,7 @@
 
 #include "../flashmask_params.h"
 #include "../mask_bounds.h"
+#include "bwd_grid.h"
 #include "kernel_traits.h"
 #include "mma_utils.cuh"
 #include "tile_io.cuh"
@@ -108,14 +109,11 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   float* sStatsBuf = reinterpret_cast<float*>(sdS + Traits::kSmemPS);  // 2 x (LSE, delta) x kBlockM
   ColumnBounds* sCol = reinterpret_cast<ColumnBounds*>(sStatsBuf + 4 * kBlockM);
 
-  // Rows below num_heads: head y, key block x; the rows after them one
-  // deferred key block each, head x (BwdParams::bwd_light_last). CTAs past
-  // either range only pad the grid's x extent and leave.
-  const int key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
-  const bool deferred = int(blockIdx.y) >= p.num_heads;
-  const int n_block = deferred ? key_blocks - p.bwd_light_last + (int(blockIdx.y) - p.num_heads) : blockIdx.x;
-  const int head = deferred ? blockIdx.x : blockIdx.y;
-  if (deferred ? head >= p.num_heads : n_block >= key_blocks - p.bwd_light_last) return;
+  // The grid's order: bwd_grid.h (the last key blocks of every head deferred).
+  const BwdCta cta = bwd_cta_of(p, (p.seqlen_k + kBlockN - 1) / kBlockN, blockIdx.x, blockIdx.y);
+  if (!cta.live) return;
+  const int n_block = cta.n_block;
+  const int head = cta.head;
   const int batch = blockIdx.z;
   const int tid = threadIdx.x;
   const int warp = tid / 32;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "../flashmask_params.h"
+#include "bwd_grid.h"
 #include "cuda_check.h"
 #include "flashmask_bwd_dq_kernel.cuh"
 #include "flashmask_bwd_kernel.cuh"
@@ -170,14 +171,13 @@ int bwd_light_last(int key_blocks) {
 }
 
 // The main backward: rows of key blocks per head, then one row per deferred
-// key block of one CTA per head (bwd_light_last), as the kernels read it.
+// key block of one CTA per head (bwd_light_last; bwd_grid.h, as the kernels read it).
 template <typename Traits, typename Kernel>
 void launch_bwd_rows(Kernel kernel, const BwdParams& planned, cudaStream_t stream) {
   BwdParams p = planned;
   const int key_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   p.bwd_light_last = bwd_light_last<Traits::kBlockN>(key_blocks);
-  const int k = p.bwd_light_last;
-  const dim3 grid(k > 0 ? std::max(key_blocks - k, p.num_heads) : key_blocks, p.num_heads + k, p.batch);
+  const dim3 grid(bwd_grid_x(key_blocks, p.num_heads, p.bwd_light_last), p.num_heads + p.bwd_light_last, p.batch);
   launch_grid<Traits>(kernel, p, grid, stream);
 }
 
