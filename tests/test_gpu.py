@@ -277,11 +277,16 @@ def test_deterministic_unequal_lengths(gpu_kernel, causal, cols, seqlen_q, seqle
 
 
 @pytest.fixture
-def fa2_99k_tiles(monkeypatch):
-    monkeypatch.setenv(validation.FA2_SMEM_CLASS_ENV, "99k")
+def fa2_kernel():
+    """The FA2-class kernels forced for the test (on Hopper too), restored after."""
     old = pfm.set_gpu_kernel("fa2")
     yield
     pfm.set_gpu_kernel(old)
+
+
+@pytest.fixture
+def fa2_99k_tiles(monkeypatch, fa2_kernel):
+    monkeypatch.setenv(validation.FA2_SMEM_CLASS_ENV, "99k")
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
@@ -398,7 +403,7 @@ def test_sm90_bwd_head_group_fully_masked_and_reproducible(sm90_bwd_head_group):
 @pytest.mark.parametrize("heads,heads_k,hm", [(8, 2, 1), (8, 1, 8)])
 @pytest.mark.parametrize("causal,cols", [(True, 0), (False, 4)])
 @pytest.mark.parametrize("deterministic", [False, True])
-def test_fa2_bwd_light_last(monkeypatch, light_last, heads, heads_k, hm, causal, cols, deterministic):
+def test_fa2_bwd_light_last(fa2_kernel, monkeypatch, light_last, heads, heads_k, hm, causal, cols, deterministic):
     # The FA2-class backward runs the last k key blocks of every head after all the others,
     # heads fastest (flashmask_launch.cuh, bwd_light_last; default 16 of 128-key blocks, so at
     # 517 keys every block is deferred): the grid's order (0), a mixed one (1, 3), the default and
@@ -407,27 +412,19 @@ def test_fa2_bwd_light_last(monkeypatch, light_last, heads, heads_k, hm, causal,
         monkeypatch.delenv("PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST", raising=False)
     else:
         monkeypatch.setenv("PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST", light_last)
-    old = pfm.set_gpu_kernel("fa2")
-    try:
-        rng = np.random.default_rng(seed_of("light-idx", heads, heads_k, hm, causal, cols))
-        idx = None if cols == 0 else random_indices(rng, 2, hm, 517, 517, causal, cols)
-        for dim in (64, 128, 256):
-            run_gpu_case(seed_of("light", light_last, heads, heads_k, hm, causal, cols, dim), 2, 517, 517, heads,
-                         heads_k, dim, causal, idx, deterministic=deterministic)
-    finally:
-        pfm.set_gpu_kernel(old)
+    rng = np.random.default_rng(seed_of("light-idx", heads, heads_k, hm, causal, cols))
+    idx = None if cols == 0 else random_indices(rng, 2, hm, 517, 517, causal, cols)
+    for dim in (64, 128, 256):
+        run_gpu_case(seed_of("light", light_last, heads, heads_k, hm, causal, cols, dim), 2, 517, 517, heads,
+                     heads_k, dim, causal, idx, deterministic=deterministic)
 
 
 @pytest.mark.parametrize("dim", [64, 128])
-def test_fa2_bwd_light_last_default_with_blocks_in_the_grid_order(dim):
+def test_fa2_bwd_light_last_default_with_blocks_in_the_grid_order(fa2_kernel, dim):
     # 2700 keys: 22 key blocks of 128, so the default defers 16 and runs 6 in the grid's order.
-    old = pfm.set_gpu_kernel("fa2")
-    try:
-        rng = np.random.default_rng(seed_of("light-long-idx", dim))
-        idx = random_indices(rng, 1, 1, 2700, 2700, True, 1)
-        run_gpu_case(seed_of("light-long", dim), 1, 2700, 2700, 4, 2, dim, True, idx)
-    finally:
-        pfm.set_gpu_kernel(old)
+    rng = np.random.default_rng(seed_of("light-long-idx", dim))
+    idx = random_indices(rng, 1, 1, 2700, 2700, True, 1)
+    run_gpu_case(seed_of("light-long", dim), 1, 2700, 2700, 4, 2, dim, True, idx)
 
 
 FWD_OVERLAP_ENV = "PADDLE_FLASHMASK_SM90_FWD_OVERLAP"
