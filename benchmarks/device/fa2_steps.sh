@@ -110,7 +110,10 @@ done
 # records go into fa2_steps.log as 'peer_json:' lines.
 PEER_JSON=/tmp/fa2_steps_peers.jsonl
 rm -f "$PEER_JSON"
-for spec in "64:8192 16384" "96:8192 16384" "128:8192 16384 32768" "256:8192 16384"; do
+# SKIP_PEER=1 leaves it out (an A/B of our variants only; the peer's figures from an earlier call).
+PEER_SPECS=("64:8192 16384" "96:8192 16384" "128:8192 16384 32768" "256:8192 16384")
+[ "${SKIP_PEER:-0}" = 1 ] && PEER_SPECS=() && echo "SKIPPED: FA2 peer (SKIP_PEER=1)" | tee -a "$LOG"
+for spec in "${PEER_SPECS[@]}"; do
   dim=${spec%%:*} lengths=${spec#*:}
   t=$(limit "$PEER_TIMEOUT_S")
   if (( $(left) < 15 )); then echo "SKIPPED: FA2 peer D=$dim (budget)" | tee -a "$LOG"; continue; fi

@@ -307,10 +307,23 @@ std::vector<int32_t> timing_short_docs(int s, std::mt19937& rng) {  // documents
   }
   return m;
 }
-std::vector<int32_t> timing_window(int s) {  // causal, C=1: rows j .. j + 1024 see key j
+std::vector<int32_t> timing_window(int s, int width = 1024) {  // causal, C=1: rows j .. j + width see key j
   std::vector<int32_t> m(s);
-  for (int j = 0; j < s; ++j) m[j] = std::min(s, j + 1025);
+  for (int j = 0; j < s; ++j) m[j] = std::min(s, j + width + 1);
   return m;
+}
+std::vector<int32_t> fixed_docs(int s, int len) {  // causal documents of `len` tokens each
+  std::vector<int32_t> m(s);
+  for (int j = 0; j < s; ++j) m[j] = std::min(s, (j / len + 1) * len);
+  return m;
+}
+
+// Timing runs' backward grouping (time_case): HARNESS_BWD_HEAD_GROUP and
+// HARNESS_BWD_GROUP_MAX_STEPS, where set, replace the plan's defaults, so
+// that one binary times several settings (fa2_steps.sh variant `env` files).
+int harness_env_int(const char* name, int unset) {
+  const char* env = std::getenv(name);
+  return env != nullptr && *env != '\0' ? std::atoi(env) : unset;
 }
 
 // --time-fwd: time_case times the forward alone (the backward's columns print 0).
@@ -352,7 +365,8 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
   set_bwd_strides(b);
   b.deterministic = deterministic;
   b.dout = dout.dev;
-  flashmask::plan_bwd_cuda(b, head_group, max_steps);
+  flashmask::plan_bwd_cuda(b, head_group ? head_group : harness_env_int("HARNESS_BWD_HEAD_GROUP", 0),
+                          max_steps >= 0 ? max_steps : harness_env_int("HARNESS_BWD_GROUP_MAX_STEPS", -1));
   CHECK(cudaMalloc(&dqa, flashmask::bwd_dq_accum_elems(b) * 4));
   CHECK(cudaMalloc(&dka, size_t(s) * b.accum_heads_k * d * 4));
   CHECK(cudaMalloc(&dva, size_t(s) * b.accum_heads_k * dv * 4));
@@ -397,23 +411,25 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
     if (ptr) CHECK(cudaFree(ptr));
 }
 
-// One case on the sm90 kernels, the backward once per divisor of the GQA group
-// as its query heads per CTA: every key block grouped alike (0), and fitted
-// per key block: 12 steps mixes grouped and one-head key blocks in these small
-// cases; -1 is the default (every key block of these fits in 80). Returns the
-// failures.
-int check_sm90_head_groups(const Case& c, bool deterministic, std::mt19937& rng) {
+// One case, the backward once per divisor of the GQA group as its query heads
+// per CTA: every key block grouped alike (0; the sm90 kernels only), and
+// fitted per key block: 12 steps mixes grouped and one-head key blocks in
+// these small cases; -1 is the default (every key block of these fits in 80).
+// Returns the failures.
+int check_head_groups(const Case& c, GpuKernel kernel, bool deterministic, std::mt19937& rng) {
   int failures = 0;
   const int group = c.h / c.hk;
   for (int hg = 1; hg <= group; ++hg) {
     if (group % hg != 0) continue;
     for (int steps : {0, 12, -1}) {
       if (steps != 0 && (deterministic || hg == 1)) continue;  // the plan ignores them there
-      failures += !check_case(c, GpuKernel::kSm90, deterministic, hg, steps, rng);
+      if (steps == 0 && hg > 1 && kernel == GpuKernel::kFA2) continue;  // FA2-class groups are fitted only
+      failures += !check_case(c, kernel, deterministic, hg, steps, rng);
     }
   }
   return failures;
 }
+
 
 // --mma-peak: the mma.sync rate (m16n8k16, fp32 accumulate) with nothing else
 // in the loop, the ceiling of the FA2-class kernels (the A100 estimate in
@@ -594,6 +610,22 @@ int main(int argc, char** argv) {
   // checked (--check-fa2 does that): causal at 8K and 16K for head dims 64, 96,
   // 128 and 256; causal document, sliding window and short documents at 8K and
   // 32K (D=128; the masks of --time-hd256); deterministic causal 16K.
+  // --time-list-sweep: what a CTA costs beyond its live steps. Sliding windows
+  // and documents of one length (16K, 32:8, D=128), both kernel families: the
+  // main kernel's time (bwd minus prep+finish) against the live tiles, fitted
+  // afterwards as a fixed cost a CTA plus a cost a live step.
+  if (mode == "--time-list-sweep") {
+    warm_up_gpu(300.f);
+    print_time_header();
+    for (GpuKernel kernel : {GpuKernel::kFA2, GpuKernel::kSm90}) {
+      for (int w : {128, 256, 512, 1024, 2048, 4096})
+        time_case(("window" + std::to_string(w)).c_str(), 16384, 32, 8, 128, kernel, rng, timing_window(16384, w));
+      for (int len : {256, 512, 1024, 2048, 4096})
+        time_case(("docs" + std::to_string(len)).c_str(), 16384, 32, 8, 128, kernel, rng, fixed_docs(16384, len));
+      time_case("causal", 16384, 32, 8, 128, kernel, rng);
+    }
+    return 0;
+  }
   if (mode == "--time-fa2") {
     warm_up_gpu(300.f);
     print_time_header();
@@ -725,6 +757,7 @@ int main(int argc, char** argv) {
   if (mode == "--check-fa2") {
     auto check_fa2 = [&](const Case& c) {
       for (bool det : {false, true}) failures += !check_case(c, GpuKernel::kFA2, det, 1, 0, rng);
+      if (c.h > c.hk) failures += check_head_groups(c, GpuKernel::kFA2, false, rng);  // fitted head groups
     };
     for (const Case& c : cases) check_fa2(c);
     for (const Case& c : fa2_only_cases) check_fa2(c);
@@ -747,7 +780,7 @@ int main(int argc, char** argv) {
   }
   if (time_hd > 0) {
     for (const Case& c : sm90_only_cases) {
-      if (c.d == time_hd) failures += check_sm90_head_groups(c, false, rng);
+      if (c.d == time_hd) failures += check_head_groups(c, GpuKernel::kSm90, false, rng);
     }
     // About 4 tiles per CTA (the cases above give each CTA one): tiles back to back.
     failures += !check_case({"causal_doc", 2, 2048, 2048, 16, 4, time_hd, true, 1, doc_mask, paired_value_dim(time_hd)},
@@ -819,7 +852,7 @@ int main(int argc, char** argv) {
   for (const Case& c : cases) {
     for (bool det : {false, true}) {
       failures += !check_case(c, GpuKernel::kFA2, det, 1, 0, rng);
-      failures += check_sm90_head_groups(c, det, rng);
+      failures += check_head_groups(c, GpuKernel::kSm90, det, rng);
     }
   }
   for (const Case& c : fa2_only_cases) {
@@ -829,8 +862,8 @@ int main(int argc, char** argv) {
     for (bool det : {false, true}) failures += !check_case(c, GpuKernel::kFA2, det, 1, 0, rng);
   }
   for (const Case& c : sm90_only_cases) {
-    failures += check_sm90_head_groups(c, false, rng);
-    if (c.d == 96) failures += check_sm90_head_groups(c, true, rng);
+    failures += check_head_groups(c, GpuKernel::kSm90, false, rng);
+    if (c.d == 96) failures += check_head_groups(c, GpuKernel::kSm90, true, rng);
   }
   std::printf("%d failures\n", failures);
   if (timing) {
