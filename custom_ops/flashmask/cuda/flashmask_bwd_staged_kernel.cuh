@@ -129,9 +129,14 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 
   const bool has_columns = p.mask.startend_row_indices != nullptr;
   const int32_t* columns = mask_columns(p, batch, head);
-  // As in the forward: partial tiles test two intervals a column, except
-  // causal calls with 4 bounds a column (three intervals).
+  // As in the forward: partial tiles test two intervals a column (MaskedRows),
+  // except causal calls with 4 bounds a column (three intervals).
   const bool two_intervals = !(has_columns && causal && p.mask.num_cols == 4);
+  // Where each key column sees one interval of query rows (no column mask,
+  // C = 1, non-causal C = 2: every mask but the causal C = 2 bands and C = 4),
+  // partial tiles test that interval: one subtraction and one compare an
+  // element instead of two of each (VisibleRows, staged in place of MaskedRows).
+  const bool one_visible = !has_columns || one_visible_interval(p.mask.num_cols, causal);
   // The key block spans kBlockN / kMaskBlockN summary blocks: merge their bounds.
   BlockBounds tile_bounds = empty_block_bounds();
   if (has_columns) {
@@ -163,7 +168,14 @@ __global__ void __launch_bounds__(Traits::kNThreads)
                                            tid);
   if (tid < kBlockN) {  // the key columns' masked rows, read at the first top barrier
     const int col = c0 + tid;
-    if (two_intervals) {
+    if (one_visible) {
+      // Without a column mask every row from the diagonal on (causal) or every row is visible.
+      const ColumnBounds b = has_columns && col < seqlen_k
+                                 ? load_column_bounds(columns + int64_t(col) * p.mask.col_stride,
+                                                      p.mask.num_cols, causal, seqlen_q)
+                                 : ColumnBounds{seqlen_q, seqlen_q, 0, 0};
+      reinterpret_cast<VisibleRows*>(sCol)[tid] = visible_rows(b, col, causal, causal_offset, seqlen_k);
+    } else if (two_intervals) {
       const ColumnBounds b = has_columns && col < seqlen_k
                                  ? load_column_bounds(columns + int64_t(col) * p.mask.col_stride,
                                                       p.mask.num_cols, causal, seqlen_q)
@@ -313,7 +325,15 @@ __global__ void __launch_bounds__(Traits::kNThreads)
               const int e = 2 * h + c;
               acc_s[mt][j][e] = exp2f(fmaf(acc_s[mt][j][e], scale_log2, -row_lse));
             }
-          if (kind == TileKind::kPartial) {
+          if (kind == TileKind::kPartial && one_visible) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+              for (int c = 0; c < 2; ++c) {
+                if (row_masked(reinterpret_cast<const VisibleRows*>(sCol)[key_l + j * 8 + c], r0 + row))
+                  acc_s[mt][j][2 * h + c] = 0.f;
+              }
+          } else if (kind == TileKind::kPartial) {
 #pragma unroll
             for (int j = 0; j < 4; ++j)
 #pragma unroll
