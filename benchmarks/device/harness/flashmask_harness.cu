@@ -286,6 +286,14 @@ double unmasked_area(int s, bool causal, int cols, const std::vector<int32_t>& m
   return area;
 }
 
+// Set by --timeline in a FLASHMASK_EXP_TIMELINE build of the op (flashmask_launch.cuh);
+// absent (null address) otherwise.
+namespace flashmask {
+namespace cuda {
+extern unsigned long long* g_exp_timeline __attribute__((weak));
+}  // namespace cuda
+}  // namespace flashmask
+
 // Timing masks at length s (B=1, Hm=1): random documents, sliding window 1024.
 std::vector<int32_t> timing_docs(int s, std::mt19937& rng) {  // causal document, C=1
   std::vector<int32_t> m(s);
@@ -610,6 +618,44 @@ int main(int argc, char** argv) {
   // checked (--check-fa2 does that): causal at 8K and 16K for head dims 64, 96,
   // 128 and 256; causal document, sliding window and short documents at 8K and
   // 32K (D=128; the masks of --time-hd256); deterministic causal 16K.
+  // --timeline: a build with -DFLASHMASK_EXP_TIMELINE (build_variant.sh with
+  // EXTRA_NVCC_FLAGS) records, for each CTA of the FA2-class staged backward,
+  // its SM, globaltimer at entry and clock64 at entry, at its first step, after
+  // its loop and at exit, and its steps: printed as "tl," lines per case (the
+  // last of time_case's runs), for an offline look at where a CTA's time goes.
+  if (mode == "--timeline") {
+    if (&flashmask::cuda::g_exp_timeline == nullptr) {
+      std::printf("--timeline: not a FLASHMASK_EXP_TIMELINE build\n");
+      return 1;
+    }
+    constexpr size_t kRecords = size_t(1) << 20;
+    unsigned long long* records;
+    CHECK(cudaMalloc(&records, kRecords * 8 * sizeof(unsigned long long)));
+    std::vector<unsigned long long> host(kRecords * 8);
+    warm_up_gpu(300.f);
+    print_time_header();
+    auto run = [&](const char* name, int s, const std::vector<int32_t>& mask) {
+      CHECK(cudaMemset(records, 0, kRecords * 8 * sizeof(unsigned long long)));
+      flashmask::cuda::g_exp_timeline = records;
+      time_case(name, s, 32, 8, 128, GpuKernel::kFA2, rng, mask);
+      flashmask::cuda::g_exp_timeline = nullptr;
+      CHECK(cudaMemcpy(host.data(), records, host.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < kRecords; ++i) {
+        const unsigned long long* r = &host[i * 8];
+        if (r[1] == 0) continue;
+        std::printf("tl,%s,%zu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu\n", name, i, r[0], r[1], r[2], r[3], r[4],
+                    r[5], r[6], r[7] >> 32, r[7] & 0xffffffffull);
+      }
+    };
+    std::mt19937 mask_rng(8192);
+    run("window1024", 16384, timing_window(16384, 1024));
+    run("docs512", 16384, fixed_docs(16384, 512));
+    run("causal", 16384, {});
+    run("causal_document", 8192, timing_docs(8192, mask_rng));
+    run("short_documents", 8192, timing_short_docs(8192, mask_rng));
+    CHECK(cudaFree(records));
+    return 0;
+  }
   // --time-list-sweep: what a CTA costs beyond its live steps. Sliding windows
   // and documents of one length (16K, 32:8, D=128), both kernel families: the
   // main kernel's time (bwd minus prep+finish) against the live tiles, fitted

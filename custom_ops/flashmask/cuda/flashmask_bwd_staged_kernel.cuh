@@ -39,6 +39,19 @@
 namespace flashmask {
 namespace cuda {
 
+#ifdef FLASHMASK_EXP_TIMELINE
+__device__ __forceinline__ unsigned long long exp_globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ unsigned exp_smid() {
+  unsigned id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
+#endif
+
 // acc[mt][n8 tile] += A B for the products whose B is a [k][n] tile read
 // with ldmatrix.trans (dV += P^T dO, dK += dS^T Q, dQ = dS K): kKSteps
 // k-steps of 16, kNSteps 16-column steps of B (two n8 tiles each) from
@@ -72,7 +85,18 @@ __device__ __forceinline__ void gemm_b_trans_ahead(float (&acc)[kMTiles][2 * kNS
 
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kNThreads)
-    flashmask_bwd_staged_kernel(const BwdParams p) {
+    flashmask_bwd_staged_kernel(const BwdParams p
+#ifdef FLASHMASK_EXP_TIMELINE
+                                , unsigned long long* timeline
+#endif
+    ) {
+#ifdef FLASHMASK_EXP_TIMELINE
+  // Experiment: per CTA, SM id, globaltimer at entry, clock64 at entry, at the
+  // first step's barrier, after the loop, at exit, and the steps taken.
+  const unsigned long long tl_gt = exp_globaltimer(), tl_c0 = clock64();
+  unsigned long long tl_c1 = 0, tl_c2 = 0;
+  int tl_steps = 0;
+#endif
   using T = typename Traits::Element;
   constexpr int kDim = Traits::kHeadDim;
   constexpr int kBlockM = Traits::kBlockM;  // query rows per step: 64, or 128 at head dim 64
@@ -245,6 +269,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   while (m < q_blocks) {
     cp_async_wait<0>();  // this block's Q, dO, row statistics (and, the first time, K, V)
     __syncthreads();     // (1)
+#ifdef FLASHMASK_EXP_TIMELINE
+    if (tl_steps++ == 0) tl_c1 = clock64();
+#endif
     TileKind kind_next = TileKind::kSkip;
     const int m_next = next_live_block(m + 1, kind_next);
     if constexpr (Traits::kQStages == 2) {
@@ -430,7 +457,19 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     if constexpr (Traits::kQStages == 2) buf ^= 1;
   }
   cp_async_wait<0>();
+#ifdef FLASHMASK_EXP_TIMELINE
+  tl_c2 = clock64();
+  auto tl_record = [&]() {
+    if (threadIdx.x != 0 || timeline == nullptr) return;
+    const unsigned long long cta = (unsigned long long)blockIdx.z * gridDim.x * gridDim.y + blockIdx.y * gridDim.x + blockIdx.x;
+    unsigned long long* r = timeline + cta * 8;
+    r[0] = exp_smid(); r[1] = tl_gt; r[2] = tl_c0; r[3] = tl_c1; r[4] = tl_c2; r[5] = clock64(); r[6] = tl_steps;
+    r[7] = (unsigned long long)head << 32 | (unsigned)n_block;
+  };
+  if (!any_live) { tl_record(); return; }
+#else
   if (!any_live) return;  // nothing added (the accumulators start at zero); uniform over the CTA
+#endif
 
   // dK and dV of the CTA's keys: into the kv head's slot, where the query
   // heads of a GQA group add up, or (deterministic) into this head's own
@@ -465,6 +504,10 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   };
   add_gradient(acc_dk, dk_accum);
   add_gradient(acc_dv, dv_accum);
+#ifdef FLASHMASK_EXP_TIMELINE
+  __syncthreads();
+  tl_record();
+#endif
 }
 
 }  // namespace cuda

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "../flashmask_params.h"
 #include "bwd_grid.h"
@@ -172,13 +173,28 @@ int bwd_light_last(int key_blocks) {
 
 // The main backward: rows of key blocks per head, then one row per deferred
 // key block of one CTA per head (bwd_light_last; bwd_grid.h, as the kernels read it).
+#ifdef FLASHMASK_EXP_TIMELINE
+// Experiment: where the staged backward records its CTAs' timeline (the harness sets it).
+inline unsigned long long* g_exp_timeline = nullptr;
+#endif
+
 template <typename Traits, typename Kernel>
 void launch_bwd_rows(Kernel kernel, const BwdParams& planned, cudaStream_t stream) {
   BwdParams p = planned;
   const int key_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   p.bwd_light_last = bwd_light_last<Traits::kBlockN>(key_blocks);
   const dim3 grid(bwd_grid_x(key_blocks, p.num_heads, p.bwd_light_last), p.num_heads + p.bwd_light_last, p.batch);
+#ifdef FLASHMASK_EXP_TIMELINE
+  if constexpr (std::is_same_v<Kernel, void (*)(BwdParams, unsigned long long*)>) {
+    allow_large_smem(kernel, Traits::kSmemBytes, p.head_dim);
+    kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p, g_exp_timeline);
+    FLASHMASK_CUDA_CHECK(cudaGetLastError());
+  } else {
+    launch_grid<Traits>(kernel, p, grid, stream);
+  }
+#else
   launch_grid<Traits>(kernel, p, grid, stream);
+#endif
 }
 
 template <int kHeadDim, typename T>
