@@ -619,7 +619,8 @@ int main(int argc, char** argv) {
   // 128 and 256; causal document, sliding window and short documents at 8K and
   // 32K (D=128; the masks of --time-hd256); deterministic causal 16K.
   // --timeline: a build with -DFLASHMASK_EXP_TIMELINE (build_variant.sh with
-  // EXTRA_NVCC_FLAGS) records, for each CTA of the FA2-class staged backward,
+  // EXTRA_NVCC_FLAGS and EXTRA_SM90_NVCC_FLAGS) records, for each CTA of the
+  // FA2-class staged backward and of the sm90 backward,
   // its SM, globaltimer at entry and clock64 at entry, at its first step, after
   // its loop and at exit, and its steps: printed as "tl," lines per case (the
   // last of time_case's runs), for an offline look at where a CTA's time goes.
@@ -634,25 +635,29 @@ int main(int argc, char** argv) {
     std::vector<unsigned long long> host(kRecords * 8);
     warm_up_gpu(300.f);
     print_time_header();
-    auto run = [&](const char* name, int s, const std::vector<int32_t>& mask) {
+    auto run = [&](const char* name, int s, const std::vector<int32_t>& mask, GpuKernel kernel) {
       CHECK(cudaMemset(records, 0, kRecords * 8 * sizeof(unsigned long long)));
       flashmask::cuda::g_exp_timeline = records;
-      time_case(name, s, 32, 8, 128, GpuKernel::kFA2, rng, mask);
+      time_case(name, s, 32, 8, 128, kernel, rng, mask);
       flashmask::cuda::g_exp_timeline = nullptr;
       CHECK(cudaMemcpy(host.data(), records, host.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+      const char* family = kernel == GpuKernel::kSm90 ? "sm90" : "fa2";
       for (size_t i = 0; i < kRecords; ++i) {
         const unsigned long long* r = &host[i * 8];
         if (r[1] == 0) continue;
-        std::printf("tl,%s,%zu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu\n", name, i, r[0], r[1], r[2], r[3], r[4],
-                    r[5], r[6], r[7] >> 32, r[7] & 0xffffffffull);
+        std::printf("tl,%s_%s,%zu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu\n", family, name, i, r[0], r[1], r[2],
+                    r[3], r[4], r[5], r[6], r[7] >> 32, r[7] & 0xffffffffull);
       }
     };
-    std::mt19937 mask_rng(8192);
-    run("window1024", 16384, timing_window(16384, 1024));
-    run("docs512", 16384, fixed_docs(16384, 512));
-    run("causal", 16384, {});
-    run("causal_document", 8192, timing_docs(8192, mask_rng));
-    run("short_documents", 8192, timing_short_docs(8192, mask_rng));
+    for (GpuKernel kernel : {GpuKernel::kFA2, GpuKernel::kSm90}) {
+      std::mt19937 mask_rng(8192);
+      run("window128", 16384, timing_window(16384, 128), kernel);
+      run("window1024", 16384, timing_window(16384, 1024), kernel);
+      run("docs512", 16384, fixed_docs(16384, 512), kernel);
+      run("causal", 16384, {}, kernel);
+      run("causal_document", 8192, timing_docs(8192, mask_rng), kernel);
+      run("short_documents", 8192, timing_short_docs(8192, mask_rng), kernel);
+    }
     CHECK(cudaFree(records));
     return 0;
   }

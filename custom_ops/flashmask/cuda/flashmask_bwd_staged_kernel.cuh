@@ -32,6 +32,7 @@
 #include "../flashmask_params.h"
 #include "../mask_bounds.h"
 #include "bwd_grid.h"
+#include "exp_timeline.h"
 #include "kernel_traits.h"
 #include "mma_utils.cuh"
 #include "tile_io.cuh"
@@ -39,18 +40,6 @@
 namespace flashmask {
 namespace cuda {
 
-#ifdef FLASHMASK_EXP_TIMELINE
-__device__ __forceinline__ unsigned long long exp_globaltimer() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-__device__ __forceinline__ unsigned exp_smid() {
-  unsigned id;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
-  return id;
-}
-#endif
 
 // acc[mt][n8 tile] += A B for the products whose B is a [k][n] tile read
 // with ldmatrix.trans (dV += P^T dO, dK += dS^T Q, dQ = dS K): kKSteps
@@ -110,10 +99,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 #endif
     ) {
 #ifdef FLASHMASK_EXP_TIMELINE
-  // Experiment: per CTA, SM id, globaltimer at entry, clock64 at entry, at the
-  // first step's barrier, after the loop, at exit, and the steps taken.
-  const unsigned long long tl_gt = exp_globaltimer(), tl_c0 = clock64();
-  unsigned long long tl_c1 = 0, tl_c2 = 0;
+  ExpTimeline tl;
+  tl.start();
   int tl_steps = 0;
 #endif
   using T = typename Traits::Element;
@@ -289,7 +276,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     cp_async_wait<0>();  // this block's Q, dO, row statistics (and, the first time, K, V)
     __syncthreads();     // (1)
 #ifdef FLASHMASK_EXP_TIMELINE
-    if (tl_steps++ == 0) tl_c1 = clock64();
+    if (tl_steps++ == 0) tl.first_step = clock64();
 #endif
     TileKind kind_next = TileKind::kSkip;
     const int m_next = next_live_block(m + 1, kind_next);
@@ -483,13 +470,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   }
   cp_async_wait<0>();
 #ifdef FLASHMASK_EXP_TIMELINE
-  tl_c2 = clock64();
+  tl.loop_end = clock64();
   auto tl_record = [&]() {
-    if (threadIdx.x != 0 || timeline == nullptr) return;
-    const unsigned long long cta = (unsigned long long)blockIdx.z * gridDim.x * gridDim.y + blockIdx.y * gridDim.x + blockIdx.x;
-    unsigned long long* r = timeline + cta * 8;
-    r[0] = exp_smid(); r[1] = tl_gt; r[2] = tl_c0; r[3] = tl_c1; r[4] = tl_c2; r[5] = clock64(); r[6] = tl_steps;
-    r[7] = (unsigned long long)head << 32 | (unsigned)n_block;
+    if (threadIdx.x == 0) tl.record(timeline, tl_steps, head, n_block);
   };
   if (!any_live) { tl_record(); return; }
 #else

@@ -13,6 +13,7 @@
 #include "../flashmask_params.h"
 #include "bwd_grid.h"
 #include "cuda_check.h"
+#include "exp_timeline.h"
 #include "flashmask_bwd_dq_kernel.cuh"
 #include "flashmask_bwd_kernel.cuh"
 #include "flashmask_bwd_staged_kernel.cuh"
@@ -173,11 +174,6 @@ int bwd_light_last(int key_blocks) {
 
 // The main backward: rows of key blocks per head, then one row per deferred
 // key block of one CTA per head (bwd_light_last; bwd_grid.h, as the kernels read it).
-#ifdef FLASHMASK_EXP_TIMELINE
-// Experiment: where the staged backward records its CTAs' timeline (the harness sets it).
-inline unsigned long long* g_exp_timeline = nullptr;
-#endif
-
 template <typename Traits, typename Kernel>
 void launch_bwd_rows(Kernel kernel, const BwdParams& planned, cudaStream_t stream) {
   BwdParams p = planned;

@@ -44,6 +44,7 @@
 
 #include "../../flashmask_params.h"
 #include "../../mask_bounds.h"
+#include "../exp_timeline.h"
 #include "../workspace.h"
 #include "sm90_block_list.cuh"
 #include "sm90_kernel_traits.h"
@@ -65,6 +66,9 @@ struct BwdKernelParams {
   // cuda::fitted_head_counts(p): under fitted grouping, each key block's
   // heads per CTA, from bwd_fitted_heads_kernel.
   const int32_t* fitted_heads;
+#ifdef FLASHMASK_EXP_TIMELINE
+  unsigned long long* timeline;  // cuda::g_exp_timeline at the launch
+#endif
 };
 
 // Named barriers (id 0 is __syncthreads): the consumers' dS hand-over, and
@@ -262,6 +266,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
                                    gridDim.x + n_block]
              : 0;
   if (fitted && first_head % fitted_heads != 0) return;
+#ifdef FLASHMASK_EXP_TIMELINE
+  cuda::ExpTimeline tl;  // the first consumer thread's view
+  tl.start();
+#endif
   const int warp = cutlass::canonical_warp_idx_sync();
   const int warp_group = cutlass::canonical_warp_group_idx();
   const int lane_predicate = cute::elect_one_sync();
@@ -536,6 +544,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
 
     if (num_live > 0) ss.barrier_kv.wait(0);
+#ifdef FLASHMASK_EXP_TIMELINE
+    tl.first_step = clock64();
+#endif
     PipelineState read;
     int step = 0;
     for (int head = first_head; head < first_head + ss.cta_heads; ++head) {
@@ -609,7 +620,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         ++read;
       }
     }
+#ifdef FLASHMASK_EXP_TIMELINE
+    tl.loop_end = clock64();
+#endif
     write_dkv(tdKrdK, tdVrdV);
+#ifdef FLASHMASK_EXP_TIMELINE
+    if (mma_tid == 0) tl.record(kp.timeline, step, first_head, n_block);
+#endif
   } else {
     Tensor tSrK = thr_sdp.partition_fragment_A(sK);
     Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);    // (MMA, N, K, stage)
@@ -631,6 +648,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
 
     if (num_live > 0) ss.barrier_kv.wait(0);
+#ifdef FLASHMASK_EXP_TIMELINE
+    tl.first_step = clock64();
+#endif
     PipelineState read;
     int step = 0;  // over heads and live blocks: the dS buffer and dQ hand-over
     for (int head = first_head; head < first_head + ss.cta_heads; ++head) {
@@ -717,7 +737,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       }
     }  // heads
 
+#ifdef FLASHMASK_EXP_TIMELINE
+    tl.loop_end = clock64();
+#endif
     write_dkv(tdKrdK, tdVrdV);
+#ifdef FLASHMASK_EXP_TIMELINE
+    if (mma_tid == 0) tl.record(kp.timeline, step, first_head, n_block);
+#endif
   }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }

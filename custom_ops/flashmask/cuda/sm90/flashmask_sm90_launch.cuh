@@ -163,6 +163,9 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
   kp.dkv_written = cuda::dkv_written_flags(p);
   int32_t* const fitted_heads = cuda::fitted_head_counts(p);  // the count pass writes, the kernel reads
   kp.fitted_heads = fitted_heads;
+#ifdef FLASHMASK_EXP_TIMELINE
+  kp.timeline = cuda::g_exp_timeline;
+#endif
   auto mQ = gmem_view<Element>(p.q, p.seqlen_q, p.head_dim, p.num_heads, p.batch, p.q_row_stride,
                                p.q_head_stride, p.q_batch_stride);
   auto mdO = gmem_view<Element>(p.dout, p.seqlen_q, kHeadDimV, p.num_heads, p.batch, p.do_row_stride,
