@@ -40,7 +40,6 @@
 namespace flashmask {
 namespace cuda {
 
-
 // acc[mt][n8 tile] += A B for the products whose B is a [k][n] tile read
 // with ldmatrix.trans (dV += P^T dO, dK += dS^T Q, dQ = dS K): kKSteps
 // k-steps of 16, kNSteps 16-column steps of B (two n8 tiles each) from
