@@ -95,11 +95,12 @@ inline bool use_staged_bwd() {
   return choice == "staged";
 }
 
-// One CTA of Traits::kNThreads per grid cell, with the kernel's shared memory.
-template <typename Traits, typename Kernel, typename Params>
-void launch_grid(Kernel kernel, const Params& p, dim3 grid, cudaStream_t stream) {
+// One CTA of Traits::kNThreads per grid cell, with the kernel's shared memory;
+// `extra` follows the params among the kernel's arguments.
+template <typename Traits, typename Kernel, typename Params, typename... Extra>
+void launch_grid(Kernel kernel, const Params& p, dim3 grid, cudaStream_t stream, Extra... extra) {
   allow_large_smem(kernel, Traits::kSmemBytes, p.head_dim);
-  kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
+  kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p, extra...);
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -181,10 +182,8 @@ void launch_bwd_rows(Kernel kernel, const BwdParams& planned, cudaStream_t strea
   p.bwd_light_last = bwd_light_last<Traits::kBlockN>(key_blocks);
   const dim3 grid(bwd_grid_x(key_blocks, p.num_heads, p.bwd_light_last), p.num_heads + p.bwd_light_last, p.batch);
 #ifdef FLASHMASK_EXP_TIMELINE
-  if constexpr (std::is_same_v<Kernel, void (*)(BwdParams, unsigned long long*)>) {
-    allow_large_smem(kernel, Traits::kSmemBytes, p.head_dim);
-    kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p, g_exp_timeline);
-    FLASHMASK_CUDA_CHECK(cudaGetLastError());
+  if constexpr (std::is_same_v<Kernel, void (*)(BwdParams, unsigned long long*)>) {  // the staged kernel
+    launch_grid<Traits>(kernel, p, grid, stream, g_exp_timeline);
   } else {
     launch_grid<Traits>(kernel, p, grid, stream);
   }
