@@ -8,6 +8,9 @@
 #   OUT=... BASE=hd96b NEW=tmao [PASSES=2] bash benchmarks/device/ab_sm90.sh
 #   OUT=... BASE=hd96b NEW=tmao CHECKS=0 PASSES=0 SANITIZE=1 bash benchmarks/device/ab_sm90.sh
 # (carry [".gpu_variants"]: .gpu_variants/{BASE,NEW}/flashmask_harness, build_variant.sh builds them)
+# NEW may name several variants ("ord cap40"), checked and timed each. As in fa2_steps.sh, a
+# variant directory may hold `binary_of` (the variant whose binary it runs) and `env` (KEY=VALUE
+# lines exported for its runs) instead of its own binary: one build, several settings.
 # A backward change: PART=bwd checks the default case list and --check-hd256/192/96 (the
 # backward's head dims beside 64/128), times --time-bwd-masks (forward and backward columns)
 # and sanitizes the sm90 backward kernels.
@@ -16,39 +19,52 @@ PART=${PART:-fwd}
 BASE=${BASE:?old variant}
 NEW=${NEW:?new variant}
 PASSES=${PASSES:-2}
-H_BASE=.gpu_variants/$BASE/flashmask_harness
-H_NEW=.gpu_variants/$NEW/flashmask_harness
+read -ra NEWS <<< "$NEW"
+harness_of() {  # a variant's binary: its own, or binary_of's
+  local of=$1
+  [ -f ".gpu_variants/$1/binary_of" ] && of=$(tr -d '[:space:]' < ".gpu_variants/$1/binary_of")
+  chmod +x ".gpu_variants/$of/flashmask_harness" 2>/dev/null
+  echo ".gpu_variants/$of/flashmask_harness"
+}
+run_variant() {  # run_variant VARIANT ARGS...: with the variant's env file's settings
+  local v=$1; shift
+  ( if [ -f ".gpu_variants/$v/env" ]; then set -a; source ".gpu_variants/$v/env"; set +a; fi
+    exec timeout -k 10 "${RUN_TIMEOUT_S:-240}" "$(harness_of "$v")" "$@" )
+}
 mkdir -p "$OUT"
-SUMMARY=$OUT/ab_${BASE}_${NEW}.txt
+SUMMARY=$OUT/ab_${BASE}_${NEWS[0]}.txt
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader | tee "$SUMMARY"
 
-check() {  # label, env..., then the harness arguments
-  local label=$1; shift
+check() {  # label, variant, env..., then the harness arguments
+  local label=$1 v=$2; shift 2
   local log=$OUT/check_$label.log
-  env "$@" > "$log" 2>&1
-  echo "check $label: exit $? | $(grep -E '^[0-9]+ failures' "$log" | tail -1)" | tee -a "$SUMMARY"
+  if [ -f ".gpu_variants/$v/env" ]; then set -a; source ".gpu_variants/$v/env"; set +a; fi
+  timeout -k 10 "${RUN_TIMEOUT_S:-240}" env "$@" > "$log" 2>&1
+  echo "check $label ($v): exit $? | $(grep -E '^[0-9]+ failures' "$log" | tail -1)" | tee -a "$SUMMARY"
 }
+H_NEW=$(harness_of "${NEWS[0]}")
 if [ "${CHECKS:-1}" = 1 ] && [ "$PART" = fwd ]; then
-check default "$H_NEW"
-check serial PADDLE_FLASHMASK_SM90_FWD_OVERLAP=0 "$H_NEW"
-check pingpong PADDLE_FLASHMASK_SM90_FWD_PINGPONG=1 "$H_NEW" --check-hd96
-check hd96 "$H_NEW" --check-hd96
+check default "${NEWS[0]}" "$H_NEW"
+check serial "${NEWS[0]}" PADDLE_FLASHMASK_SM90_FWD_OVERLAP=0 "$H_NEW"
+check pingpong "${NEWS[0]}" PADDLE_FLASHMASK_SM90_FWD_PINGPONG=1 "$H_NEW" --check-hd96
+check hd96 "${NEWS[0]}" "$H_NEW" --check-hd96
 elif [ "${CHECKS:-1}" = 1 ]; then
-check default "$H_NEW"
-for d in 256 192 96; do check hd$d "$H_NEW" --check-hd$d; done
+( check default "${NEWS[0]}" "$H_NEW"
+  for d in 256 192 96; do check hd$d "${NEWS[0]}" "$H_NEW" --check-hd$d; done )
 fi
 if [ "$PART" = fwd ]; then TIME_MODE=--time-fwd-masks FIELDS=3-4,6,8-9; KERNELS=flashmask_fwd_sm90
 else TIME_MODE=--time-bwd-masks FIELDS=3-4,6,8-11; KERNELS=flashmask_bwd_sm90; fi
 
 for pass in $(seq "$PASSES"); do  # PASSES=0 with SANITIZE=1: the sanitizer call
-  for v in "$BASE" "$NEW"; do
+  for v in "$BASE" "${NEWS[@]}"; do
     echo "== $v pass $pass" >> "$SUMMARY"
-    .gpu_variants/$v/flashmask_harness $TIME_MODE 2>&1 | grep -E "^\| sm90" | cut -d'|' -f$FIELDS >> "$SUMMARY"
+    run_variant "$v" $TIME_MODE 2>&1 | grep -E "^\| sm90" | cut -d'|' -f$FIELDS >> "$SUMMARY"
   done
 done
 
 if [ "${SANITIZE:-0}" = 1 ]; then  # a call of its own: each tool over the whole case list
   CS=/usr/local/cuda/bin/compute-sanitizer
+  KERNELS=${SANITIZE_KERNELS:-$KERNELS}  # a --kernel-name kns= substring: sm90 for every Hopper kernel
   for tool in memcheck synccheck racecheck; do
     log=$OUT/sanitize_$tool.log
     timeout "${SANITIZE_TIMEOUT_S:-180}" $CS --tool $tool --kernel-name kns=$KERNELS "$H_NEW" ${SANITIZE_ARGS:-} > "$log" 2>&1

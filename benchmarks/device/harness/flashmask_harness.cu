@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "../../../custom_ops/flashmask/flashmask_api.h"
+#include "../../../custom_ops/flashmask/cuda/sm90/flashmask_sm90_api.h"
+#include "../../../custom_ops/flashmask/cuda/workspace.h"
 #include "../../../custom_ops/flashmask/mask_bounds.h"
 
 // The backward's stages around the main kernel (cuda/mask_prep.cu), timed
@@ -337,6 +339,65 @@ int harness_env_int(const char* name, int unset) {
 // --time-fwd: time_case times the forward alone (the backward's columns print 0).
 bool g_forward_only = false;
 
+// The sm90 backward's CTA order (sm90/bwd_cta_order.cuh) as the last
+// backward left it in the workspace, checked on the host: per (batch, GQA
+// group) a permutation of the group's slots, the working ones first by the
+// class of their capped work, heaviest first, ties in the group's grid order (its heads in
+// fitted_head_of's row order, key blocks fastest), then the idle ones.
+// Returns the number of groups that fail (a bad order would leave key blocks
+// out or run them twice; time_case exits on any).
+int check_cta_order(const BwdParams& b) {
+  const int32_t* order_dev = flashmask::cuda::bwd_cta_order(b);
+  if (order_dev == nullptr || !flashmask::sm90::bwd_cta_ordered(b)) return 0;
+  const int hg = b.bwd_head_group, groups = b.num_heads / hg;
+  const int blocks = (b.seqlen_k + flashmask::cuda::dkv_block(b.head_dim) - 1) / flashmask::cuda::dkv_block(b.head_dim);
+  const int64_t slots = int64_t(b.batch) * b.num_heads * blocks, items = int64_t(b.batch) * groups * blocks;
+  std::vector<int32_t> order(slots), counts(items), live(items);
+  CHECK(cudaMemcpy(order.data(), order_dev, slots * 4, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(counts.data(), flashmask::cuda::fitted_head_counts(b), items * 4, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(live.data(), flashmask::cuda::bwd_live_block_counts(b), items * 4, cudaMemcpyDeviceToHost));
+  const int cap = harness_env_int("PADDLE_FLASHMASK_SM90_BWD_ORDER_CAP", b.bwd_group_max_steps);
+  const int classes = harness_env_int("PADDLE_FLASHMASK_SM90_BWD_ORDER_CLASSES", 4);
+  auto head_of_row = [&](int y) {  // fitted_head_of
+    const int g = y % groups, rank = y / groups;
+    int j = rank;
+    if ((hg & (hg - 1)) == 0) {
+      j = 0;
+      for (int bit = 1, r = rank; bit < hg; bit <<= 1, r >>= 1) j = j * 2 + (r & 1);
+    }
+    return g * hg + j;
+  };
+  int failed = 0;
+  for (int batch = 0; batch < b.batch; ++batch) {
+    for (int g = 0; g < groups; ++g) {
+      // The expected order: the group's slots in grid order, stably sorted.
+      std::vector<std::pair<int, int32_t>> expect;  // (bucket: -capped work, idle last; slot)
+      for (int rank = 0; rank < hg; ++rank) {
+        const int head = head_of_row(rank * groups + g);
+        for (int n = 0; n < blocks; ++n) {
+          const int64_t at = (int64_t(batch) * groups + g) * blocks + n;
+          const int heads = counts[at];
+          const bool idle = head % heads != 0;
+          const int64_t steps = std::min(heads * live[at], cap);
+          const int key = idle ? 1 : -int(steps * classes / (cap + 1));
+          expect.push_back({key, int32_t((int64_t(batch) * b.num_heads + head) * blocks + n)});
+        }
+      }
+      std::stable_sort(expect.begin(), expect.end(), [](auto& x, auto& y) { return x.first < y.first; });
+      const int32_t* got = order.data() + (int64_t(batch) * groups + g) * hg * blocks;
+      for (size_t i = 0; i < expect.size(); ++i) {
+        if (got[i] != expect[i].second) {
+          if (failed < 3) std::printf("cta order: batch %d group %d place %zu: slot %d, expected %d\n", batch, g, i,
+                                      got[i], expect[i].second);
+          ++failed;
+          break;
+        }
+      }
+    }
+  }
+  return failed;
+}
+
 // Median of 6 timings (ms) of fwd and bwd, B=1, causal, optional C=1 mask.
 void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, std::mt19937& rng,
                const std::vector<int32_t>& mask = {}, bool deterministic = false, int head_group = 0,
@@ -402,6 +463,10 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
   };
   const float fwd = median_ms([&] { flashmask::run_fwd_cuda(p, nullptr); });
   const float bwd = g_forward_only ? 0.f : median_ms([&] { flashmask::run_bwd_cuda(b, nullptr); });
+  if (!g_forward_only && kernel == GpuKernel::kSm90 && check_cta_order(b) != 0) {
+    std::printf("FAILED: %s %d: the sm90 backward's CTA order\n", name, s);
+    std::exit(3);
+  }
   // Zeroing, delta and the fp32 -> bf16 conversion: the part of bwd outside
   // the main kernel (and the mask summary).
   const float around = g_forward_only ? 0.f

@@ -464,10 +464,23 @@ int32_t* fitted_head_counts(const BwdParams& p) {
   return tile_counters(p) + kTileCounterInts + dkv_flag_elems(p);
 }
 
+int64_t cta_order_elems(const FwdParams& p) { return 2 * fitted_count_elems(p); }
+
+int32_t* bwd_cta_order(const BwdParams& p) {
+  int32_t* const counts = fitted_head_counts(p);
+  return counts == nullptr ? nullptr : counts + fitted_count_elems(p);
+}
+
+int32_t* bwd_live_block_counts(const BwdParams& p) {
+  int32_t* const order = bwd_cta_order(p);
+  return order == nullptr ? nullptr : order + fitted_count_elems(p);
+}
+
 }  // namespace cuda
 
 int64_t block_bounds_elems(const FwdParams& p) {
-  return cuda::summary_elems(p) + cuda::kTileCounterInts + cuda::dkv_flag_elems(p) + cuda::fitted_count_elems(p);
+  return cuda::summary_elems(p) + cuda::kTileCounterInts + cuda::dkv_flag_elems(p) + cuda::fitted_count_elems(p) +
+         cuda::cta_order_elems(p);
 }
 
 void fill_window_indices_cuda(int32_t* dst, int seqlen_q, int seqlen_k, bool causal,

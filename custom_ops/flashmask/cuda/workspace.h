@@ -3,7 +3,7 @@
 // summaries, then the persistent kernels' tile counters, which each launch
 // that uses them zeroes on its stream first, then the sm90 backward's
 // per-key-block dK/dV flags (dkv_written_flags), then its per-key-block head
-// counts (fitted_head_counts). Also the padding of the sm90 backward's row
+// counts (fitted_head_counts), then its CTA order (bwd_cta_order). Also the padding of the sm90 backward's row
 // statistics (BwdParams::row_stats).
 #pragma once
 
@@ -49,6 +49,15 @@ int32_t* dkv_written_flags(const BwdParams& p);
 // Null without that plan.
 int64_t fitted_count_elems(const FwdParams& p);
 int32_t* fitted_head_counts(const BwdParams& p);
+
+// Under fitted head grouping, the order in which the sm90 backward's CTAs
+// take its grid slots (sm90/bwd_cta_order.cuh), fitted_count_elems int32
+// (the grid's slots), then each key block's live query blocks from the count
+// pass, indexed as fitted_head_counts. Both rewritten by each backward. Null
+// without that plan.
+int64_t cta_order_elems(const FwdParams& p);
+int32_t* bwd_cta_order(const BwdParams& p);
+int32_t* bwd_live_block_counts(const BwdParams& p);
 
 // dQ's conversion passes (FA2-class fa2_dq_tiles_to_dq_kernel, sm90
 // dq_tiles_to_dq_kernel) stage a query block's scaled rows in shared memory,

@@ -46,6 +46,7 @@
 #include "../../mask_bounds.h"
 #include "../exp_timeline.h"
 #include "../workspace.h"
+#include "bwd_cta_order.cuh"
 #include "sm90_block_list.cuh"
 #include "sm90_kernel_traits.h"
 #include "sm90_utils.cuh"
@@ -66,6 +67,10 @@ struct BwdKernelParams {
   // cuda::fitted_head_counts(p): under fitted grouping, each key block's
   // heads per CTA, from bwd_fitted_heads_kernel.
   const int32_t* fitted_heads;
+  // cuda::bwd_cta_order(p) as bwd_cta_order_kernel wrote it (heaviest
+  // first): the grid slot a CTA takes, by its linear block index. Null: the
+  // grid's own order.
+  const int32_t* cta_order;
 #ifdef FLASHMASK_EXP_TIMELINE
   unsigned long long* timeline;  // cuda::g_exp_timeline at the launch
 #endif
@@ -190,8 +195,11 @@ __device__ __forceinline__ int fitted_head_count(int head_group, int num_live, i
 // counts[batch][group][key block]. The backward reads it first, so its CTAs
 // that do not lead a sub-group leave at once (v13c: each built the whole
 // list first, 15% of the backward's stall samples on 128-512-token documents).
+// The live query blocks themselves go to `live` (alike indexed) where the
+// CTAs are ordered by their work (bwd_cta_order_kernel); else it is null.
 template <int kBlockM, int kBlockN, int kThreads>
-__global__ void __launch_bounds__(kThreads) bwd_fitted_heads_kernel(BwdParams p, int32_t* counts) {
+__global__ void __launch_bounds__(kThreads)
+    bwd_fitted_heads_kernel(BwdParams p, int32_t* counts, int32_t* live_blocks) {
   const int n_block = blockIdx.x, group = blockIdx.y, batch = blockIdx.z;
   const int head = group * p.bwd_head_group;
   const int2 range = query_block_range<kBlockM, kBlockN>(p, n_block);
@@ -207,24 +215,10 @@ __global__ void __launch_bounds__(kThreads) bwd_fitted_heads_kernel(BwdParams p,
   if (threadIdx.x == 0) {
     int total = 0;
     for (int w = 0; w < kThreads / 32; ++w) total += warp_live[w];
-    counts[(int64_t(batch) * gridDim.y + group) * gridDim.x + n_block] =
-        fitted_head_count(p.bwd_head_group, total, p.bwd_group_max_steps);
+    const int64_t at = (int64_t(batch) * gridDim.y + group) * gridDim.x + n_block;
+    counts[at] = fitted_head_count(p.bwd_head_group, total, p.bwd_group_max_steps);
+    if (live_blocks != nullptr) live_blocks[at] = total;
   }
-}
-
-// Fitted grouping's grid row -> query head. Row y = rank x groups + g is head
-// g x head_group + j(rank), where j runs 0, head_group / 2, ... (ranks
-// bit-reversed for power-of-two groups): the heads that lead the largest
-// sub-groups come first, so the long grouped CTAs start in the first waves and
-// the one-head CTAs of heavy key blocks and the CTAs that leave at once fill
-// in behind them.
-__device__ __forceinline__ int fitted_head_of(int y, int num_heads, int head_group) {
-  const int groups = num_heads / head_group;
-  const int g = y % groups, rank = y / groups;
-  const bool pow2 = (head_group & (head_group - 1)) == 0;
-  const int bits = __ffs(head_group) - 1;  // head_group > 1 here
-  const int j = pow2 ? int(__brev(unsigned(rank)) >> (32 - bits)) : rank;
-  return g * head_group + j;
 }
 
 // kOneVisible: the column mask leaves each key one visible interval of
@@ -252,12 +246,19 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   KeyRows* const key_rows_of = reinterpret_cast<KeyRows*>(ss.key_rows);
 
   const BwdParams& p = kp.p;
-  const int n_block = blockIdx.x;
   const bool fitted = p.fitted_head_groups();
-  // Fitted: this row's head (its sub-group is known once the list is built).
-  const int first_head = fitted ? fitted_head_of(blockIdx.y, p.num_heads, p.bwd_head_group)
-                                : blockIdx.y * p.bwd_head_group;
-  const int batch = blockIdx.z;
+  // The (key block, head, batch) this CTA takes: the order's slot (fitted
+  // grouping, bwd_cta_order.cuh), or its grid row's head (fitted: its
+  // sub-group is known once the list is built).
+  int n_block = blockIdx.x, batch = blockIdx.z, first_head;
+  if (kp.cta_order != nullptr) {
+    const int slot = kp.cta_order[(int64_t(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x];
+    n_block = slot % gridDim.x;
+    first_head = slot / gridDim.x % p.num_heads;
+    batch = slot / gridDim.x / p.num_heads;
+  } else {
+    first_head = fitted ? fitted_head_of(blockIdx.y, p.num_heads, p.bwd_head_group) : blockIdx.y * p.bwd_head_group;
+  }
   const int head_k = first_head / (p.num_heads / p.num_heads_k);
   // Fitted: the key block's heads per CTA, counted ahead; a CTA that does not
   // lead its sub-group leaves before any work (uniform exit).

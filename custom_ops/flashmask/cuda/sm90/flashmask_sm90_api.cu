@@ -5,8 +5,10 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 
 #include "flashmask_sm90_api.h"
 
@@ -58,6 +60,12 @@ constexpr int64_t kMaxTiles = int64_t(1) << 30;
 constexpr int kDefaultBwdHeadGroup = 4;
 constexpr int kDefaultBwdGroupMaxSteps = 80;
 constexpr int kBwdGroupStepsPerRows = 16384;
+// The backward's CTA order (bwd_cta_ordered) by default up to this many keys.
+// H100 harness, two passes (NOTES.md, v17c): at 8K causal +3%, causal
+// document +4%, head dim 64 +3-5%, sliding window and 128-512-token documents
+// -1-1.5%; at 32K nothing to gain (causal, causal document within 0.5%) and
+// 128-512-token documents -3%.
+constexpr int kBwdOrderMaxKeys = 16384;
 
 }  // namespace
 
@@ -90,6 +98,17 @@ int bwd_group_max_steps(const BwdParams& p, int requested) {
   if (p.deterministic || p.bwd_head_group <= 1) return 0;
   if (requested >= 0) return requested;
   return kDefaultBwdGroupMaxSteps * std::max(1, p.seqlen_q / kBwdGroupStepsPerRows);
+}
+
+bool bwd_cta_ordered(const BwdParams& p) {
+  if (!p.fitted_head_groups() || p.deterministic) return false;
+  // int32 slots
+  if (int64_t(p.batch) * p.num_heads * ((p.seqlen_k + 63) / 64) >= (int64_t(1) << 31)) return false;
+  const char* env = std::getenv("PADDLE_FLASHMASK_SM90_BWD_ORDER");
+  if (env == nullptr || *env == '\0') return p.seqlen_k <= kBwdOrderMaxKeys;
+  if (std::string(env) == "0") return false;
+  if (std::string(env) == "1") return true;
+  throw std::invalid_argument(std::string("PADDLE_FLASHMASK_SM90_BWD_ORDER must be 0 or 1, got '") + env + "'");
 }
 
 bool compiled() {

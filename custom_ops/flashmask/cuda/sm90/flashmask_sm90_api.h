@@ -31,6 +31,12 @@ int bwd_head_group(const BwdParams& p, int requested);
 // `requested` < 0 takes the default; always 0 (uniform groups) in
 // deterministic mode or with one head per CTA.
 int bwd_group_max_steps(const BwdParams& p, int requested);
+// Whether the backward of this plan takes its CTAs in the order of
+// bwd_cta_order.cuh (GQA group by group, heaviest first within a group):
+// under fitted grouping up to 16K keys by default, where a wave is a large
+// share of the kernel; PADDLE_FLASHMASK_SM90_BWD_ORDER=1 / 0 forces it on /
+// off (NOTES.md, v17).
+bool bwd_cta_ordered(const BwdParams& p);
 // Both expect the mask block summary (cuda::compute_block_bounds) to be done;
 // the backward also expects cuda::bwd_prepare and leaves cuda::bwd_finish to
 // the caller, like the FA2-class backward, and follows the same deterministic

@@ -18,6 +18,7 @@
 #include "../workspace.h"
 #include "flashmask_bwd_sm90_kernel.cuh"
 #include "flashmask_fwd_sm90_kernel.cuh"
+#include "flashmask_sm90_api.h"
 
 namespace flashmask {
 namespace sm90 {
@@ -69,6 +70,32 @@ inline bool fwd_pingpong() { return env_switch("PADDLE_FLASHMASK_SM90_FWD_PINGPO
 // them from HBM once (PADDLE_FLASHMASK_SM90_FWD_GQA_TILES=0: one head's
 // query blocks side by side, as before).
 inline bool fwd_gqa_tiles() { return env_switch("PADDLE_FLASHMASK_SM90_FWD_GQA_TILES", true); }
+
+// The backward's CTA order (bwd_cta_order.cuh; where: bwd_cta_ordered): the
+// work capped at PADDLE_FLASHMASK_SM90_BWD_ORDER_CAP steps (unset: the fitted
+// groups' bound, bwd_group_max_steps; 0: group by group in the grid's order)
+// and sorted in PADDLE_FLASHMASK_SM90_BWD_ORDER_CLASSES classes (default 4:
+// 2 and 8 measured alike or worse, 256 lost 15% on 128-512-token documents at
+// 32K; NOTES.md, v17).
+// A whole number from the environment in [lo, hi] (unset or empty: `fallback`).
+inline int env_int(const char* name, int fallback, int lo, int hi) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return fallback;
+  char* end = nullptr;
+  const long value = std::strtol(env, &end, 10);
+  if (*end != '\0' || value < lo || value > hi) {
+    throw std::invalid_argument(std::string(name) + " must be a whole number in [" + std::to_string(lo) + ", " +
+                                std::to_string(hi) + "], got '" + env + "'");
+  }
+  return int(value);
+}
+inline int bwd_cta_order_cap(const BwdParams& p) {
+  return env_int("PADDLE_FLASHMASK_SM90_BWD_ORDER_CAP", p.bwd_group_max_steps, 0, 1 << 24);
+}
+// The work classes below the cap (PADDLE_FLASHMASK_SM90_BWD_ORDER_CLASSES).
+inline int bwd_cta_order_classes() {
+  return env_int("PADDLE_FLASHMASK_SM90_BWD_ORDER_CLASSES", 4, 1, kOrderBuckets);
+}
 
 // The kernels' head dims are compile-time: the call's must be the instantiation's.
 template <typename Traits>
@@ -215,11 +242,22 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
     if (fitted_heads == nullptr) {
       throw std::logic_error("flashmask sm90 backward: fitted grouping without its head counts");
     }
+    const bool ordered = bwd_cta_ordered(p);
+    int32_t* const live_blocks = ordered ? cuda::bwd_live_block_counts(p) : nullptr;
     constexpr int kCountThreads = 128;
     bwd_fitted_heads_kernel<Traits::kBlockM, Traits::kBlockN, kCountThreads>
         <<<dim3(grid.x, p.num_heads / p.bwd_head_group, p.batch), kCountThreads, 0, stream>>>(
-            p, fitted_heads);
+            p, fitted_heads, live_blocks);
     FLASHMASK_CUDA_CHECK(cudaGetLastError());
+    if (ordered) {
+      constexpr int kOrderThreads = 256;
+      kp.cta_order = cuda::bwd_cta_order(p);
+      bwd_cta_order_kernel<kOrderThreads>
+          <<<dim3(p.num_heads / p.bwd_head_group, p.batch), kOrderThreads, 0, stream>>>(
+              p, fitted_heads, live_blocks, int(grid.x), bwd_cta_order_cap(p), bwd_cta_order_classes(),
+              cuda::bwd_cta_order(p));
+      FLASHMASK_CUDA_CHECK(cudaGetLastError());
+    }
   }
   kernel<<<grid, Traits::kNThreads, smem, stream>>>(kp);
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
