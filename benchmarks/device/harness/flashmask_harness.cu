@@ -342,15 +342,17 @@ bool g_forward_only = false;
 // The sm90 backward's CTA order (sm90/bwd_cta_order.cuh) as the last
 // backward left it in the workspace, checked on the host: per (batch, GQA
 // group) a permutation of the group's slots, the working ones first by the
-// class of their capped work, heaviest first, ties in the group's grid order (its heads in
-// fitted_head_of's row order, key blocks fastest), then the idle ones.
+// class of their capped work, heaviest first, ties in the group's grid order
+// (its heads in fitted_head_of's row order, key blocks fastest), then the idle
+// ones.
 // Returns the number of groups that fail (a bad order would leave key blocks
 // out or run them twice; time_case exits on any).
 int check_cta_order(const BwdParams& b) {
   const int32_t* order_dev = flashmask::cuda::bwd_cta_order(b);
   if (order_dev == nullptr || !flashmask::sm90::bwd_cta_ordered(b)) return 0;
   const int hg = b.bwd_head_group, groups = b.num_heads / hg;
-  const int blocks = (b.seqlen_k + flashmask::cuda::dkv_block(b.head_dim) - 1) / flashmask::cuda::dkv_block(b.head_dim);
+  const int key_block = flashmask::cuda::dkv_block(b.head_dim);
+  const int blocks = (b.seqlen_k + key_block - 1) / key_block;
   const int64_t slots = int64_t(b.batch) * b.num_heads * blocks, items = int64_t(b.batch) * groups * blocks;
   std::vector<int32_t> order(slots), counts(items), live(items);
   CHECK(cudaMemcpy(order.data(), order_dev, slots * 4, cudaMemcpyDeviceToHost));
