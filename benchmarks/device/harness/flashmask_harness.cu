@@ -358,8 +358,7 @@ int check_cta_order(const BwdParams& b) {
   CHECK(cudaMemcpy(order.data(), order_dev, slots * 4, cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(counts.data(), flashmask::cuda::fitted_head_counts(b), items * 4, cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(live.data(), flashmask::cuda::bwd_live_block_counts(b), items * 4, cudaMemcpyDeviceToHost));
-  const int cap = harness_env_int("PADDLE_FLASHMASK_SM90_BWD_ORDER_CAP", b.bwd_group_max_steps);
-  const int classes = harness_env_int("PADDLE_FLASHMASK_SM90_BWD_ORDER_CLASSES", 4);
+  const int cap = flashmask::sm90::bwd_cta_order_cap(b), classes = flashmask::sm90::bwd_cta_order_classes();
   auto head_of_row = [&](int y) {  // fitted_head_of
     const int g = y % groups, rank = y / groups;
     int j = rank;

@@ -13,6 +13,7 @@
 #include "../flashmask_params.h"
 #include "bwd_grid.h"
 #include "cuda_check.h"
+#include "env_settings.h"
 #include "exp_timeline.h"
 #include "flashmask_bwd_dq_kernel.cuh"
 #include "flashmask_bwd_kernel.cuh"
@@ -158,19 +159,8 @@ void launch_fwd(const FwdParams& p, cudaStream_t stream) {
 template <int kBlockN>
 int bwd_light_last(int key_blocks) {
   constexpr int kDefault = kBlockN >= 128 ? 16 : 0;
-  int value = kDefault;
-  const char* env = std::getenv("PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST");
-  if (env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const long parsed = std::strtol(env, &end, 10);
-    // At most 4096, so that num_heads + k grid rows stay within the grid's y limit (65535).
-    if (*end != '\0' || parsed < 0 || parsed > 4096) {
-      throw std::invalid_argument("PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST must be an integer in [0, 4096], got '" +
-                                  std::string(env) + "'");
-    }
-    value = int(parsed);
-  }
-  return std::min(value, key_blocks);
+  // At most 4096, so that num_heads + k grid rows stay within the grid's y limit (65535).
+  return std::min(env_int("PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST", kDefault, 0, 4096), key_blocks);
 }
 
 // The main backward: rows of key blocks per head, then one row per deferred

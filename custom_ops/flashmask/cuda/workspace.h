@@ -3,8 +3,8 @@
 // summaries, then the persistent kernels' tile counters, which each launch
 // that uses them zeroes on its stream first, then the sm90 backward's
 // per-key-block dK/dV flags (dkv_written_flags), then its per-key-block head
-// counts (fitted_head_counts), then its CTA order (bwd_cta_order). Also the padding of the sm90 backward's row
-// statistics (BwdParams::row_stats).
+// counts (fitted_head_counts), then its CTA order (bwd_cta_order). Also the
+// padding of the sm90 backward's row statistics (BwdParams::row_stats).
 #pragma once
 
 #include <cstdint>

@@ -27,7 +27,8 @@ namespace flashmask {
 namespace sm90 {
 
 // At most 256 work classes (the capped work's share of the cap, in
-// `classes` equal parts), then one bucket for the slots that do no work.
+// `classes` equal parts; bwd_cta_order_classes), then one bucket for the
+// slots that do no work.
 constexpr int kOrderBuckets = 256;
 constexpr int kOrderSlotsIdle = kOrderBuckets;
 

@@ -5,11 +5,10 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <numeric>
 #include <stdexcept>
-#include <string>
 
+#include "../env_settings.h"
 #include "flashmask_sm90_api.h"
 
 namespace flashmask {
@@ -66,6 +65,8 @@ constexpr int kBwdGroupStepsPerRows = 16384;
 // -1-1.5%; at 32K nothing to gain (causal, causal document within 0.5%) and
 // 128-512-token documents -3%.
 constexpr int kBwdOrderMaxKeys = 16384;
+constexpr int kDefaultBwdOrderClasses = 4;
+constexpr int kMaxBwdOrderClasses = 256;  // bwd_cta_order.cuh's kOrderBuckets
 
 }  // namespace
 
@@ -104,11 +105,15 @@ bool bwd_cta_ordered(const BwdParams& p) {
   if (!p.fitted_head_groups() || p.deterministic) return false;
   // int32 slots
   if (int64_t(p.batch) * p.num_heads * ((p.seqlen_k + 63) / 64) >= (int64_t(1) << 31)) return false;
-  const char* env = std::getenv("PADDLE_FLASHMASK_SM90_BWD_ORDER");
-  if (env == nullptr || *env == '\0') return p.seqlen_k <= kBwdOrderMaxKeys;
-  if (std::string(env) == "0") return false;
-  if (std::string(env) == "1") return true;
-  throw std::invalid_argument(std::string("PADDLE_FLASHMASK_SM90_BWD_ORDER must be 0 or 1, got '") + env + "'");
+  return cuda::env_switch("PADDLE_FLASHMASK_SM90_BWD_ORDER", p.seqlen_k <= kBwdOrderMaxKeys);
+}
+
+int bwd_cta_order_cap(const BwdParams& p) {
+  return cuda::env_int("PADDLE_FLASHMASK_SM90_BWD_ORDER_CAP", p.bwd_group_max_steps, 0, 1 << 24);
+}
+
+int bwd_cta_order_classes() {
+  return cuda::env_int("PADDLE_FLASHMASK_SM90_BWD_ORDER_CLASSES", kDefaultBwdOrderClasses, 1, kMaxBwdOrderClasses);
 }
 
 bool compiled() {

@@ -37,6 +37,14 @@ int bwd_group_max_steps(const BwdParams& p, int requested);
 // share of the kernel; PADDLE_FLASHMASK_SM90_BWD_ORDER=1 / 0 forces it on /
 // off (NOTES.md, v17).
 bool bwd_cta_ordered(const BwdParams& p);
+// The order's settings (bwd_cta_order_kernel): the work is capped at
+// PADDLE_FLASHMASK_SM90_BWD_ORDER_CAP steps (unset: the fitted groups' bound,
+// bwd_group_max_steps; 0: group by group in the grid's order) and sorted in
+// PADDLE_FLASHMASK_SM90_BWD_ORDER_CLASSES classes (default 4: 2 and 8
+// measured alike or worse, 256 lost 15% on 128-512-token documents at 32K;
+// NOTES.md, v17).
+int bwd_cta_order_cap(const BwdParams& p);
+int bwd_cta_order_classes();
 // Both expect the mask block summary (cuda::compute_block_bounds) to be done;
 // the backward also expects cuda::bwd_prepare and leaves cuda::bwd_finish to
 // the caller, like the FA2-class backward, and follows the same deterministic

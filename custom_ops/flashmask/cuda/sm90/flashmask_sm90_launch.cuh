@@ -15,6 +15,7 @@
 #include <cutlass/numeric_types.h>
 
 #include "../cuda_check.h"
+#include "../env_settings.h"
 #include "../workspace.h"
 #include "flashmask_bwd_sm90_kernel.cuh"
 #include "flashmask_fwd_sm90_kernel.cuh"
@@ -40,22 +41,13 @@ int smem_bytes(int list_blocks, int num_lists = 1) {
   return int(sizeof(typename Traits::SharedStorage)) + num_lists * live_list_capacity(list_blocks) * 2;
 }
 
-// A 0/1 switch read from the environment (unset or empty: `fallback`).
-inline bool env_switch(const char* name, bool fallback) {
-  const char* env = std::getenv(name);
-  if (env == nullptr || *env == '\0') return fallback;
-  if (std::string(env) == "0") return false;
-  if (std::string(env) == "1") return true;
-  throw std::invalid_argument(std::string(name) + " must be 0 or 1, got '" + env + "'");
-}
-
 // The forward's schedule. Default: the intra-warpgroup overlap (the
 // softmax of block i under the P V GEMM of block i - 1; NOTES.md, v11):
 // +0-5% over the serial loop on causal 8K/32K, causal document 32K and sliding
 // windows (H100 harness, two passes), even at 16K and D = 64 (within 1%),
 // -2-3% on 128-512-token documents at 8K. PADDLE_FLASHMASK_SM90_FWD_OVERLAP=0
 // gives the serial loop.
-inline bool fwd_overlap() { return env_switch("PADDLE_FLASHMASK_SM90_FWD_OVERLAP", true); }
+inline bool fwd_overlap() { return cuda::env_switch("PADDLE_FLASHMASK_SM90_FWD_OVERLAP", true); }
 
 // Pingpong between the consumer warpgroups (scheduler_wait_turn),
 // PADDLE_FLASHMASK_SM90_FWD_PINGPONG=1, runs the serial loop with turns and
@@ -63,39 +55,13 @@ inline bool fwd_overlap() { return env_switch("PADDLE_FLASHMASK_SM90_FWD_OVERLAP
 // H200 (v8a); with the overlap -1-9% on causal (D = 64 16K 425 -> 388), at
 // best +2% elsewhere, and one timing pass of that combination stalled at
 // causal 16K on the H100 (not reproduced), so the combination is not built.
-inline bool fwd_pingpong() { return env_switch("PADDLE_FLASHMASK_SM90_FWD_PINGPONG", false); }
+inline bool fwd_pingpong() { return cuda::env_switch("PADDLE_FLASHMASK_SM90_FWD_PINGPONG", false); }
 
 // The forward's tile order (fwd_tile_of): the query heads of a GQA group side
 // by side, so the CTAs that read the same K/V blocks run at once and fetch
 // them from HBM once (PADDLE_FLASHMASK_SM90_FWD_GQA_TILES=0: one head's
 // query blocks side by side, as before).
-inline bool fwd_gqa_tiles() { return env_switch("PADDLE_FLASHMASK_SM90_FWD_GQA_TILES", true); }
-
-// The backward's CTA order (bwd_cta_order.cuh; where: bwd_cta_ordered): the
-// work capped at PADDLE_FLASHMASK_SM90_BWD_ORDER_CAP steps (unset: the fitted
-// groups' bound, bwd_group_max_steps; 0: group by group in the grid's order)
-// and sorted in PADDLE_FLASHMASK_SM90_BWD_ORDER_CLASSES classes (default 4:
-// 2 and 8 measured alike or worse, 256 lost 15% on 128-512-token documents at
-// 32K; NOTES.md, v17).
-// A whole number from the environment in [lo, hi] (unset or empty: `fallback`).
-inline int env_int(const char* name, int fallback, int lo, int hi) {
-  const char* env = std::getenv(name);
-  if (env == nullptr || *env == '\0') return fallback;
-  char* end = nullptr;
-  const long value = std::strtol(env, &end, 10);
-  if (*end != '\0' || value < lo || value > hi) {
-    throw std::invalid_argument(std::string(name) + " must be a whole number in [" + std::to_string(lo) + ", " +
-                                std::to_string(hi) + "], got '" + env + "'");
-  }
-  return int(value);
-}
-inline int bwd_cta_order_cap(const BwdParams& p) {
-  return env_int("PADDLE_FLASHMASK_SM90_BWD_ORDER_CAP", p.bwd_group_max_steps, 0, 1 << 24);
-}
-// The work classes below the cap (PADDLE_FLASHMASK_SM90_BWD_ORDER_CLASSES).
-inline int bwd_cta_order_classes() {
-  return env_int("PADDLE_FLASHMASK_SM90_BWD_ORDER_CLASSES", 4, 1, kOrderBuckets);
-}
+inline bool fwd_gqa_tiles() { return cuda::env_switch("PADDLE_FLASHMASK_SM90_FWD_GQA_TILES", true); }
 
 // The kernels' head dims are compile-time: the call's must be the instantiation's.
 template <typename Traits>
@@ -251,11 +217,12 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
     FLASHMASK_CUDA_CHECK(cudaGetLastError());
     if (ordered) {
       constexpr int kOrderThreads = 256;
-      kp.cta_order = cuda::bwd_cta_order(p);
+      int32_t* const order = cuda::bwd_cta_order(p);
+      kp.cta_order = order;
       bwd_cta_order_kernel<kOrderThreads>
           <<<dim3(p.num_heads / p.bwd_head_group, p.batch), kOrderThreads, 0, stream>>>(
               p, fitted_heads, live_blocks, int(grid.x), bwd_cta_order_cap(p), bwd_cta_order_classes(),
-              cuda::bwd_cta_order(p));
+              order);
       FLASHMASK_CUDA_CHECK(cudaGetLastError());
     }
   }
