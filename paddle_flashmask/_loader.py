@@ -70,20 +70,21 @@ def _cuda_objects(build_dir):
     # compile them one by one), or taken prebuilt from
     # PADDLE_FLASHMASK_CUDA_OBJECTS when that directory's FINGERPRINT matches
     # these sources and flags (`python setup_ops.py cuda-objects DIR`).
+    # A matching directory may hold only some of the objects (the device's carry limit):
+    # the missing ones are compiled here.
     prebuilt = os.environ.get("PADDLE_FLASHMASK_CUDA_OBJECTS")
-    want = _op_sources.cuda_fingerprint()
-    names = [os.path.basename(s) + ".o" for s in _op_sources.cuda_sources()]
+    out_dir = os.path.join(build_dir, "cuda_objects")
     if prebuilt:
         stamp = os.path.join(prebuilt, "FINGERPRINT")
         have = open(stamp).read().strip() if os.path.exists(stamp) else None
-        if have == want and all(os.path.exists(os.path.join(prebuilt, n)) for n in names):
-            return [os.path.join(prebuilt, n) for n in names]
+        if have == _op_sources.cuda_fingerprint():
+            return _op_sources.compile_cuda_objects(out_dir, reuse_dir=prebuilt)
         warnings.warn(
             f"paddle_flashmask: PADDLE_FLASHMASK_CUDA_OBJECTS={prebuilt} does not match these "
             "sources and flags; compiling the CUDA kernels here",
             stacklevel=2,
         )
-    return _op_sources.compile_cuda_objects(os.path.join(build_dir, "cuda_objects"))
+    return _op_sources.compile_cuda_objects(out_dir)
 
 
 def _jit_build(name):

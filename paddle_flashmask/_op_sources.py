@@ -173,8 +173,10 @@ def cuda_fingerprint():
     return h.hexdigest()[:16]
 
 
-def compile_cuda_objects(out_dir, jobs=None):
+def compile_cuda_objects(out_dir, jobs=None, reuse_dir=None):
     """Compiles every CUDA source to an object in `out_dir`, in parallel; returns the paths.
+    With `reuse_dir` (objects of these very sources and flags: its FINGERPRINT matched),
+    the objects found there are taken as they are and only the others compiled.
 
     The kernels are framework-neutral, so the objects need no Paddle: they can be
     built on any machine with the same nvcc and linked into the op elsewhere
@@ -187,7 +189,10 @@ def compile_cuda_objects(out_dir, jobs=None):
     flags = nvcc_flags() + ["-Xcompiler", "-fPIC"] + [f"-I{d}" for d in cuda_include_dirs()]
 
     def one(src):
-        obj = os.path.join(out_dir, os.path.basename(src) + ".o")
+        name = os.path.basename(src) + ".o"
+        if reuse_dir is not None and os.path.exists(os.path.join(reuse_dir, name)):
+            return os.path.join(reuse_dir, name)
+        obj = os.path.join(out_dir, name)
         res = subprocess.run([nvcc_path(), "-c", src, "-o", obj, *flags], check=False, capture_output=True, text=True)
         if res.returncode != 0:
             raise RuntimeError(f"nvcc failed on {src}:\n{res.stdout}{res.stderr}")

@@ -2,7 +2,9 @@
 # Device call 2 (after `bash .gpu1/device-install.sh` in call 1): installs the Paddle GPU
 # runtime (../shared/tools/paddle-gpu-runtime), builds the op for sm_90a, runs the GPU
 # tests, compute-sanitizer on small cases and our benchmark. Logs and results go to $OUT.
-#   STAGES="harness tests sanitize bench peers"  TEST_SELECT="<pytest -k expression>"  BENCH_BUDGET_S=150
+#   STAGES="harness tests sanitize overhead bench peers"  TEST_SELECT="<pytest -k expression>"  BENCH_BUDGET_S=150
+#   OVERHEAD_LENGTHS="8192" OVERHEAD_MASKS="causal short_documents"  (overhead: benchmarks/op_overhead.py,
+#   per call / back to back / GPU only / host time of the op on those masks)
 #   BENCH_KERNELS="sm90 fa2"  (peers: benchmarks/device/peers.sh in the same call, outside the
 #   Paddle runtime's environment: ours and FlexAttention measured in one call)
 #   BENCH_LENGTHS="8192"  (the sweep's lengths, default 8192 32768; peers.sh takes it too)
@@ -44,6 +46,13 @@ if [[ " $STAGES " == *" sanitize "* ]]; then
     echo "compute-sanitizer $tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
   done
   stamp "sanitizer done"
+fi
+
+if [[ " $STAGES " == *" overhead "* ]]; then
+  timeout "${OVERHEAD_TIMEOUT_S:-200}" python3 benchmarks/op_overhead.py --lengths ${OVERHEAD_LENGTHS:-8192} \
+    --masks ${OVERHEAD_MASKS:-causal causal_document short_documents} 2>&1 | grep -v -E "^W|^I[0-9]" > "$OUT/op_overhead.log"
+  echo "op_overhead exit ${PIPESTATUS[0]}"; grep "^|" "$OUT/op_overhead.log"
+  stamp "overhead done"
 fi
 
 if [[ " $STAGES " == *" bench "* ]]; then

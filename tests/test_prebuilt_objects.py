@@ -1,0 +1,52 @@
+"""Prebuilt CUDA objects (PADDLE_FLASHMASK_CUDA_OBJECTS): a directory whose FINGERPRINT
+matches may hold only some objects; those are linked as they are, the rest compiled."""
+
+import os
+import subprocess
+
+import pytest
+
+from paddle_flashmask import _loader, _op_sources
+
+
+def _fake_nvcc(compiled):
+    def run(cmd, **kwargs):
+        obj = cmd[cmd.index("-o") + 1]
+        compiled.append(os.path.basename(obj))
+        open(obj, "wb").close()
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    return run
+
+
+def test_matching_directory_with_some_objects(tmp_path, monkeypatch):
+    names = [os.path.basename(s) + ".o" for s in _op_sources.cuda_sources()]
+    prebuilt = tmp_path / "prebuilt"
+    prebuilt.mkdir()
+    carried = names[::3]
+    for n in carried:
+        (prebuilt / n).write_bytes(b"")
+    (prebuilt / "FINGERPRINT").write_text(_op_sources.cuda_fingerprint())
+    compiled = []
+    monkeypatch.setattr(subprocess, "run", _fake_nvcc(compiled))
+    monkeypatch.setenv("PADDLE_FLASHMASK_CUDA_OBJECTS", str(prebuilt))
+    objects = _loader._cuda_objects(str(tmp_path / "build"))
+    assert [os.path.basename(o) for o in objects] == names
+    assert sorted(compiled) == sorted(set(names) - set(carried))
+    assert all(os.path.dirname(o) == str(prebuilt) for o in objects if os.path.basename(o) in carried)
+
+
+def test_stale_directory_is_not_used(tmp_path, monkeypatch):
+    names = [os.path.basename(s) + ".o" for s in _op_sources.cuda_sources()]
+    prebuilt = tmp_path / "prebuilt"
+    prebuilt.mkdir()
+    for n in names:
+        (prebuilt / n).write_bytes(b"")
+    (prebuilt / "FINGERPRINT").write_text("0" * 16)
+    compiled = []
+    monkeypatch.setattr(subprocess, "run", _fake_nvcc(compiled))
+    monkeypatch.setenv("PADDLE_FLASHMASK_CUDA_OBJECTS", str(prebuilt))
+    with pytest.warns(UserWarning, match="does not match"):
+        objects = _loader._cuda_objects(str(tmp_path / "build"))
+    assert sorted(compiled) == sorted(names)
+    assert all(os.path.dirname(o) == str(tmp_path / "build" / "cuda_objects") for o in objects)
