@@ -7,6 +7,7 @@ import weakref
 import paddle
 
 from . import long_sequence, validation
+from ._env import getenv
 from ._loader import _not_to_static, load_ops
 
 
@@ -46,7 +47,7 @@ def get_gpu_kernel():
     """The GPU kernel family later calls use: "auto", "fa2" or "sm90" (see set_gpu_kernel)."""
     if _gpu_kernel is not None:
         return _gpu_kernel
-    env = os.environ.get(_GPU_KERNEL_ENV) or "auto"  # unset or empty: the default
+    env = getenv(_GPU_KERNEL_ENV) or "auto"  # unset or empty: the default
     return validation.check_gpu_kernel(_GPU_KERNEL_ENV, env, tuple(GPU_KERNELS))
 
 

@@ -22,13 +22,12 @@ call longer than N tokens, on any device (CPU included, for tests).
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import paddle
 from paddle.autograd import PyLayer
 
 from . import validation
+from ._env import getenv
 
 # The Hopper kernels' longest sequence (flashmask_sm90_api.cu, kMaxSeqlen) at head dims 64
 # and 128; head dims above 128 (192 and 256) take half (their larger tiles leave less shared
@@ -61,7 +60,7 @@ def sm90_max_seqlen(head_dim):
 def split_seqlen(head_dim):
     """(longest piece, forced): from PADDLE_FLASHMASK_SPLIT_SEQLEN if set (pieces are whole
     128-row tiles, so at least 128 tokens), else the Hopper limit at ``head_dim``."""
-    env = os.environ.get(_ENV, "")
+    env = getenv(_ENV, "")
     if not env:
         return sm90_max_seqlen(head_dim), False
     try:

@@ -6,12 +6,12 @@ and what was expected, before any kernel runs.
 
 import functools
 import numbers
-import os
 
 import numpy as np
 import paddle
 
 from . import _op_sources
+from ._env import getenv
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -46,22 +46,26 @@ def _shape_str(t):
 def check_qkv(query, key, value):
     """Returns (batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim); value may have its
     own head dim (MLA-style: q/k 192, v 128), which the output then has."""
+    # Each tensor's shape and dtype read once: every read builds a new object (0.3-0.4 us).
+    shapes, dtypes = [], []
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not _is_tensor(t):
             raise TypeError(f"{name} must be a paddle.Tensor, got {type(t).__name__}")
-        if t.dtype not in _FLOAT_DTYPE_SET and t.dtype not in FLOAT_DTYPES:
-            raise TypeError(f"{name} must be {_DTYPE_NAMES}, got {t.dtype}")
-        if len(t.shape) != 4:
+        dtype, shape = t.dtype, t.shape
+        if dtype not in _FLOAT_DTYPE_SET and dtype not in FLOAT_DTYPES:
+            raise TypeError(f"{name} must be {_DTYPE_NAMES}, got {dtype}")
+        if len(shape) != 4:
             raise ValueError(
                 f"{name} must be 4-D [batch, seqlen, num_heads, head_dim], got shape {_shape_str(t)}"
             )
-    if key.dtype != query.dtype or value.dtype != query.dtype:
+        shapes.append(shape)
+        dtypes.append(dtype)
+    if dtypes[1] != dtypes[0] or dtypes[2] != dtypes[0]:
         raise TypeError(
-            f"query, key and value must share one dtype, got {query.dtype}, {key.dtype}, {value.dtype}"
+            f"query, key and value must share one dtype, got {dtypes[0]}, {dtypes[1]}, {dtypes[2]}"
         )
-    b, sq, h, d = query.shape
-    bk, sk, hk, dk = key.shape
-    if list(value.shape[:3]) != list(key.shape[:3]) or value.shape[3] == 0:
+    (b, sq, h, d), (bk, sk, hk, dk), value_shape = shapes
+    if list(value_shape[:3]) != [bk, sk, hk] or value_shape[3] == 0:
         raise ValueError(f"value must be [batch, seqlen_k, num_heads_k] of key {_shape_str(key)} with a head_dim "
                          f"> 0 of its own, got {_shape_str(value)}")
     if bk != b:
@@ -77,9 +81,11 @@ def check_qkv(query, key, value):
             f"query and key must be non-empty, got query {_shape_str(query)}, key {_shape_str(key)}"
         )
     # Static-graph variables carry no place: the program's device decides.
-    if paddle.in_dynamic_mode() and not (same_place(key.place, query.place) and same_place(value.place, query.place)):
-        places = sorted({str(t.place) for t in (query, key, value)})
-        raise ValueError(f"query, key and value must be on one device, got {places}")
+    if paddle.in_dynamic_mode():
+        place = query.place
+        if not (same_place(key.place, place) and same_place(value.place, place)):
+            places = sorted({str(t.place) for t in (query, key, value)})
+            raise ValueError(f"query, key and value must be on one device, got {places}")
     return b, sq, sk, h, hk, d
 
 
@@ -443,13 +449,13 @@ def check_env_switches():
     one of their values (whatever the place: a wrong value is wrong everywhere, and static graphs
     have no place yet)."""
     for name, (lo, hi) in INTEGER_ENV_SWITCHES.items():
-        value = os.environ.get(name, "")
+        value = getenv(name, "")
         if value == "":
             continue
         if not (value.isdigit() and lo <= int(value) <= hi):
             raise ValueError(f"environment variable {name} must be an integer in [{lo}, {hi}], got {value!r}")
     for name, choices in FA2_ENV_CHOICES.items():
-        value = os.environ.get(name, "")
+        value = getenv(name, "")
         if value and value not in choices:
             raise ValueError(f"environment variable {name} must be one of {choices}, got {value!r}")
 
