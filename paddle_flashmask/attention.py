@@ -232,13 +232,15 @@ def flashmask_attention(
     """
     batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim = validation.check_qkv(query, key, value)
     gpu_kernel_name = get_gpu_kernel()
-    validation.check_device_support(query, head_dim, int(value.shape[3]), gpu_kernel_name)
+    query_place = query.place if paddle.in_dynamic_mode() else None  # read once: see validation.on_gpu
+    gpu = query_place is not None and query_place.is_gpu_place()
+    validation.check_device_support(query, head_dim, int(value.shape[3]), gpu_kernel_name, gpu=gpu)
     validation.check_scalar_args(dropout, softmax_scale, training)
     causal = validation.check_flag("causal", causal)
     return_softmax_lse = validation.check_flag("return_softmax_lse", return_softmax_lse)
     deterministic = _resolve_deterministic(deterministic)
     validation.check_deterministic_support(query, head_dim, deterministic)
-    validation.check_shared_memory(query, head_dim, backward=not all(t.stop_gradient for t in (query, key, value)))
+    validation.check_shared_memory(query, head_dim, not all(t.stop_gradient for t in (query, key, value)), gpu=gpu)
     validation.check_sm90_forced(query, head_dim, gpu_kernel_name)
     validation.check_env_switches()
     gpu_kernel = GPU_KERNELS[gpu_kernel_name]
@@ -260,7 +262,7 @@ def flashmask_attention(
         raise ValueError("window_size cannot be combined with startend_row_indices; pass only one")
     if startend_row_indices is not None:
         validation.check_indices_shape(startend_row_indices, causal, batch, seqlen_k, num_heads_k, num_heads)
-        validation.check_on_query_device("startend_row_indices", startend_row_indices, query)
+        validation.check_on_query_device("startend_row_indices", startend_row_indices, query, query_place)
 
     ops = load_ops()
     if startend_row_indices is not None and _validate_indices and paddle.in_dynamic_mode():

@@ -102,10 +102,24 @@ def same_place(a, b):
     return equals(b) if equals is not None else str(a) == str(b)
 
 
-def check_on_query_device(name, tensor, query):
-    """``tensor`` (indices, block mask) on ``query``'s device; static graphs have no place yet."""
-    if paddle.in_dynamic_mode() and not same_place(tensor.place, query.place):
-        raise ValueError(f"{name} must be on the device of query ({query.place}), got {tensor.place}")
+def on_gpu(query):
+    """Whether a dygraph call runs on a GPU (static graphs have no place yet: False). The op's
+    wrapper asks once and hands the answer to the checks below (``gpu=``): a Place costs a few
+    microseconds a read on the GPU runtime, and each check would read its own."""
+    return paddle.in_dynamic_mode() and query.place.is_gpu_place()
+
+
+def _gpu(query, gpu):
+    return on_gpu(query) if gpu is None else gpu
+
+
+def check_on_query_device(name, tensor, query, query_place=None):
+    """``tensor`` (indices, block mask) on ``query``'s device (``query_place``: query.place, when
+    the caller has it); static graphs have no place yet."""
+    if paddle.in_dynamic_mode():
+        place = query.place if query_place is None else query_place
+        if not same_place(tensor.place, place):
+            raise ValueError(f"{name} must be on the device of query ({place}), got {tensor.place}")
 
 
 def normalize_window(window_size, seqlen_q, seqlen_k):
@@ -288,12 +302,13 @@ FA2_FORWARD_BEYOND_99K = ()
 FA2_BACKWARD_BEYOND_99K = (256,)
 
 
-def check_shared_memory(query, head_dim, backward):
+def check_shared_memory(query, head_dim, backward, gpu=None):
     """A call whose FA2-class kernel needs more shared memory a block than the GPU allows (compute
     capability 8.6/8.9: 99 KB; the Hopper and A100-class GPUs take every kernel): a ValueError here
     rather than the launch's C++ error, which Paddle 2.6 cannot carry back. ``backward``: the call's
-    gradient will be asked for (any of query/key/value has stop_gradient=False)."""
-    if not paddle.in_dynamic_mode() or not query.place.is_gpu_place():
+    gradient will be asked for (any of query/key/value has stop_gradient=False); ``gpu``: on_gpu(query)
+    where the caller has it."""
+    if not _gpu(query, gpu):
         return
     if head_dim not in FA2_FORWARD_BEYOND_99K and not (backward and head_dim in FA2_BACKWARD_BEYOND_99K):
         return  # cheapest first: most calls stop here without asking the device
@@ -322,13 +337,14 @@ def check_gpu_value_head_dim(head_dim, value_head_dim):
             f"{_gpu_value_head_dim_rule()}; the CPU kernel takes any")
 
 
-def check_device_support(query, head_dim, value_head_dim=None, gpu_kernel_name="auto"):
+def check_device_support(query, head_dim, value_head_dim=None, gpu_kernel_name="auto", gpu=None):
     """The CUDA kernels take fp16/bf16 with head_dim 32, 64, 96, 128, 256 or (on the Hopper kernels
     only) 192, value's head dim that of GPU_VALUE_HEAD_DIMS (None: value's equals
     head_dim); the CPU kernel takes any. ``gpu_kernel_name`` is the call's kernel family
     (attention.get_gpu_kernel()). The other device checks (deterministic, sm90 forced, length)
-    take the head dim alone: a head dim that passed here has its one value head dim."""
-    if not paddle.in_dynamic_mode() or not query.place.is_gpu_place():
+    take the head dim alone: a head dim that passed here has its one value head dim. ``gpu``:
+    on_gpu(query) where the caller has it."""
+    if not _gpu(query, gpu):
         return  # static graphs are checked by the op when they run
     if query.dtype not in (paddle.float16, paddle.bfloat16):
         raise TypeError(f"query/key/value on GPU must be float16 or bfloat16, got {query.dtype}")

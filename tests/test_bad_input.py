@@ -1012,7 +1012,7 @@ def test_attention_passes_kernel_family_and_deterministic_to_the_device_checks(d
     seen = {}
     real_device, real_det = validation.check_device_support, validation.check_deterministic_support
     monkeypatch.setattr(validation, "check_device_support",
-                        lambda *a: (seen.__setitem__("device", a), real_device(*a))[1])
+                        lambda *a, **kw: (seen.__setitem__("device", (a, kw)), real_device(*a, **kw))[1])
     monkeypatch.setattr(validation, "check_deterministic_support",
                         lambda *a: (seen.__setitem__("deterministic", a), real_det(*a))[1])
     monkeypatch.setattr(attention_mod, "_has_deterministic_flag", True)
@@ -1020,7 +1020,8 @@ def test_attention_passes_kernel_family_and_deterministic_to_the_device_checks(d
     pfm.set_gpu_kernel("fa2")
     q, k, _ = qkv(d=dim)
     F(q, k, rand(B, S, HK, dim_v, seed=3), causal=True)  # deterministic=None: follows the (patched) flag
-    assert seen["device"][1:] == (dim, dim_v, "fa2")
+    args, kw = seen["device"]
+    assert args[1:] == (dim, dim_v, "fa2") and kw == {"gpu": False}  # the wrapper's one place read: CPU
     assert seen["deterministic"][1:] == (dim, True)
 
 
@@ -1033,7 +1034,7 @@ def test_context_parallel_passes_kernel_family_and_deterministic_to_the_device_c
     seen = []
     real_device, real_det = validation.check_device_support, validation.check_deterministic_support
     monkeypatch.setattr(validation, "check_device_support",
-                        lambda *a: (seen.append(("device",) + a[1:]), real_device(*a))[1])
+                        lambda *a, **kw: (seen.append(("device",) + a[1:]), real_device(*a, **kw))[1])
     monkeypatch.setattr(validation, "check_deterministic_support",
                         lambda *a: (seen.append(("deterministic",) + a[1:]), real_det(*a))[1])
     pfm.set_gpu_kernel("fa2")
