@@ -148,14 +148,15 @@ def normalize_window(window_size, seqlen_q, seqlen_k):
 def check_indices_shape(indices, causal, batch, seqlen_k, num_heads_k, num_heads):
     if not _is_tensor(indices):
         raise TypeError(f"startend_row_indices must be a paddle.Tensor, got {type(indices).__name__}")
-    if indices.dtype != paddle.int32:
-        raise TypeError(f"startend_row_indices must be int32, got {indices.dtype}")
-    if len(indices.shape) != 4:
+    dtype, shape = indices.dtype, indices.shape  # each read builds a new object
+    if dtype != paddle.int32:
+        raise TypeError(f"startend_row_indices must be int32, got {dtype}")
+    if len(shape) != 4:
         raise ValueError(
             "startend_row_indices must be 4-D [batch, mask_heads, seqlen_k, C], "
             f"got shape {_shape_str(indices)}"
         )
-    bm, hm, skm, c = indices.shape
+    bm, hm, skm, c = shape
     if bm != batch:
         raise ValueError(f"startend_row_indices batch size {bm} does not match query batch size {batch}")
     if hm not in (1, num_heads_k, num_heads):
