@@ -19,6 +19,11 @@ def _fake_nvcc(compiled):
     return run
 
 
+# Listing the sources says so where the CUTLASS headers are missing (the Paddle 2.6 environment).
+_NO_SM90_NOTE = "ignore:paddle_flashmask. building without the sm90"
+
+
+@pytest.mark.filterwarnings(_NO_SM90_NOTE)
 def test_matching_directory_with_some_objects(tmp_path, monkeypatch):
     names = [os.path.basename(s) + ".o" for s in _op_sources.cuda_sources()]
     prebuilt = tmp_path / "prebuilt"
@@ -36,6 +41,7 @@ def test_matching_directory_with_some_objects(tmp_path, monkeypatch):
     assert all(os.path.dirname(o) == str(prebuilt) for o in objects if os.path.basename(o) in carried)
 
 
+@pytest.mark.filterwarnings(_NO_SM90_NOTE)
 def test_stale_directory_is_not_used(tmp_path, monkeypatch):
     names = [os.path.basename(s) + ".o" for s in _op_sources.cuda_sources()]
     prebuilt = tmp_path / "prebuilt"
