@@ -10,11 +10,11 @@
 // Kept to the custom-op API shared by Paddle 2.6 and 3.x. 2.6's dispatch
 // macros lack bfloat16, so dtypes are switched by hand.
 #include <algorithm>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "../flashmask/cuda/env_settings.h"
 #include "../flashmask/flashmask_api.h"
 #include "../flashmask/mask_bounds.h"
 #include "op_glue.h"
@@ -165,26 +165,15 @@ void check_cuda_config(const flashmask::FwdParams& p) {
            "kernels only; the CPU kernel takes any value head_dim)");
 }
 
-// An integer in [lo, hi] from the environment variable `name`; `unset` when
-// it is unset or empty.
-int env_int(const char* name, int unset, int lo, int hi) {
-  const char* env = std::getenv(name);
-  if (env == nullptr || *env == '\0') return unset;
-  char* end = nullptr;
-  const long value = std::strtol(env, &end, 10);
-  PD_CHECK(*end == '\0' && value >= lo && value <= hi, name, " must be an integer in [", lo, ", ", hi,
-           "], got '", env, "'");
-  return int(value);
-}
-
 // The sm90 backward's head grouping (flashmask::plan_bwd_cuda; NOTES.md says
 // when it pays): PADDLE_FLASHMASK_SM90_BWD_HEAD_GROUP query heads per CTA at
 // most (unset or 0: the default), and PADDLE_FLASHMASK_SM90_BWD_GROUP_MAX_STEPS
 // the most steps of 64 query rows a grouped CTA may take (0: every key block
-// grouped alike; unset: the default).
-int requested_bwd_head_group() { return env_int("PADDLE_FLASHMASK_SM90_BWD_HEAD_GROUP", 0, 0, 1024); }
+// grouped alike; unset: the default). cuda::env_int throws a std::exception,
+// which the caller's rethrow_as_paddle_error turns into a Paddle error.
+int requested_bwd_head_group() { return flashmask::cuda::env_int("PADDLE_FLASHMASK_SM90_BWD_HEAD_GROUP", 0, 0, 1024); }
 int requested_bwd_group_max_steps() {
-  return env_int("PADDLE_FLASHMASK_SM90_BWD_GROUP_MAX_STEPS", -1, 0, 1 << 20);
+  return flashmask::cuda::env_int("PADDLE_FLASHMASK_SM90_BWD_GROUP_MAX_STEPS", -1, 0, 1 << 20);
 }
 
 paddle::Tensor gpu_workspace(int64_t elems, paddle::DataType dtype, const paddle::Tensor& like) {

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "../env_settings.h"
+#include "bwd_cta_order.cuh"
 #include "flashmask_sm90_api.h"
 
 namespace flashmask {
@@ -66,7 +67,6 @@ constexpr int kBwdGroupStepsPerRows = 16384;
 // 128-512-token documents -3%.
 constexpr int kBwdOrderMaxKeys = 16384;
 constexpr int kDefaultBwdOrderClasses = 4;
-constexpr int kMaxBwdOrderClasses = 256;  // bwd_cta_order.cuh's kOrderBuckets
 
 }  // namespace
 
@@ -113,7 +113,7 @@ int bwd_cta_order_cap(const BwdParams& p) {
 }
 
 int bwd_cta_order_classes() {
-  return cuda::env_int("PADDLE_FLASHMASK_SM90_BWD_ORDER_CLASSES", kDefaultBwdOrderClasses, 1, kMaxBwdOrderClasses);
+  return cuda::env_int("PADDLE_FLASHMASK_SM90_BWD_ORDER_CLASSES", kDefaultBwdOrderClasses, 1, kOrderBuckets);
 }
 
 bool compiled() {
