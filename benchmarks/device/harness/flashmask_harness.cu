@@ -402,9 +402,9 @@ int check_cta_order(const BwdParams& b) {
 // Median of 6 timings (ms) of fwd and bwd, B=1, causal, optional C=1 mask.
 void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, std::mt19937& rng,
                const std::vector<int32_t>& mask = {}, bool deterministic = false, int head_group = 0,
-               int max_steps = -1) {
+               int max_steps = -1, bool causal = true) {
   const int dv = paired_value_dim(d);
-  Case c{name, 1, s, s, h, hk, d, true, 0, nullptr, dv};
+  Case c{name, 1, s, s, h, hk, d, causal, 0, nullptr, dv};
   const size_t nq = size_t(s) * h * d, nk = size_t(s) * hk * d, nv = size_t(s) * hk * dv, no = size_t(s) * h * dv;
   Buffers q = device_random_buffer(nq, rng), k = device_random_buffer(nk, rng), v = device_random_buffer(nv, rng),
           dout = device_random_buffer(no, rng);
@@ -474,7 +474,7 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
                                       : median_ms([&] { flashmask::cuda::bwd_prepare(b, nullptr); }) +
                                             median_ms([&] { flashmask::cuda::bwd_finish(b, nullptr); });
   // QK^T and PV: 2 x area x H x (D + Dv) (4 x area x H x D when Dv = D).
-  const double flops = 2.0 * unmasked_area(s, true, mask.empty() ? 0 : 1, mask) * h * (d + dv);
+  const double flops = 2.0 * unmasked_area(s, causal, mask.empty() ? 0 : 1, mask) * h * (d + dv);
   std::printf("| %s%s | %s | %d | %d:%d | %d/%d | %d/%d | %.3f | %.1f | %.3f | %.1f | %.1f | %.3f |\n",
               kernel == GpuKernel::kSm90 ? "sm90" : "fa2", deterministic ? " det" : "", name, s, h, hk, d, dv,
               b.bwd_head_group, b.bwd_group_max_steps,
@@ -770,7 +770,8 @@ int main(int argc, char** argv) {
   if (mode == "--time-fwd-masks" || mode == "--time-bwd-masks") {
     // For A/B calls that run several variants' binaries back to back, the sm90
     // kernels (defaults, bf16, 32:8): D=128 causal at 8K/16K/32K and the masks
-    // with short live lists at 8K and 32K. --time-fwd-masks times the forward
+    // with short live lists at 8K and 32K, and full (no mask, not causal: the
+    // issue's 650 target) at each length. --time-fwd-masks times the forward
     // alone; --time-bwd-masks (a backward change) both passes, then causal,
     // causal document and sliding window at 8K for head dims 64 and 256.
     const bool backward = mode == "--time-bwd-masks";
@@ -781,6 +782,7 @@ int main(int argc, char** argv) {
       const std::vector<int32_t> docs = timing_docs(s, mask_rng), short_docs = timing_short_docs(s, mask_rng),
                                  window = timing_window(s);
       time_case("causal", s, 32, 8, 128, GpuKernel::kSm90, rng);
+      time_case("full", s, 32, 8, 128, GpuKernel::kSm90, rng, {}, false, 0, -1, /*causal=*/false);
       if (s == 16384) continue;
       time_case("causal_document", s, 32, 8, 128, GpuKernel::kSm90, rng, docs);
       time_case("short_documents", s, 32, 8, 128, GpuKernel::kSm90, rng, short_docs);
