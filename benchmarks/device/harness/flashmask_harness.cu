@@ -307,6 +307,23 @@ std::vector<int32_t> timing_docs(int s, std::mt19937& rng) {  // causal document
   }
   return m;
 }
+// Prefix-LM documents (not causal, C = 2: LTS = the document's end, UTE = its start for
+// prefix columns and j after them): timing_docs's lengths, each with a prefix of a random
+// share of it, as the benchmark's prefix_lm_document.
+std::vector<int32_t> timing_prefix_lm_docs(int s, std::mt19937& rng) {
+  std::vector<int32_t> m(size_t(s) * 2);
+  std::uniform_int_distribution<int> len(256, std::max(257, s / 3));
+  for (int start = 0; start < s;) {
+    const int end = std::min(s, start + len(rng));
+    const int prefix_end = start + std::uniform_int_distribution<int>(0, end - start)(rng);
+    for (int j = start; j < end; ++j) {
+      m[size_t(j) * 2] = end;
+      m[size_t(j) * 2 + 1] = j < prefix_end ? start : j;
+    }
+    start = end;
+  }
+  return m;
+}
 std::vector<int32_t> timing_short_docs(int s, std::mt19937& rng) {  // documents of 128-512 tokens
   std::vector<int32_t> m(s);
   std::uniform_int_distribution<int> len(128, 512);
@@ -402,7 +419,7 @@ int check_cta_order(const BwdParams& b) {
 // Median of 6 timings (ms) of fwd and bwd, B=1, causal, optional C=1 mask.
 void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, std::mt19937& rng,
                const std::vector<int32_t>& mask = {}, bool deterministic = false, int head_group = 0,
-               int max_steps = -1, bool causal = true) {
+               int max_steps = -1, bool causal = true, int cols = 1) {
   const int dv = paired_value_dim(d);
   Case c{name, 1, s, s, h, hk, d, causal, 0, nullptr, dv};
   const size_t nq = size_t(s) * h * d, nk = size_t(s) * hk * d, nv = size_t(s) * hk * dv, no = size_t(s) * h * dv;
@@ -417,8 +434,8 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
     CHECK(cudaMalloc(&dmask, mask.size() * 4));
     CHECK(cudaMemcpy(dmask, mask.data(), mask.size() * 4, cudaMemcpyHostToDevice));
     p.mask.startend_row_indices = dmask;
-    p.mask.num_cols = 1, p.mask.num_heads = 1, p.mask.col_stride = 1;
-    p.mask.head_stride = p.mask.batch_stride = s;
+    p.mask.num_cols = cols, p.mask.num_heads = 1, p.mask.col_stride = cols;
+    p.mask.head_stride = p.mask.batch_stride = int64_t(s) * cols;
   }
   CHECK(cudaMalloc(&bounds, flashmask::block_bounds_elems(p) * 4));
   p.block_bounds = bounds;
@@ -474,7 +491,7 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
                                       : median_ms([&] { flashmask::cuda::bwd_prepare(b, nullptr); }) +
                                             median_ms([&] { flashmask::cuda::bwd_finish(b, nullptr); });
   // QK^T and PV: 2 x area x H x (D + Dv) (4 x area x H x D when Dv = D).
-  const double flops = 2.0 * unmasked_area(s, causal, mask.empty() ? 0 : 1, mask) * h * (d + dv);
+  const double flops = 2.0 * unmasked_area(s, causal, mask.empty() ? 0 : cols, mask) * h * (d + dv);
   std::printf("| %s%s | %s | %d | %d:%d | %d/%d | %d/%d | %.3f | %.1f | %.3f | %.1f | %.1f | %.3f |\n",
               kernel == GpuKernel::kSm90 ? "sm90" : "fa2", deterministic ? " det" : "", name, s, h, hk, d, dv,
               b.bwd_head_group, b.bwd_group_max_steps,
@@ -771,7 +788,8 @@ int main(int argc, char** argv) {
     // For A/B calls that run several variants' binaries back to back, the sm90
     // kernels (defaults, bf16, 32:8): D=128 causal at 8K/16K/32K and the masks
     // with short live lists at 8K and 32K, and full (no mask, not causal: the
-    // issue's 650 target) at each length. --time-fwd-masks times the forward
+    // issue's 650 target) at each length; prefix-LM documents (not causal, C = 2)
+    // at 8K and 32K. --time-fwd-masks times the forward
     // alone; --time-bwd-masks (a backward change) both passes, then causal,
     // causal document and sliding window at 8K for head dims 64 and 256.
     const bool backward = mode == "--time-bwd-masks";
@@ -787,6 +805,16 @@ int main(int argc, char** argv) {
       time_case("causal_document", s, 32, 8, 128, GpuKernel::kSm90, rng, docs);
       time_case("short_documents", s, 32, 8, 128, GpuKernel::kSm90, rng, short_docs);
       time_case("sliding_window", s, 32, 8, 128, GpuKernel::kSm90, rng, window);
+      // Prefix-LM documents, then the same documents causal two ways: causal with C = 1,
+      // and not causal with C = 2 (UTE = j: the same mask through the non-causal path).
+      const std::vector<int32_t> prefix_lm = timing_prefix_lm_docs(s, mask_rng);
+      std::vector<int32_t> same_docs(s), same_docs_noncausal(prefix_lm);
+      for (int j = 0; j < s; ++j) same_docs[j] = prefix_lm[size_t(j) * 2], same_docs_noncausal[size_t(j) * 2 + 1] = j;
+      time_case("prefix_lm_document", s, 32, 8, 128, GpuKernel::kSm90, rng, prefix_lm, false, 0, -1,
+                /*causal=*/false, /*cols=*/2);
+      time_case("its_docs_causal", s, 32, 8, 128, GpuKernel::kSm90, rng, same_docs);
+      time_case("its_docs_noncausal", s, 32, 8, 128, GpuKernel::kSm90, rng, same_docs_noncausal, false, 0, -1,
+                /*causal=*/false, /*cols=*/2);
     }
     if (backward) {
       std::mt19937 mask_rng(8192);
@@ -797,6 +825,29 @@ int main(int argc, char** argv) {
         time_case("sliding_window", 8192, 32, 8, d, GpuKernel::kSm90, rng, window);
       }
     }
+    return 0;
+  }
+  if (mode == "--time-mask-file") {
+    // One mask of the Paddle benchmark, as it builds it (benchmarks/mask_area.py's
+    // bench_mask, saved as raw int32 [S, C] by benchmarks/device/dump_bench_masks.py):
+    //   --time-mask-file FILE S C CAUSAL(0/1) NAME
+    // timed like --time-bwd-masks' rows (sm90, bf16, 32:8, D=128), so a figure of the op's
+    // benchmark can be set beside the bare kernel's on the very same mask.
+    if (argc != 7) {
+      std::printf("usage: --time-mask-file FILE S C CAUSAL NAME\n");
+      return 2;
+    }
+    const int s = std::atoi(argv[3]), cols = std::atoi(argv[4]);
+    const bool causal = std::atoi(argv[5]) != 0;
+    std::vector<int32_t> mask(size_t(s) * cols);
+    FILE* f = std::fopen(argv[2], "rb");
+    if (f == nullptr || std::fread(mask.data(), 4, mask.size(), f) != mask.size()) {
+      std::printf("--time-mask-file: cannot read %zu int32 from %s\n", mask.size(), argv[2]);
+      return 2;
+    }
+    std::fclose(f);
+    print_time_header();
+    time_case(argv[6], s, 32, 8, 128, GpuKernel::kSm90, rng, mask, false, 0, -1, causal, cols);
     return 0;
   }
   if (mode == "--profile-32k") {
