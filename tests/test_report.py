@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -234,3 +235,24 @@ def test_report_cp_multi_gpu(tmp_path):
     png = tmp_path / "cp.png"
     report_cp_multi_gpu.plot(recs, str(png))
     assert png.stat().st_size > 1000
+
+
+def test_dump_bench_masks_writes_the_benchmarks_instances(tmp_path, capsys):
+    """The harness's --time-mask-file reads what bench_gpu.py passes to the op, as raw int32 [S, C]."""
+    spec = importlib.util.spec_from_file_location(
+        "pfm_dump_bench_masks", os.path.join(ROOT, "benchmarks", "device", "dump_bench_masks.py"))
+    dump = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dump)
+    from paddle_flashmask import masks
+
+    assert dump.main([str(tmp_path), "512", "prefix_lm_document", "causal_document"]) == 0
+    lines = capsys.readouterr().out.split("\n")
+    for name, line in zip(("prefix_lm_document", "causal_document"), lines):
+        idx, causal = mask_area.bench_mask(masks, name, 512, 8)
+        cols = idx.shape[-1]
+        path = tmp_path / f"{name}_512.i32"
+        assert line == f"--time-mask-file {path} 512 {cols} {int(causal)} {name}"
+        np.testing.assert_array_equal(np.fromfile(path, dtype=np.int32).reshape(512, cols), idx[0, 0])
+    # Batch and mask heads beyond one are not what the harness takes: refused by name.
+    with pytest.raises(SystemExit, match="random_eviction"):
+        dump.main([str(tmp_path), "512", "random_eviction"])
