@@ -164,6 +164,8 @@ def main():
                                                        head_dim_v=dim_v)
                 try:
                     pfm.set_gpu_kernel(kernel)
+                    t_start = time.time()  # the timed window, for the GPU's clock log (clock_summary.py)
+
                     def fwd():
                         return pfm.flashmask_attention(q, k, v, idx, causal=causal)
 
@@ -180,6 +182,7 @@ def main():
                     b2b_bwd = back_to_back_ms(bwd, args.back_to_back, events) if args.back_to_back else None
                     t_fwd = wall_fwd if gpu_fwd is None else gpu_fwd
                     t_bwd = wall_bwd if gpu_bwd is None else gpu_bwd
+                    t_end = time.time()
                     peak = paddle.device.cuda.max_memory_allocated() / 2**30
                     outs = None  # release the graph before the next mask
                 except Exception as e:  # report and go on with the next case
@@ -192,7 +195,8 @@ def main():
                            fwd_wall_ms=wall_fwd * 1e3, bwd_wall_ms=wall_bwd * 1e3,
                            fwd_b2b_ms=b2b_fwd, bwd_b2b_ms=b2b_bwd,
                            fwd_tflops=fwd_flops / t_fwd / 1e12, bwd_tflops=bwd_flops / t_bwd / 1e12,
-                           peak_gib=peak, mask_bytes=0 if idx_np is None else int(idx_np.nbytes))
+                           peak_gib=peak, mask_bytes=0 if idx_np is None else int(idx_np.nbytes),
+                           t_start=t_start, t_end=t_end)
                 out.write(json.dumps(rec) + "\n")
                 out.flush()
                 print(f"| {kernel} | {name} | {seqlen} | {args.heads}:{heads_k} | {rec['fwd_ms']:.2f} | "

@@ -198,8 +198,10 @@ def main():
                                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                                     return F.scaled_dot_product_attention(
                                         q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), is_causal=True)
+                        t_start = time.time()  # the timed window, for the GPU's clock log (clock_summary.py)
                         t_fwd, t_bwd, b2b_fwd, b2b_bwd = fwd_bwd_times(run, q, k, v, dout, args.repeats,
                                                                        args.back_to_back)
+                        t_end = time.time()
                     except Exception as e:
                         msg = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
                         print(f"| {impl} | {name} | {seqlen} | {args.heads}:{heads_k} | {msg} |", flush=True)
@@ -214,7 +216,7 @@ def main():
                                bwd_ms=t_bwd,
                                fwd_b2b_ms=b2b_fwd, bwd_b2b_ms=b2b_bwd,
                                fwd_tflops=fwd_flops / t_fwd / 1e9, bwd_tflops=bwd_flops / t_bwd / 1e9,
-                               mask_build_ms=build_ms, peak_gib=peak)
+                               mask_build_ms=build_ms, peak_gib=peak, t_start=t_start, t_end=t_end)
                     out.write(json.dumps(rec) + "\n")
                     out.flush()
                     bm = "" if build_ms is None else f"{build_ms:.1f}"

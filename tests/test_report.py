@@ -256,3 +256,37 @@ def test_dump_bench_masks_writes_the_benchmarks_instances(tmp_path, capsys):
     # Batch and mask heads beyond one are not what the harness takes: refused by name.
     with pytest.raises(SystemExit, match="random_eviction"):
         dump.main([str(tmp_path), "512", "random_eviction"])
+
+
+def test_clock_summary_sets_the_log_beside_each_records_window(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location(
+        "pfm_clock_summary", os.path.join(ROOT, "benchmarks", "device", "clock_summary.py"))
+    clocks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(clocks)
+    import datetime
+
+    base = datetime.datetime(2026, 11, 27, 1, 0, 0)
+    lines = []
+    for i, (mhz, watts, temp, reasons) in enumerate([(1980, 600, 50, "0x0"), (1755, 690, 60, "0x4"),
+                                                     (1800, 650, 58, "0x0"), (1980, 120, 40, "0x1")]):
+        when = (base + datetime.timedelta(seconds=i)).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
+        lines.append(f"{when}, {mhz}, {watts}, {temp}, {reasons}")
+    log = tmp_path / "gpu_clocks.csv"
+    log.write_text("\n".join(lines) + "\n2026/11/27 01:00:0")  # a last line cut off by the kill
+    t0 = base.timestamp()
+    results = tmp_path / "gpu_results.jsonl"
+    results.write_text("\n".join(json.dumps(r) for r in [
+        rec("paddle_flashmask_sm90", "causal", 8192, 1.0, 3.0, 500, 450, t_start=t0 + 0.5, t_end=t0 + 2.5),
+        rec("paddle_flashmask_sm90", "full", 8192, 2.0, 5.0, 600, 500, t_start=t0 + 10, t_end=t0 + 11),
+        dict(impl="flex_attention", mask="causal", seqlen=8192, error="OOM"),
+    ]) + "\n")
+    rows = clocks.summarize(clocks.load_clock_log(str(log)), [json.loads(l) for l in open(results)])
+    assert len(rows) == 2  # the error record has no window
+    (r1, s1), (r2, s2) = rows
+    assert s1["n"] == 2 and s1["mean_mhz"] == (1755 + 1800) / 2 and s1["min_mhz"] == 1755
+    assert s1["watts"] == 670 and s1["max_temp"] == 60 and s1["reasons"] == 0x4
+    assert s2 is None  # no sample inside its window
+    assert clocks.main([str(log), str(results)]) == 0
+    out = capsys.readouterr().out
+    assert "| paddle_flashmask_sm90 | causal | 8192 | 1.000 | 3.000 | 2 | 1778 (1755) | 670 | 60 | 0x4 |" in out
+    assert "| paddle_flashmask_sm90 | full | 8192 | 2.000 | 5.000 | 0 | - | - | - | - |" in out

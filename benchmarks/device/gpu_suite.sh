@@ -55,6 +55,16 @@ if [[ " $STAGES " == *" overhead "* ]]; then
   stamp "overhead done"
 fi
 
+# The GPU's clock, power and temperature every 200 ms while the benchmarks run (clock_summary.py
+# sets them beside each record's timed window): the sweeps' spread between calls.
+CLOCK_LOGGER=
+if [[ " $STAGES " == *" bench "* || " $STAGES " == *" peers "* ]]; then
+  fields=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
+  nvidia-smi --query-gpu=$fields --format=csv,noheader,nounits > /dev/null 2>&1 || fields=${fields%,*}
+  nvidia-smi --query-gpu=$fields --format=csv,noheader,nounits -lms 200 > "$OUT/gpu_clocks.csv" 2>&1 &
+  CLOCK_LOGGER=$!
+fi
+
 if [[ " $STAGES " == *" bench "* ]]; then
   python3 benchmarks/bench_gpu.py --lengths ${BENCH_LENGTHS:-8192 32768} --kv-heads 8 --repeats 3 --gpu-kernels ${BENCH_KERNELS:-sm90 fa2} \
     --dim "${BENCH_DIM:-128}" ${BENCH_DIM_V:+--dim-v $BENCH_DIM_V} ${BENCH_MASKS:+--masks $BENCH_MASKS} \
@@ -72,4 +82,11 @@ if [[ " $STAGES " == *" peers "* ]]; then
   # The device's plain python3 with PyTorch: none of the Paddle runtime's paths.
   env -u PYTHONPATH -u LD_LIBRARY_PATH bash benchmarks/device/peers.sh
   stamp "peers done"
+fi
+
+if [ -n "$CLOCK_LOGGER" ]; then
+  kill "$CLOCK_LOGGER" 2>/dev/null; wait "$CLOCK_LOGGER" 2>/dev/null
+  results=$(ls "$OUT"/gpu_results.jsonl "$OUT"/peer_results.jsonl 2>/dev/null)
+  [ -n "$results" ] && python3 benchmarks/device/clock_summary.py "$OUT/gpu_clocks.csv" $results \
+    | tee "$OUT/clock_summary.md" | tail -n +3 | cut -d'|' -f2-4,7-11
 fi
