@@ -13,6 +13,9 @@
 #   is the one the GPU kernels take with it (BENCH_DIM=192: v 128, MLA; with BENCH_KERNELS=sm90,
 #   the FA2-class kernels have no 192) unless BENCH_DIM_V says otherwise.
 #   HARNESS_ARGS="--time-hd256"  (the harness timing mode, or --time-hd192 for 192/128; default --time-fwd)
+# With bench or peers: $OUT/gpu_clocks.csv (nvidia-smi every 200 ms: SM clock, power, temperature,
+# clock event reasons) and clock_summary.md (benchmarks/device/clock_summary.py: that log over each
+# record's timed window), so a call's figures come with the clocks they ran at.
 # (harness: the Paddle-free check of every case, then --time-fwd, the sm90 forward's
 # schedules timed interleaved; needs .gpu_objs/flashmask_harness from harness/build.sh)
 # Carry .gpu_objs (benchmarks/device/harness/build.sh: the CUDA objects prebuilt on the
