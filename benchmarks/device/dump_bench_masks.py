@@ -26,7 +26,7 @@ def main(argv):
     out_dir, seqlen, names = argv[0], int(argv[1]), argv[2:]
     os.makedirs(out_dir, exist_ok=True)
     for name in names:
-        idx, causal = bench_mask(masks, name, seqlen, 8)
+        idx, causal = bench_mask(masks, name, seqlen, 8)  # the sweeps' 32:8 (kv heads matter to none taken)
         if idx is None or idx.shape[0] != 1 or idx.shape[1] != 1:
             raise SystemExit(f"{name}: the harness takes one mask head and batch 1 (indices {None if idx is None else idx.shape})")
         path = os.path.join(out_dir, f"{name}_{seqlen}.i32")

@@ -58,8 +58,7 @@ if [[ " $STAGES " == *" overhead "* ]]; then
   stamp "overhead done"
 fi
 
-# The GPU's clock, power and temperature every 200 ms while the benchmarks run (clock_summary.py
-# sets them beside each record's timed window): the sweeps' spread between calls.
+# The clock log of the header (clock_event_reasons is the newer drivers' name; older ones lack it).
 CLOCK_LOGGER=
 if [[ " $STAGES " == *" bench "* || " $STAGES " == *" peers "* ]]; then
   fields=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active

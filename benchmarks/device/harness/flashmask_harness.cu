@@ -311,10 +311,10 @@ std::vector<int32_t> timing_docs(int s, std::mt19937& rng) {  // causal document
 // prefix columns and j after them): timing_docs's lengths, each with a prefix of a random
 // share of it, as the benchmark's prefix_lm_document.
 std::vector<int32_t> timing_prefix_lm_docs(int s, std::mt19937& rng) {
+  const std::vector<int32_t> doc_end = timing_docs(s, rng);
   std::vector<int32_t> m(size_t(s) * 2);
-  std::uniform_int_distribution<int> len(256, std::max(257, s / 3));
   for (int start = 0; start < s;) {
-    const int end = std::min(s, start + len(rng));
+    const int end = doc_end[start];
     const int prefix_end = start + std::uniform_int_distribution<int>(0, end - start)(rng);
     for (int j = start; j < end; ++j) {
       m[size_t(j) * 2] = end;
