@@ -13,7 +13,7 @@
 #   is the one the GPU kernels take with it (BENCH_DIM=192: v 128, MLA; with BENCH_KERNELS=sm90,
 #   the FA2-class kernels have no 192) unless BENCH_DIM_V says otherwise.
 #   HARNESS_ARGS="--time-hd256"  (the harness timing mode, or --time-hd192 for 192/128; default --time-fwd)
-# With bench or peers: $OUT/gpu_clocks.csv (nvidia-smi every 200 ms: SM clock, power, temperature,
+# With bench or peers: $OUT/gpu_clocks.csv (nvidia-smi every 50 ms: SM clock, power, temperature,
 # clock event reasons) and clock_summary.md (benchmarks/device/clock_summary.py: that log over each
 # record's timed window), so a call's figures come with the clocks they ran at.
 # (harness: the Paddle-free check of every case, then --time-fwd, the sm90 forward's
@@ -63,7 +63,7 @@ CLOCK_LOGGER=
 if [[ " $STAGES " == *" bench "* || " $STAGES " == *" peers "* ]]; then
   fields=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
   nvidia-smi --query-gpu=$fields --format=csv,noheader,nounits > /dev/null 2>&1 || fields=${fields%,*}
-  nvidia-smi --query-gpu=$fields --format=csv,noheader,nounits -lms 200 > "$OUT/gpu_clocks.csv" 2>&1 &
+  nvidia-smi --query-gpu=$fields --format=csv,noheader,nounits -lms 50 > "$OUT/gpu_clocks.csv" 2>&1 &
   CLOCK_LOGGER=$!
 fi
 
