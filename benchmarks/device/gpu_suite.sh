@@ -13,9 +13,10 @@
 #   is the one the GPU kernels take with it (BENCH_DIM=192: v 128, MLA; with BENCH_KERNELS=sm90,
 #   the FA2-class kernels have no 192) unless BENCH_DIM_V says otherwise.
 #   HARNESS_ARGS="--time-hd256"  (the harness timing mode, or --time-hd192 for 192/128; default --time-fwd)
-# With bench or peers: $OUT/gpu_clocks.csv (nvidia-smi every 50 ms: SM clock, power, temperature,
-# clock event reasons) and clock_summary.md (benchmarks/device/clock_summary.py: that log over each
-# record's timed window), so a call's figures come with the clocks they ran at.
+#   CLOCK_LOG_MS=200  (with bench or peers: $OUT/gpu_clocks.csv, nvidia-smi every that many ms: SM
+#   clock, power, temperature, clock event reasons; and clock_summary.md, clock_summary.py's reading of
+#   that log over each record's timed window). Off by default: the one 8K sweep with a 50 ms log had
+#   2x outliers in both sides' per-call times, which the 200 ms calls did not show (NOTES.md).
 # (harness: the Paddle-free check of every case, then --time-fwd, the sm90 forward's
 # schedules timed interleaved; needs .gpu_objs/flashmask_harness from harness/build.sh)
 # Carry .gpu_objs (benchmarks/device/harness/build.sh: the CUDA objects prebuilt on the
@@ -60,10 +61,11 @@ fi
 
 # The clock log of the header (clock_event_reasons is the newer drivers' name; older ones lack it).
 CLOCK_LOGGER=
-if [[ " $STAGES " == *" bench "* || " $STAGES " == *" peers "* ]]; then
+if [[ -n "${CLOCK_LOG_MS:-}" && ( " $STAGES " == *" bench "* || " $STAGES " == *" peers "* ) ]]; then
+  [[ "$CLOCK_LOG_MS" =~ ^[0-9]+$ ]] || { echo "CLOCK_LOG_MS must be a whole number of milliseconds, got '$CLOCK_LOG_MS'"; exit 2; }
   fields=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
   nvidia-smi --query-gpu=$fields --format=csv,noheader,nounits > /dev/null 2>&1 || fields=${fields%,*}
-  nvidia-smi --query-gpu=$fields --format=csv,noheader,nounits -lms 50 > "$OUT/gpu_clocks.csv" 2>&1 &
+  nvidia-smi --query-gpu=$fields --format=csv,noheader,nounits -lms "$CLOCK_LOG_MS" > "$OUT/gpu_clocks.csv" 2>&1 &
   CLOCK_LOGGER=$!
 fi
 
