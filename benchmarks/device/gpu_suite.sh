@@ -25,6 +25,8 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/pfm_out}; mkdir -p "$OUT"
 STAGES=${STAGES-"tests sanitize bench"}  # set but empty: none (only the runtime and the op build)
+[[ -z "${CLOCK_LOG_MS:-}" || "$CLOCK_LOG_MS" =~ ^[1-9][0-9]*$ ]] \
+  || { echo "CLOCK_LOG_MS must be a positive whole number of milliseconds, got '$CLOCK_LOG_MS'"; exit 2; }
 source benchmarks/device/runtime_env.sh
 
 if [[ " $STAGES " == *" harness "* ]]; then
@@ -62,7 +64,6 @@ fi
 # The clock log of the header (clock_event_reasons is the newer drivers' name; older ones lack it).
 CLOCK_LOGGER=
 if [[ -n "${CLOCK_LOG_MS:-}" && ( " $STAGES " == *" bench "* || " $STAGES " == *" peers "* ) ]]; then
-  [[ "$CLOCK_LOG_MS" =~ ^[0-9]+$ ]] || { echo "CLOCK_LOG_MS must be a whole number of milliseconds, got '$CLOCK_LOG_MS'"; exit 2; }
   fields=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
   nvidia-smi --query-gpu=$fields --format=csv,noheader,nounits > /dev/null 2>&1 || fields=${fields%,*}
   nvidia-smi --query-gpu=$fields --format=csv,noheader,nounits -lms "$CLOCK_LOG_MS" > "$OUT/gpu_clocks.csv" 2>&1 &
