@@ -13,7 +13,8 @@
 # lines exported for its runs) instead of its own binary: one build, several settings.
 # A backward change: PART=bwd checks the default case list and --check-hd256/192/96 (the
 # backward's head dims beside 64/128), times --time-bwd-masks (forward and backward columns)
-# and sanitizes the sm90 backward kernels.
+# and sanitizes the sm90 backward kernels. PART=split: the same checks, timing --time-split-bwd
+# (head dims 256 and 192/128 at 8K and 32K) instead.
 set -u
 PART=${PART:-fwd}
 BASE=${BASE:?old variant}
@@ -53,6 +54,7 @@ elif [ "${CHECKS:-1}" = 1 ]; then
   for d in 256 192 96; do check hd$d "${NEWS[0]}" "$H_NEW" --check-hd$d; done )
 fi
 if [ "$PART" = fwd ]; then TIME_MODE=--time-fwd-masks FIELDS=3-4,6,8-9; KERNELS=flashmask_fwd_sm90
+elif [ "$PART" = split ]; then TIME_MODE=--time-split-bwd FIELDS=3-4,6,8-11,13; KERNELS=flashmask_bwd_sm90
 else TIME_MODE=--time-bwd-masks FIELDS=3-4,6,8-11; KERNELS=flashmask_bwd_sm90; fi
 
 for pass in $(seq "$PASSES"); do  # PASSES=0 with SANITIZE=1: the sanitizer call

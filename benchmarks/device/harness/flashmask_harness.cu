@@ -827,6 +827,21 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (mode == "--time-split-bwd") {
+    // For A/B calls on the backward of the split head dims (256, 192/128;
+    // BwdTraits::kSplitHeadDim): causal, causal document and sliding window at
+    // 8K and 32K (sm90, bf16, 32:8), forward and backward.
+    print_time_header();
+    for (int d : {256, 192}) {
+      for (int s : {8192, 32768}) {
+        std::mt19937 mask_rng(s);
+        time_case("causal", s, 32, 8, d, GpuKernel::kSm90, rng);
+        time_case("causal_document", s, 32, 8, d, GpuKernel::kSm90, rng, timing_docs(s, mask_rng));
+        time_case("sliding_window", s, 32, 8, d, GpuKernel::kSm90, rng, timing_window(s));
+      }
+    }
+    return 0;
+  }
   if (mode == "--time-mask-file") {
     // One mask of the Paddle benchmark, as it builds it (benchmarks/mask_area.py's
     // bench_mask, saved as raw int32 [S, C] by benchmarks/device/dump_bench_masks.py):
