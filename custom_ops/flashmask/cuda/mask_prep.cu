@@ -373,7 +373,9 @@ void bwd_pre_post(const BwdParams& p, cudaStream_t stream, bool pre) {
   const int64_t v_elems = k_elems / p.head_dim * dim_v;
   if (pre) {
     check_accum_heads(p);
-    if (!p.dkv_accum_stored) {  // else the kernel stores every element
+    // Else the kernel stores every element, or (fitted sm90 grouping) the
+    // count pass zeroes the slots its CTAs will add into (bwd_fitted_heads_kernel).
+    if (!p.dkv_accum_stored && dkv_written_flags(p) == nullptr) {
       const int64_t k_accum_elems = k_elems / p.num_heads_k * p.accum_heads_k;
       const int64_t v_accum_elems = v_elems / p.num_heads_k * p.accum_heads_k;
       FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dk_accum, 0, k_accum_elems * sizeof(float), stream));

@@ -197,7 +197,12 @@ __device__ __forceinline__ int fitted_head_count(int head_group, int num_live, i
 // list first, 15% of the backward's stall samples on 128-512-token documents).
 // The live query blocks themselves go to `live` (alike indexed) where the
 // CTAs are ordered by their work (bwd_cta_order_kernel); else it is null.
-template <int kBlockM, int kBlockN, int kThreads>
+// It also zeroes the key block's dK/dV slot rows (kDim / kDimV floats a row)
+// where the backward's CTAs will add into them: not where one CTA covers the
+// whole GQA group and stores dK/dV straight to dk/dv (write_dkv), so that
+// masks of short live lists (most key blocks grouped whole) skip most of
+// the accumulators' zeroing, which bwd_prepare leaves to this pass.
+template <int kBlockM, int kBlockN, int kThreads, int kDim, int kDimV>
 __global__ void __launch_bounds__(kThreads)
     bwd_fitted_heads_kernel(BwdParams p, int32_t* counts, int32_t* live_blocks) {
   const int n_block = blockIdx.x, group = blockIdx.y, batch = blockIdx.z;
@@ -210,15 +215,32 @@ __global__ void __launch_bounds__(kThreads)
   }
   for (int offset = 16; offset > 0; offset /= 2) live += __shfl_xor_sync(0xffffffffu, live, offset);
   __shared__ int warp_live[kThreads / 32];
+  __shared__ int heads_per_cta;
   if (threadIdx.x % 32 == 0) warp_live[threadIdx.x / 32] = live;
   __syncthreads();
   if (threadIdx.x == 0) {
     int total = 0;
     for (int w = 0; w < kThreads / 32; ++w) total += warp_live[w];
     const int64_t at = (int64_t(batch) * gridDim.y + group) * gridDim.x + n_block;
-    counts[at] = fitted_head_count(p.bwd_head_group, total, p.bwd_group_max_steps);
+    heads_per_cta = fitted_head_count(p.bwd_head_group, total, p.bwd_group_max_steps);
+    counts[at] = heads_per_cta;
     if (live_blocks != nullptr) live_blocks[at] = total;
   }
+  __syncthreads();
+  // write_dkv's sole writer: the key block's CTA covers the kv head's whole group.
+  if (int64_t(p.accum_heads_k) * heads_per_cta == p.num_heads) return;
+  const int head_k = head / (p.num_heads / p.num_heads_k);
+  const int rows = min(kBlockN, p.seqlen_k - n_block * kBlockN);
+  const int64_t first_row = int64_t(batch) * p.seqlen_k + int64_t(n_block) * kBlockN;
+  auto zero_rows = [&](float* accum, int dim) {  // whole float4s: dim is a multiple of 32
+    for (int i = threadIdx.x; i < rows * dim / 4; i += kThreads) {
+      const int r = i / (dim / 4), c = i % (dim / 4) * 4;
+      *reinterpret_cast<float4*>(accum + ((first_row + r) * p.accum_heads_k + head_k) * dim + c) =
+          make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  };
+  zero_rows(p.dk_accum, kDim);
+  zero_rows(p.dv_accum, kDimV);
 }
 
 // kOneVisible: the column mask leaves each key one visible interval of

@@ -211,7 +211,7 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
     const bool ordered = bwd_cta_ordered(p);
     int32_t* const live_blocks = ordered ? cuda::bwd_live_block_counts(p) : nullptr;
     constexpr int kCountThreads = 128;
-    bwd_fitted_heads_kernel<Traits::kBlockM, Traits::kBlockN, kCountThreads>
+    bwd_fitted_heads_kernel<Traits::kBlockM, Traits::kBlockN, kCountThreads, kHeadDim, kHeadDimV>
         <<<dim3(grid.x, p.num_heads / p.bwd_head_group, p.batch), kCountThreads, 0, stream>>>(
             p, fitted_heads, live_blocks);
     FLASHMASK_CUDA_CHECK(cudaGetLastError());
