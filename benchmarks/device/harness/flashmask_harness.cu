@@ -502,6 +502,21 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
     if (ptr) CHECK(cudaFree(ptr));
 }
 
+// The sm90 kernels at head dim d (value: paired_value_dim), bf16, 32:8, at 8K
+// and 32K: causal, causal document, 128-512-token documents (with short_docs)
+// and sliding window. --time-hd's timings, and --time-split-bwd's without the
+// short documents; the same mask instances either way (documents drawn first).
+void time_head_dim_masks(int d, bool short_docs, std::mt19937& rng) {
+  for (int s : {8192, 32768}) {
+    std::mt19937 mask_rng(s);
+    const std::vector<int32_t> docs = timing_docs(s, mask_rng);
+    time_case("causal", s, 32, 8, d, GpuKernel::kSm90, rng);
+    time_case("causal_document", s, 32, 8, d, GpuKernel::kSm90, rng, docs);
+    if (short_docs) time_case("short_documents", s, 32, 8, d, GpuKernel::kSm90, rng, timing_short_docs(s, mask_rng));
+    time_case("sliding_window", s, 32, 8, d, GpuKernel::kSm90, rng, timing_window(s));
+  }
+}
+
 // One case, the backward once per divisor of the GQA group as its query heads
 // per CTA: every key block grouped alike (0; the sm90 kernels only), and
 // fitted per key block: 12 steps mixes grouped and one-head key blocks in
@@ -832,14 +847,7 @@ int main(int argc, char** argv) {
     // BwdTraits::kSplitHeadDim): causal, causal document and sliding window at
     // 8K and 32K (sm90, bf16, 32:8), forward and backward.
     print_time_header();
-    for (int d : {256, 192}) {
-      for (int s : {8192, 32768}) {
-        std::mt19937 mask_rng(s);
-        time_case("causal", s, 32, 8, d, GpuKernel::kSm90, rng);
-        time_case("causal_document", s, 32, 8, d, GpuKernel::kSm90, rng, timing_docs(s, mask_rng));
-        time_case("sliding_window", s, 32, 8, d, GpuKernel::kSm90, rng, timing_window(s));
-      }
-    }
+    for (int d : {256, 192}) time_head_dim_masks(d, /*short_docs=*/false, rng);
     return 0;
   }
   if (mode == "--time-mask-file") {
@@ -972,15 +980,7 @@ int main(int argc, char** argv) {
                             GpuKernel::kSm90, false, 4, -1, rng);
     std::printf("%d failures\n", failures);
     print_time_header();
-    for (int s : {8192, 32768}) {
-      std::mt19937 mask_rng(s);
-      const std::vector<int32_t> docs = timing_docs(s, mask_rng), short_docs = timing_short_docs(s, mask_rng),
-                                 window = timing_window(s);
-      time_case("causal", s, 32, 8, time_hd, GpuKernel::kSm90, rng);
-      time_case("causal_document", s, 32, 8, time_hd, GpuKernel::kSm90, rng, docs);
-      time_case("short_documents", s, 32, 8, time_hd, GpuKernel::kSm90, rng, short_docs);
-      time_case("sliding_window", s, 32, 8, time_hd, GpuKernel::kSm90, rng, window);
-    }
+    time_head_dim_masks(time_hd, /*short_docs=*/true, rng);
     // The backward's heads per CTA against the default (up to 4, fitted per
     // key block): one head, and 4 in uniform groups (a CTA's K/V load and list
     // shared by its heads on short lists, longer CTAs at the end of the grid).
