@@ -9,6 +9,7 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/bench_peers.log"
 # PEER_IMPLS / PEER_KV_HEADS narrow the 8K/32K sweep (e.g. "flex_attention" / "8", to fit in one
 # call with gpu_suite.sh's bench stage).
+# BENCH_REPEATS (as gpu_suite.sh's: timed calls per cell of that sweep, default 3).
 # BENCH_DIM / BENCH_DIM_V / BENCH_MASKS (as gpu_suite.sh's bench stage): that sweep only
 # (BENCH_DIM=192: value head dim 128 unless BENCH_DIM_V says otherwise; SDPA's flash backend is
 # left out where value's head dim differs).
