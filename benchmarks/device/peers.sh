@@ -9,11 +9,11 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/bench_peers.log"
 # PEER_IMPLS / PEER_KV_HEADS narrow the 8K/32K sweep (e.g. "flex_attention" / "8", to fit in one
 # call with gpu_suite.sh's bench stage).
-# BENCH_REPEATS (as gpu_suite.sh's: timed calls per cell of that sweep, default 3).
+# BENCH_REPEATS (as gpu_suite.sh's: timed calls per cell of that sweep, default 9).
 # BENCH_DIM / BENCH_DIM_V / BENCH_MASKS (as gpu_suite.sh's bench stage): that sweep only
 # (BENCH_DIM=192: value head dim 128 unless BENCH_DIM_V says otherwise; SDPA's flash backend is
 # left out where value's head dim differs).
-python3 benchmarks/bench_gpu_peers.py --lengths ${BENCH_LENGTHS:-8192 32768} --kv-heads ${PEER_KV_HEADS:-8 32} --repeats ${BENCH_REPEATS:-3} \
+python3 benchmarks/bench_gpu_peers.py --lengths ${BENCH_LENGTHS:-8192 32768} --kv-heads ${PEER_KV_HEADS:-8 32} --repeats ${BENCH_REPEATS:-9} \
   --impls ${PEER_IMPLS:-flex_attention sdpa_dense_mask sdpa_flash_causal} \
   --dim "${BENCH_DIM:-128}" ${BENCH_DIM_V:+--dim-v $BENCH_DIM_V} ${BENCH_MASKS:+--masks $BENCH_MASKS} \
   --budget-s "${PEER_BUDGET_S:-330}" --out "$OUT/peer_results.jsonl" 2>&1 | tee -a "$OUT/bench_peers.log" | grep "^|"
