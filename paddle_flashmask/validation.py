@@ -436,7 +436,9 @@ def check_deterministic_support(query, head_dim, deterministic):
 # name -> (lowest, highest) integer value. PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST: how many of the
 # last key blocks of every head the FA2-class backward runs after all the others (its default,
 # 16 at 128-key blocks, is flashmask_launch.cuh's bwd_light_last); PADDLE_FLASHMASK_SM90_BWD_ORDER*:
-# the Hopper backward's CTA order (flashmask_sm90_api.cu, bwd_cta_ordered and its settings).
+# the Hopper backward's CTA order (flashmask_sm90_api.cu, bwd_cta_ordered and its settings);
+# PADDLE_FLASHMASK_SM90_BWD_FINISH_OVERLAP: its finish beside the main kernel's last CTAs (1, the
+# default) or after it (flashmask_sm90_launch.cuh, bwd_finish_overlap).
 INTEGER_ENV_SWITCHES = {
     "PADDLE_FLASHMASK_SM90_FWD_OVERLAP": (0, 1),
     "PADDLE_FLASHMASK_SM90_FWD_PINGPONG": (0, 1),
@@ -446,6 +448,7 @@ INTEGER_ENV_SWITCHES = {
     "PADDLE_FLASHMASK_SM90_BWD_ORDER": (0, 1),
     "PADDLE_FLASHMASK_SM90_BWD_ORDER_CAP": (0, 1 << 24),
     "PADDLE_FLASHMASK_SM90_BWD_ORDER_CLASSES": (1, 256),
+    "PADDLE_FLASHMASK_SM90_BWD_FINISH_OVERLAP": (0, 1),
     "PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST": (0, 4096),
 }
 

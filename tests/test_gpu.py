@@ -394,6 +394,25 @@ def test_sm90_bwd_head_group_fully_masked_and_reproducible(sm90_bwd_head_group):
         np.testing.assert_array_equal(again[key], first[key], err_msg=f"{key} differs between runs")
 
 
+BWD_FINISH_OVERLAP_ENV = "PADDLE_FLASHMASK_SM90_BWD_FINISH_OVERLAP"
+
+
+@pytest.mark.parametrize("overlap", ["0", "1"])
+@pytest.mark.parametrize("sm90_bwd_head_group", [(4, None), (1, 0)], indirect=True, ids=str)
+@pytest.mark.parametrize("dim,dim_v", [(64, None), (192, 128), (256, None)])
+@pytest.mark.parametrize("causal,cols", [(True, 1), (False, 2)])
+def test_sm90_bwd_finish(sm90_bwd_head_group, monkeypatch, overlap, dim, dim_v, causal, cols):
+    # The sm90 backward's finish (dQ tiles; under fitted grouping also the dK/dV blocks left in
+    # their fp32 slots) takes its work unit by unit, (batch, kv head), as the main kernel's CTAs
+    # count them done: beside their last wave (1, the default) or after the whole kernel (0).
+    # Two batches x three kv heads with a mask head each make six units of uneven work.
+    monkeypatch.setenv(BWD_FINISH_OVERLAP_ENV, overlap)
+    rng = np.random.default_rng(seed_of("finish-idx", causal, cols))
+    idx = random_indices(rng, 2, 3, 700, 900, causal, cols)
+    run_gpu_case(seed_of("finish", overlap, sm90_bwd_head_group, dim, causal, cols), 2, 700, 900, 6, 3, dim,
+                 causal, idx, dim_v=dim_v)
+
+
 # --------------------------------------------------------------------------------------
 # sm90 forward schedules: the intra-warpgroup overlap (softmax of block i under P V of
 # block i - 1; the default), the serial loop, pingpong between the consumer warpgroups

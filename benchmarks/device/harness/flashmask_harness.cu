@@ -47,6 +47,10 @@ using flashmask::GpuKernel;
     }                                                                                    \
   } while (0)
 
+// The stream every op call runs on: a created (blocking) stream, as Paddle's
+// are, since the sm90 backward's finish is a programmatic dependent launch.
+cudaStream_t g_stream = nullptr;
+
 struct Case {
   std::string name;
   int b, sq, sk, h, hk, d;
@@ -221,7 +225,7 @@ bool check_case(const Case& c, GpuKernel kernel, bool deterministic, int head_gr
   const int64_t nb = flashmask::block_bounds_elems(p);
   if (nb) CHECK(cudaMalloc(&bounds, nb * 4));
   p.out = o_dev, p.softmax_lse = lse_dev, p.block_bounds = bounds;
-  flashmask::run_fwd_cuda(p, nullptr);
+  flashmask::run_fwd_cuda(p, g_stream);
   CHECK(cudaDeviceSynchronize());
   std::vector<float> o = download(o_dev, no), lse(ref_lse.size());
   CHECK(cudaMemcpy(lse.data(), lse_dev, lse.size() * 4, cudaMemcpyDeviceToHost));
@@ -246,12 +250,12 @@ bool check_case(const Case& c, GpuKernel kernel, bool deterministic, int head_gr
   b.out = o_dev, b.dout = dout.dev, b.dq = dq_dev, b.dk = dk_dev, b.dv = dv_dev;
   b.dq_accum = dq_acc, b.dk_accum = dk_acc, b.dv_accum = dv_acc, b.softmax_d = delta;
   b.row_stats = row_stats;
-  flashmask::run_bwd_cuda(b, nullptr);
+  flashmask::run_bwd_cuda(b, g_stream);
   CHECK(cudaDeviceSynchronize());
   std::vector<float> dq = download(dq_dev, nq), dk = download(dk_dev, nk), dv = download(dv_dev, nv);
   bool same = true;
   if (deterministic) {  // a second run must be bit-identical
-    flashmask::run_bwd_cuda(b, nullptr);
+    flashmask::run_bwd_cuda(b, g_stream);
     CHECK(cudaDeviceSynchronize());
     same = download(dq_dev, nq) == dq && download(dk_dev, nk) == dk && download(dv_dev, nv) == dv;
   }
@@ -468,9 +472,9 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
   auto median_ms = [&](auto fn) {
     std::vector<float> t;
     for (int i = 0; i < 7; ++i) {
-      CHECK(cudaEventRecord(e0));
+      CHECK(cudaEventRecord(e0, g_stream));
       fn();
-      CHECK(cudaEventRecord(e1));
+      CHECK(cudaEventRecord(e1, g_stream));
       CHECK(cudaEventSynchronize(e1));
       float ms;
       CHECK(cudaEventElapsedTime(&ms, e0, e1));
@@ -479,8 +483,8 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
   };
-  const float fwd = median_ms([&] { flashmask::run_fwd_cuda(p, nullptr); });
-  const float bwd = g_forward_only ? 0.f : median_ms([&] { flashmask::run_bwd_cuda(b, nullptr); });
+  const float fwd = median_ms([&] { flashmask::run_fwd_cuda(p, g_stream); });
+  const float bwd = g_forward_only ? 0.f : median_ms([&] { flashmask::run_bwd_cuda(b, g_stream); });
   if (!g_forward_only && kernel == GpuKernel::kSm90 && check_cta_order(b) != 0) {
     std::printf("FAILED: %s %d: the sm90 backward's CTA order\n", name, s);
     std::exit(3);
@@ -488,8 +492,8 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
   // Zeroing, delta and the fp32 -> bf16 conversion: the part of bwd outside
   // the main kernel (and the mask summary).
   const float around = g_forward_only ? 0.f
-                                      : median_ms([&] { flashmask::cuda::bwd_prepare(b, nullptr); }) +
-                                            median_ms([&] { flashmask::cuda::bwd_finish(b, nullptr); });
+                                      : median_ms([&] { flashmask::cuda::bwd_prepare(b, g_stream); }) +
+                                            median_ms([&] { flashmask::cuda::bwd_finish(b, g_stream); });
   // QK^T and PV: 2 x area x H x (D + Dv) (4 x area x H x D when Dv = D).
   const double flops = 2.0 * unmasked_area(s, causal, mask.empty() ? 0 : cols, mask) * h * (d + dv);
   std::printf("| %s%s | %s | %d | %d:%d | %d/%d | %d/%d | %.3f | %.1f | %.3f | %.1f | %.1f | %.3f |\n",
@@ -651,6 +655,7 @@ void print_time_header() {
 }
 
 int main(int argc, char** argv) {
+  CHECK(cudaStreamCreate(&g_stream));
   const bool timing = argc > 1 && std::string(argv[1]) == "--time";
   // --time-fwd: the sm90 forward's schedules (sm90_launch.cuh reads them
   // from the environment at each launch): the default (intra-warpgroup

@@ -185,32 +185,6 @@ __global__ void __launch_bounds__(kDQConvertThreads) fa2_dq_tiles_to_dq_kernel(B
   write_staged_dq_rows<Layout::kRows, kDim>(dq, p.dq_row_stride, rows, m, p.seqlen_q);
 }
 
-// dK or dV (dst = src x scale) from kv-head slots ([B, Sk, Hk, D or Dv],
-// contiguous) where the sm90 backward left them there: key blocks whose flag
-// in `written` (per batch, kv head and key_block keys; see dkv_written_flags)
-// says the kernel already wrote dk/dv directly are skipped. kVec elements per
-// thread and step (kVec divides the head dim, so a vector never straddles two
-// rows).
-template <typename T, int kVec>
-__global__ void convert_kv_grad_kernel(const float* src, T* dst, int64_t n, int head_dim, int heads_k,
-                                       int seqlen_k, const int32_t* written, int key_block, float scale) {
-  const int key_blocks = (seqlen_k + key_block - 1) / key_block;
-  for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * kVec; i < n;
-       i += int64_t(gridDim.x) * blockDim.x * kVec) {
-    const int64_t row = i / head_dim;  // (batch, key, kv head), row-major
-    const int hk = int(row % heads_k);
-    const int64_t batch_key = row / heads_k;
-    const int key = int(batch_key % seqlen_k);
-    const int64_t batch = batch_key / seqlen_k;
-    if (written[(batch * heads_k + hk) * key_blocks + key / key_block] != 0) continue;
-    const Pack<float, kVec> v = *reinterpret_cast<const Pack<float, kVec>*>(src + i);
-    Pack<T, kVec> out;
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) out.x[e] = from_float<T>(v.x[e] * scale);
-    *reinterpret_cast<Pack<T, kVec>*>(dst + i) = out;
-  }
-}
-
 // dK/dV from several head slots per kv head: src [rows, Hk * group, D], dst
 // [rows, Hk, D]; each output sums its kv head's `group` slots in slot order,
 // so the result does not depend on scheduling. kVec elements per thread.
@@ -300,23 +274,6 @@ void launch_convert(const float* src, void* dst, int64_t n, float scale, cudaStr
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }
 
-// dK or dV (head_dim wide, n elements) of the key blocks the sm90 kernel did
-// not write directly.
-template <typename T>
-void launch_convert_kv(const BwdParams& p, const float* src, void* dst, int64_t n, int head_dim, float scale,
-                       const int32_t* written, cudaStream_t stream) {
-  const bool wide = head_dim % kWideVec == 0 && aligned_to(src, 32) && aligned_to(dst, sizeof(T) * kWideVec);
-  const int key_block = dkv_block(p.head_dim);  // the kernel's, set by the q/k head dim
-  if (wide) {
-    convert_kv_grad_kernel<T, kWideVec><<<streaming_grid(n / kWideVec, 256), 256, 0, stream>>>(
-        src, static_cast<T*>(dst), n, head_dim, p.num_heads_k, p.seqlen_k, written, key_block, scale);
-  } else {
-    convert_kv_grad_kernel<T, 1><<<grid_for(n, 256), 256, 0, stream>>>(
-        src, static_cast<T*>(dst), n, head_dim, p.num_heads_k, p.seqlen_k, written, key_block, scale);
-  }
-  FLASHMASK_CUDA_CHECK(cudaGetLastError());
-}
-
 // dq from the FA2-class backward's dQ tiles, one CTA per tile.
 template <typename T>
 void launch_fa2_dq_tiles_to_dq(const BwdParams& p, cudaStream_t stream) {
@@ -398,9 +355,9 @@ void bwd_pre_post(const BwdParams& p, cudaStream_t stream, bool pre) {
     launch_fa2_dq_tiles_to_dq<T>(p, stream);
   }
   const int group = p.accum_heads_k / p.num_heads_k;
-  if (const int32_t* written = dkv_written_flags(p)) {  // fitted sm90 grouping
-    launch_convert_kv<T>(p, p.dk_accum, p.dk, k_elems, p.head_dim, p.softmax_scale, written, stream);
-    launch_convert_kv<T>(p, p.dv_accum, p.dv, v_elems, dim_v, 1.f, written, stream);
+  if (dkv_written_flags(p) != nullptr) {
+    // Fitted sm90 grouping: the launch's finish kernel converted the key
+    // blocks left in their slots (sm90::bwd_finish_kernel).
   } else if (group == 1) {
     launch_convert<T>(p.dk_accum, p.dk, k_elems, p.softmax_scale, stream);
     launch_convert<T>(p.dv_accum, p.dv, v_elems, 1.f, stream);
@@ -478,11 +435,17 @@ int32_t* bwd_live_block_counts(const BwdParams& p) {
   return order == nullptr ? nullptr : order + fitted_count_elems(p);
 }
 
+int64_t finish_counter_elems(const FwdParams& p) { return int64_t(p.batch) * p.num_heads_k + 1; }
+
+int32_t* bwd_finish_counters(const BwdParams& p) {
+  return tile_counters(p) + kTileCounterInts + dkv_flag_elems(p) + fitted_count_elems(p) + cta_order_elems(p);
+}
+
 }  // namespace cuda
 
 int64_t block_bounds_elems(const FwdParams& p) {
   return cuda::summary_elems(p) + cuda::kTileCounterInts + cuda::dkv_flag_elems(p) + cuda::fitted_count_elems(p) +
-         cuda::cta_order_elems(p);
+         cuda::cta_order_elems(p) + cuda::finish_counter_elems(p);
 }
 
 void fill_window_indices_cuda(int32_t* dst, int seqlen_q, int seqlen_k, bool causal,

@@ -3,7 +3,8 @@
 // summaries, then the persistent kernels' tile counters, which each launch
 // that uses them zeroes on its stream first, then the sm90 backward's
 // per-key-block dK/dV flags (dkv_written_flags), then its per-key-block head
-// counts (fitted_head_counts), then its CTA order (bwd_cta_order). Also the
+// counts (fitted_head_counts), then its CTA order (bwd_cta_order), then the
+// counters of its overlapped finish (bwd_finish_counters). Also the
 // padding of the sm90 backward's row statistics (BwdParams::row_stats).
 #pragma once
 
@@ -58,6 +59,13 @@ int32_t* fitted_head_counts(const BwdParams& p);
 int64_t cta_order_elems(const FwdParams& p);
 int32_t* bwd_cta_order(const BwdParams& p);
 int32_t* bwd_live_block_counts(const BwdParams& p);
+
+// The sm90 backward's finish (sm90::bwd_finish_kernel) runs beside the main
+// kernel's last CTAs: per (batch, kv head) how many query heads x key blocks
+// the main kernel has completed, then the finish's next work item. Zeroed by
+// the launch; batch * num_heads_k + 1 int32 after the CTA order.
+int64_t finish_counter_elems(const FwdParams& p);
+int32_t* bwd_finish_counters(const BwdParams& p);
 
 // dQ's conversion passes (FA2-class fa2_dq_tiles_to_dq_kernel, sm90
 // dq_tiles_to_dq_kernel) stage a query block's scaled rows in shared memory,

@@ -71,6 +71,11 @@ struct BwdKernelParams {
   // first): the grid slot a CTA takes, by its linear block index. Null: the
   // grid's own order.
   const int32_t* cta_order;
+  // cuda::bwd_finish_counters(p): where dQ goes through the writer warp
+  // (BwdTraits::kStageDQ), each CTA's writer adds the CTA's query heads to its
+  // (batch, kv head)'s count once its last dQ adds are done, which
+  // bwd_finish_kernel waits for. Null in deterministic mode (no finish kernel).
+  int32_t* finish_done;
 #ifdef FLASHMASK_EXP_TIMELINE
   unsigned long long* timeline;  // cuda::g_exp_timeline at the launch
 #endif
@@ -267,6 +272,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   static_assert(sizeof(KeyRows) <= sizeof(MaskedRows));
   KeyRows* const key_rows_of = reinterpret_cast<KeyRows*>(ss.key_rows);
 
+  // The finish kernel (launched as this grid's programmatic dependent) may
+  // start once every CTA of this grid has started: it then only takes SMs
+  // these CTAs leave, and waits for their counts, never for a CTA that has
+  // no SM yet.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const BwdParams& p = kp.p;
   const bool fitted = p.fitted_head_groups();
   // The (key block, head, batch) this CTA takes: the order's slot (fitted
@@ -387,7 +397,16 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         __syncwarp();
         if (more) dq_hand_over<kdQEmpty, /*kArrive=*/true>(true);
       }
-      if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+      if (lane == 0) {
+        asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // the adds are done
+        if (kp.finish_done != nullptr) {  // count this CTA's heads done (release)
+          asm volatile("fence.proxy.async.global;\n" ::: "memory");
+          asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(
+                           kp.finish_done + int64_t(batch) * p.num_heads_k + head_k),
+                       "r"(ss.cta_heads)
+                       : "memory");
+        }
+      }
       return;
     }
     if (warp != 0 || num_live == 0) return;
@@ -771,30 +790,60 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
-// dq = dq_accum x softmax_scale from the tiles the backward added up in its
-// accumulators' order (BwdParams::dq_accum_tiled). One CTA per (64-row tile,
-// head, batch): thread t reads back, 16 bytes at a time, what consumer thread
-// t stored and places each value through the same partition of the dQ GEMM
-// (so the order is defined in one place, the tiled wgmma) into a shared
-// tile, which then leaves in 16-byte row chunks (element-wise scattered
-// stores made this pass twice as slow as the bytes it moves).
-template <typename Traits>
-__global__ void __launch_bounds__(Traits::kNumMmaThreads) dq_tiles_to_dq_kernel(BwdParams p) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Element = typename Traits::Element;
+// The backward's finish: dq = dq_accum x softmax_scale from the tiles the
+// main kernel added up (BwdParams::dq_accum_tiled), and under fitted grouping
+// dK/dV of the key blocks it left in their fp32 slots. Items: every (batch,
+// kv head) unit's dQ tiles (its query heads', 64 rows each), in the order the
+// main kernel's CTAs finish the units, then every unit's key blocks' dK/dV.
+struct FinishWork {
+  int32_t* done;               // per unit: query heads x key blocks whose dQ is added (the writer warps' counts)
+  int32_t* next_item;          // the next item to take
+  const int32_t* dkv_written;  // cuda::dkv_written_flags; null: no dK/dV items
+  int expected;                // a unit's count once complete: key blocks x GQA group
+  int m_blocks;                // dQ tiles of a head
+  int key_blocks;
+  int dq_items;                // units x GQA group x m_blocks, then units x key_blocks dK/dV items
+  int items;
+};
+
+// Waits (one thread) until *count reaches `expected`, with acquire semantics
+// so that the main kernel's writes before its counts are visible after the
+// CTA's next barrier. The counts complete within the main kernel's last
+// CTAs' lifetime (every one of them runs before this kernel starts); past
+// kFinishWaitLimitNs a miscount traps (a launch error) instead of hanging.
+constexpr uint64_t kFinishWaitLimitNs = uint64_t(120) * 1000 * 1000 * 1000;
+__device__ __forceinline__ void wait_for_count(const int32_t* count, int expected) {
+  uint64_t start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(start));
+  for (;;) {
+    int seen;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(count) : "memory");
+    if (seen >= expected) return;
+    __nanosleep(256);
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(now));
+    if (now - start > kFinishWaitLimitNs) __trap();
+  }
+}
+
+// One dQ tile: thread t reads back, 16 bytes at a time (L2 only: the tile was
+// added up there), what consumer thread t stored and places each value
+// through the same partition of the dQ GEMM (so the order is defined in one
+// place, the tiled wgmma) into a shared tile, which then leaves in 16-byte
+// row chunks (element-wise scattered stores made this pass twice as slow as
+// the bytes it moves).
+template <typename Traits, typename Element>
+__device__ __forceinline__ void convert_dq_tile(const BwdParams& p, int batch, int head, int m, Element* rows) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kDim = Traits::kHeadDim;
   constexpr int kRowElems = cuda::dq_staging_row_elems(kDim);
-  __shared__ __align__(16) Element rows[kBlockM * kRowElems];
   typename Traits::TiledMmadQ mma_dq;
   auto thr_dq = mma_dq.get_thread_slice(threadIdx.x);
   Tensor cdq = thr_dq.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kDim>{})));
-  const int m = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const float* tile = dq_head_tiles<kBlockM * kDim, kBlockM>(p, batch, head) + int64_t(m) * (kBlockM * kDim);
   const float4* half = reinterpret_cast<const float4*>(tile + threadIdx.x / 128 * Traits::kDQHalfFloats);
   CUTLASS_PRAGMA_UNROLL
   for (int k = 0; k < size(cdq) / 4; ++k) {
-    const float4 v = half[k * 128 + threadIdx.x % 128];
+    const float4 v = __ldcg(half + k * 128 + threadIdx.x % 128);
     const float values[4] = {v.x, v.y, v.z, v.w};
     CUTLASS_PRAGMA_UNROLL
     for (int e = 0; e < 4; ++e) {
@@ -804,6 +853,97 @@ __global__ void __launch_bounds__(Traits::kNumMmaThreads) dq_tiles_to_dq_kernel(
   __syncthreads();
   Element* dq = static_cast<Element*>(p.dq) + batch * p.dq_batch_stride + head * p.dq_head_stride;
   cuda::write_staged_dq_rows<kBlockM, kDim>(dq, p.dq_row_stride, rows, m, p.seqlen_q);
+}
+
+// A key block's dK (scaled) and dV from its kv-head slot to dk/dv, unless the
+// main kernel wrote them there itself (its flag in `written`).
+template <typename Traits, typename Element>
+__device__ __forceinline__ void convert_dkv_block(const BwdParams& p, const int32_t* written, int batch, int head_k,
+                                                  int n_block, int key_blocks) {
+  if (__ldcg(written + (int64_t(batch) * p.num_heads_k + head_k) * key_blocks + n_block) != 0) return;
+  const int rows = min(Traits::kBlockN, p.seqlen_k - n_block * Traits::kBlockN);
+  const int64_t first_key = int64_t(batch) * p.seqlen_k + int64_t(n_block) * Traits::kBlockN;
+  auto convert = [&](const float* accum, void* grad, int dim, int64_t row_stride, int64_t head_stride,
+                     int64_t batch_stride, float scale) {
+    Element* const grad_rows = static_cast<Element*>(grad) + batch * batch_stride + head_k * head_stride +
+                               int64_t(n_block) * Traits::kBlockN * row_stride;
+    // kLoads float4 a thread in flight before any store (a loop of one load
+    // and two stores kept one load in flight).
+    constexpr int kLoads = 4;
+    const int vectors = rows * dim / 4;
+    for (int i0 = threadIdx.x; i0 < vectors; i0 += kLoads * blockDim.x) {
+      float4 v[kLoads];
+      CUTLASS_PRAGMA_UNROLL
+      for (int u = 0; u < kLoads; ++u) {
+        const int i = i0 + u * blockDim.x, r = i / (dim / 4), c = i % (dim / 4) * 4;
+        if (i < vectors) {
+          v[u] = __ldcg(reinterpret_cast<const float4*>(accum + ((first_key + r) * p.accum_heads_k + head_k) * dim + c));
+        }
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int u = 0; u < kLoads; ++u) {
+        const int i = i0 + u * blockDim.x, r = i / (dim / 4), c = i % (dim / 4) * 4;
+        if (i < vectors) {
+          Element* const dst = grad_rows + r * row_stride + c;
+          store_pair(dst, v[u].x * scale, v[u].y * scale);
+          store_pair(dst + 2, v[u].z * scale, v[u].w * scale);
+        }
+      }
+    }
+  };
+  convert(p.dk_accum, p.dk, Traits::kHeadDim, p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride,
+          p.softmax_scale);
+  convert(p.dv_accum, p.dv, Traits::kHeadDimV, p.dv_row_stride, p.dv_head_stride, p.dv_batch_stride, 1.f);
+}
+
+// Launched as the main kernel's programmatic dependent, so its CTAs start on
+// the SMs that kernel's last wave leaves (sm90 v18: the conversions ran after
+// the whole main kernel, on a GPU whose SMs had been idling in its tail).
+// The CTAs take items in order from one counter. A dQ item waits for its
+// unit's count where the writer warps count (kStageDQ); else, and for the
+// dK/dV items (the consumers' own atomics, which no CTA waits for), the CTA
+// waits for the whole main kernel (griddepcontrol.wait) before its first one.
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kNumMmaThreads) bwd_finish_kernel(BwdParams p, FinishWork w) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Element = typename Traits::Element;
+  __shared__ __align__(16) Element rows[Traits::kBlockM * cuda::dq_staging_row_elems(Traits::kHeadDim)];
+  __shared__ int cta_item;
+  const int group = p.num_heads / p.num_heads_k;
+  const int unit_dq_items = group * w.m_blocks;
+  int checked_unit = -1;   // thread 0: the last unit seen complete (items only grow)
+  bool main_done = false;  // the main kernel has ended (uniform over the CTA)
+  for (;;) {
+    if (threadIdx.x == 0) {
+      const int item = atomicAdd(w.next_item, 1);
+      const int unit = item / unit_dq_items;
+      if (Traits::kStageDQ && item < w.dq_items && unit != checked_unit) {
+        wait_for_count(w.done + unit, w.expected);
+        checked_unit = unit;
+      }
+      cta_item = item;
+    }
+    __syncthreads();
+    const int item = cta_item;
+    if (item >= w.items) break;
+    if (!main_done && (!Traits::kStageDQ || item >= w.dq_items)) {
+      asm volatile("griddepcontrol.wait;\n" ::: "memory");
+      main_done = true;
+    }
+    if (item < w.dq_items) {
+      const int unit = item / unit_dq_items, j = item % unit_dq_items;
+      const int batch = unit / p.num_heads_k, head_k = unit % p.num_heads_k;
+      convert_dq_tile<Traits>(p, batch, head_k * group + j / w.m_blocks, j % w.m_blocks, rows);
+    } else {
+      const int unit = (item - w.dq_items) / w.key_blocks, n_block = (item - w.dq_items) % w.key_blocks;
+      convert_dkv_block<Traits, Element>(p, w.dkv_written, unit / p.num_heads_k, unit % p.num_heads_k, n_block,
+                                         w.key_blocks);
+    }
+    __syncthreads();  // rows and cta_item are taken again
+  }
+  // What follows on the stream may read what the main kernel wrote itself
+  // (dK/dV of whole-group key blocks): end no earlier than it.
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

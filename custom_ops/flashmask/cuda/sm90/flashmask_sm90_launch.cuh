@@ -63,6 +63,12 @@ inline bool fwd_pingpong() { return cuda::env_switch("PADDLE_FLASHMASK_SM90_FWD_
 // query blocks side by side, as before).
 inline bool fwd_gqa_tiles() { return cuda::env_switch("PADDLE_FLASHMASK_SM90_FWD_GQA_TILES", true); }
 
+// The backward's finish (bwd_finish_kernel) as the main kernel's programmatic
+// dependent, on the SMs its last wave leaves (sm90 v18, NOTES.md);
+// PADDLE_FLASHMASK_SM90_BWD_FINISH_OVERLAP=0 launches it after the main
+// kernel instead (the same kernel and work).
+inline bool bwd_finish_overlap() { return cuda::env_switch("PADDLE_FLASHMASK_SM90_BWD_FINISH_OVERLAP", true); }
+
 // The kernels' head dims are compile-time: the call's must be the instantiation's.
 template <typename Traits>
 void check_head_dims(const FwdParams& p) {
@@ -145,6 +151,47 @@ void launch_fwd(const FwdParams& p, cudaStream_t stream) {
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }
 
+// What bwd_finish_kernel converts (FinishWork), launched right after the main
+// kernel, whose CTAs count into cuda::bwd_finish_counters (zeroed before it).
+template <typename Traits>
+void launch_finish(const BwdParams& p, cudaStream_t stream) {
+  int32_t* const counters = cuda::bwd_finish_counters(p);
+  const int64_t units = int64_t(p.batch) * p.num_heads_k;
+  const int group = p.num_heads / p.num_heads_k;
+  FinishWork w;
+  w.done = counters;
+  w.next_item = counters + units;
+  w.dkv_written = cuda::dkv_written_flags(p);
+  w.key_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  w.expected = w.key_blocks * group;
+  w.m_blocks = int(cuda::bwd_padded_rows(p.seqlen_q) / Traits::kBlockM);
+  const int64_t dq_items = units * group * w.m_blocks;
+  const int64_t items = dq_items + (w.dkv_written != nullptr ? units * w.key_blocks : 0);
+  // As many CTAs as fit at once (the last wave's SMs take them as they free up).
+  static const int per_sm = [] {
+    int n = 0;
+    FLASHMASK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, bwd_finish_kernel<Traits>,
+                                                                       Traits::kNumMmaThreads, 0));
+    return std::max(1, n);
+  }();
+  const int64_t grid = std::min<int64_t>(items, int64_t(sm_count()) * per_sm);
+  if (items + grid >= (int64_t(1) << 31)) {  // every CTA takes one item past the last
+    throw std::invalid_argument("flashmask sm90 backward: too many dQ tiles for the finish's int32 items");
+  }
+  w.dq_items = int(dq_items);
+  w.items = int(items);
+  cudaLaunchAttribute dependent[1];
+  dependent[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(grid));
+  config.blockDim = dim3(Traits::kNumMmaThreads);
+  config.stream = stream;
+  config.attrs = dependent;
+  config.numAttrs = bwd_finish_overlap() ? 1 : 0;
+  FLASHMASK_CUDA_CHECK(cudaLaunchKernelEx(&config, bwd_finish_kernel<Traits>, p, w));
+}
+
 template <int kHeadDim, typename T>
 void launch_bwd(const BwdParams& p, cudaStream_t stream) {
   using Element = typename CutlassElement<T>::type;
@@ -156,6 +203,12 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
   kp.dkv_written = cuda::dkv_written_flags(p);
   int32_t* const fitted_heads = cuda::fitted_head_counts(p);  // the count pass writes, the kernel reads
   kp.fitted_heads = fitted_heads;
+  // Counts for the finish kernel (launch_finish), zeroed before any CTA adds.
+  kp.finish_done = p.dq_accum_tiled ? cuda::bwd_finish_counters(p) : nullptr;
+  if (kp.finish_done != nullptr) {
+    FLASHMASK_CUDA_CHECK(
+        cudaMemsetAsync(kp.finish_done, 0, cuda::finish_counter_elems(p) * sizeof(int32_t), stream));
+  }
 #ifdef FLASHMASK_EXP_TIMELINE
   kp.timeline = cuda::g_exp_timeline;
 #endif
@@ -228,11 +281,7 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
   }
   kernel<<<grid, Traits::kNThreads, smem, stream>>>(kp);
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
-  if (p.dq_accum_tiled) {  // else dQ is the deterministic pass's, converted by bwd_finish
-    const dim3 tiles(unsigned(cuda::bwd_padded_rows(p.seqlen_q) / Traits::kBlockM), p.num_heads, p.batch);
-    dq_tiles_to_dq_kernel<Traits><<<tiles, Traits::kNumMmaThreads, 0, stream>>>(p);
-    FLASHMASK_CUDA_CHECK(cudaGetLastError());
-  }
+  if (p.dq_accum_tiled) launch_finish<Traits>(p, stream);  // else dQ is the deterministic pass's (bwd_finish)
 }
 
 }  // namespace sm90
