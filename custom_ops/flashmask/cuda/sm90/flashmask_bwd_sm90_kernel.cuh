@@ -809,7 +809,7 @@ struct FinishWork {
 // Waits (one thread) until *count reaches `expected`, with acquire semantics
 // so that the main kernel's writes before its counts are visible after the
 // CTA's next barrier. The counts complete within the main kernel's last
-// CTAs' lifetime (every one of them runs before this kernel starts); past
+// CTAs' lifetime (every one of them has started before this kernel does); past
 // kFinishWaitLimitNs a miscount traps (a launch error) instead of hanging.
 constexpr uint64_t kFinishWaitLimitNs = uint64_t(120) * 1000 * 1000 * 1000;
 __device__ __forceinline__ void wait_for_count(const int32_t* count, int expected) {
