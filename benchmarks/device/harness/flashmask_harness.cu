@@ -490,9 +490,9 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
     std::exit(3);
   }
   // Zeroing, delta and the fp32 -> bf16 conversion: the part of bwd outside
-  // the main kernel (and the mask summary). The sm90 backward converts dQ and
-  // its dK/dV blocks in its own finish kernel (sm90 launch_finish), so for it
-  // this is zeroing and delta only.
+  // the main kernel (and the mask summary). The sm90 backward converts dQ,
+  // and under fitted grouping (its default) dK/dV, in its own finish kernel
+  // (sm90 launch_finish), so there this is zeroing and delta only.
   const float around = g_forward_only ? 0.f
                                       : median_ms([&] { flashmask::cuda::bwd_prepare(b, g_stream); }) +
                                             median_ms([&] { flashmask::cuda::bwd_finish(b, g_stream); });
