@@ -438,9 +438,12 @@ def check_deterministic_support(query, head_dim, deterministic):
 # 16 at 128-key blocks, is flashmask_launch.cuh's bwd_light_last); PADDLE_FLASHMASK_SM90_BWD_ORDER*:
 # the Hopper backward's CTA order (flashmask_sm90_api.cu, bwd_cta_ordered and its settings);
 # PADDLE_FLASHMASK_SM90_BWD_FINISH_OVERLAP: its finish beside the main kernel's last CTAs (1, the
-# default) or after it (flashmask_sm90_launch.cuh, bwd_finish_overlap).
+# default) or after it (flashmask_sm90_launch.cuh, bwd_finish_overlap);
+# PADDLE_FLASHMASK_SM90_FWD_WIDE_KEYS: the Hopper forward's 176-key tiles for calls with no mask at
+# head dim 128 (1, the default) or its 128-key kernel (flashmask_sm90_launch.cuh, fwd_wide_keys).
 INTEGER_ENV_SWITCHES = {
     "PADDLE_FLASHMASK_SM90_FWD_OVERLAP": (0, 1),
+    "PADDLE_FLASHMASK_SM90_FWD_WIDE_KEYS": (0, 1),
     "PADDLE_FLASHMASK_SM90_FWD_PINGPONG": (0, 1),
     "PADDLE_FLASHMASK_SM90_FWD_GQA_TILES": (0, 1),
     "PADDLE_FLASHMASK_SM90_BWD_HEAD_GROUP": (0, 1024),

@@ -805,6 +805,7 @@ def test_bad_calls_do_not_crash_the_process(real_ops):
 @pytest.mark.parametrize("name,value", [("PADDLE_FLASHMASK_SM90_FWD_OVERLAP", "2"),
                                         ("PADDLE_FLASHMASK_SM90_FWD_PINGPONG", "yes"),
                                         ("PADDLE_FLASHMASK_SM90_FWD_GQA_TILES", "2"),
+                                        ("PADDLE_FLASHMASK_SM90_FWD_WIDE_KEYS", "true"),
                                         ("PADDLE_FLASHMASK_SM90_BWD_HEAD_GROUP", "-1"),
                                         ("PADDLE_FLASHMASK_SM90_BWD_GROUP_MAX_STEPS", "1e3"),
                                         ("PADDLE_FLASHMASK_SM90_BWD_ORDER", "2"),

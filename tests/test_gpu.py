@@ -503,6 +503,28 @@ def test_sm90_fwd_tile_orders(monkeypatch, gqa_tiles, heads, heads_k, hm, causal
         pfm.set_gpu_kernel(old)
 
 
+FWD_WIDE_KEYS_ENV = "PADDLE_FLASHMASK_SM90_FWD_WIDE_KEYS"
+
+
+@pytest.mark.parametrize("wide", ["0", "1"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("batch,seqlen_q,seqlen_k,heads,heads_k", [(2, 300, 517, 4, 2), (1, 1000, 1056, 4, 1),
+                                                                    (2, 2048, 2100, 16, 4)])
+def test_sm90_fwd_wide_keys(monkeypatch, wide, dtype, batch, seqlen_q, seqlen_k, heads, heads_k):
+    # Calls with no mask at head dim 128 take the Hopper forward's 176-key tiles (1, the default)
+    # or its 128-key kernel (0): a ragged last key block (517 = 2 x 176 + 165), none (1056 =
+    # 6 x 176), and about 4 tiles per CTA over the one Q buffer (2048 rows x 16 heads x 2).
+    if not is_sm90():
+        pytest.skip(f"the sm90 kernels need compute capability 9.0, GPU 0 is {device_capability()}")
+    monkeypatch.setenv(FWD_WIDE_KEYS_ENV, wide)
+    old = pfm.set_gpu_kernel("sm90")
+    try:
+        run_gpu_case(seed_of("wide", wide, dtype, seqlen_q, seqlen_k), batch, seqlen_q, seqlen_k, heads, heads_k,
+                     128, False, dtype=dtype)
+    finally:
+        pfm.set_gpu_kernel(old)
+
+
 def _short_document_lengths(rng, seqlen):
     """Documents of 100-300 tokens filling `seqlen` (the last cut short): tiles of 1-3 live key blocks."""
     lens = []
@@ -840,7 +862,8 @@ def test_value_head_dim_128_with_192_only():
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("causal,cols", [(True, 1), (True, 2), (False, 2), (False, 4), (True, 0)])
+# (False, 0): a block mask alone, which keeps the Hopper forward off its 176-key tiles.
+@pytest.mark.parametrize("causal,cols", [(True, 1), (True, 2), (False, 2), (False, 4), (True, 0), (False, 0)])
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(300, 300), (129, 700), (1000, 1000)])
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_block_mask(gpu_kernel, causal, cols, seqlen_q, seqlen_k, deterministic):

@@ -899,6 +899,10 @@ int main(int argc, char** argv) {
       {"window128", 1, 1000, 1000, 4, 2, 128, true, 2, window_mask},
       {"random4+empty", 1, 333, 333, 4, 4, 128, false, 4, random4_mask},
       {"random4+empty", 1, 1024, 1024, 2, 1, 64, false, 4, random4_mask},
+      // No mask at head dim 128: the Hopper forward's 176-key tiles, a ragged last key
+      // block (517 = 2 x 176 + 165) and one without (1056 = 6 x 176).
+      {"none", 2, 300, 517, 4, 2, 128, false, 0, nullptr},
+      {"none", 1, 1000, 1056, 4, 1, 128, false, 0, nullptr},
   };
   // Head dim 96 on the FA2-class kernels (the Hopper forward's are in sm90_only_cases),
   // and at 64 (128-row backward steps) rows that end half-way into a step (300:
@@ -1047,6 +1051,8 @@ int main(int argc, char** argv) {
       failures += check_head_groups(c, GpuKernel::kSm90, det, rng);
     }
   }
+  // No mask with about 4 tiles per CTA: the 176-key forward's persistent loop over its one Q buffer.
+  failures += !check_case({"none", 2, 2048, 2100, 16, 4, 128, false, 0, nullptr}, GpuKernel::kSm90, false, 1, 0, rng);
   for (const Case& c : fa2_only_cases) {
     for (bool det : {false, true}) failures += !check_case(c, GpuKernel::kFA2, det, 1, 0, rng);
   }

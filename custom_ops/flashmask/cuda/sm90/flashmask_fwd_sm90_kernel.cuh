@@ -11,8 +11,8 @@
 //       rest run with no mask work;
 //     warp 0 issues TMA bulk tensor copies of each tile's Q (two buffers;
 //       one past head dim 128) and of K/V for every live key block (128 keys;
-//       64 at head dim 256) into a 2-stage mbarrier pipeline that runs on
-//       across tile boundaries;
+//       64 at head dim 256; 176 for calls with no mask at head dim 128) into
+//       a 2-stage mbarrier pipeline that runs on across tile boundaries;
 //   warpgroups 1-2 (consumers, 240 registers): 64 query rows each;
 //     S = Q K^T with wgmma from shared memory, online softmax in registers,
 //     O += P V with wgmma taking P straight from registers.
@@ -202,6 +202,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     flashmask_fwd_sm90_kernel(CUTE_GRID_CONSTANT FwdKernelParams<Traits> const kp) {
   static_assert(!(kPingPong && kOverlap), "pingpong turns are taken in the serial loop only (sm90_launch.cuh)");
   static_assert(!kOneVisible || (kColumnMask && kOverlap), "one instantiation: column masks, overlap schedule");
+  static_assert(!Traits::kWideKeys || (!kColumnMask && kOverlap && !kPingPong),
+                "176-key tiles: calls with no mask, overlap schedule");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Element = typename Traits::Element;
   using TileShape = typename Traits::TileShape;
@@ -286,8 +288,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         int num_live = 0;
         if (!done) {
           const FwdTile tile = fwd_tile_of(t, query_blocks, p.num_heads, kp.heads_together);
-          num_live = build_live_key_blocks<Traits::kListThreads, kBlockM, kBlockN>(
-              p, tile.batch, tile.head, tile.m_block, live_list(slot), ss.warp_counts, tid, sync);
+          if constexpr (Traits::kWideKeys) {
+            num_live = build_all_key_blocks<Traits::kListThreads, kBlockN>(p, live_list(slot), tid, sync);
+          } else {
+            num_live = build_live_key_blocks<Traits::kListThreads, kBlockM, kBlockN>(
+                p, tile.batch, tile.head, tile.m_block, live_list(slot), ss.warp_counts, tid, sync);
+          }
         }
         if (tid == 0) {
           ss.tile_index[slot] = t;

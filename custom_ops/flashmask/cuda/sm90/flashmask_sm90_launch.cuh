@@ -105,10 +105,30 @@ auto gmem_view(const void* ptr, int seqlen, int head_dim, int heads, int batch, 
                      make_stride(row_stride, _1{}, head_stride, batch_stride));
 }
 
-template <int kHeadDim, typename T>
-void launch_fwd(const FwdParams& p, cudaStream_t stream) {
-  using Element = typename CutlassElement<T>::type;
-  using Traits = FwdTraits<kHeadDim, Element>;
+// 176-key tiles for calls with no mask at all at head dim 128 (FwdTraits::
+// kWideKeys; PADDLE_FLASHMASK_SM90_FWD_WIDE_KEYS=0: the 128-key kernel).
+inline bool fwd_wide_keys() { return cuda::env_switch("PADDLE_FLASHMASK_SM90_FWD_WIDE_KEYS", true); }
+
+// The largest dynamic shared memory a block of this device may opt into.
+inline int max_smem_optin() {
+  int device = 0, bytes = 0;
+  FLASHMASK_CUDA_CHECK(cudaGetDevice(&device));
+  FLASHMASK_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return bytes;
+}
+
+// Whether a head dim 128 call takes the 176-key kernel: no mask at all, the
+// default schedule, and its two key-block lists fit beside the tiles.
+template <typename WideTraits>
+bool fwd_takes_wide_keys(const FwdParams& p, bool pingpong, bool overlap) {
+  const bool no_mask = p.mask.startend_row_indices == nullptr && !p.mask.causal && p.block_mask.data == nullptr;
+  return no_mask && overlap && !pingpong && fwd_wide_keys() &&
+         smem_bytes<WideTraits>((p.seqlen_k + WideTraits::kBlockN - 1) / WideTraits::kBlockN, 2) <= max_smem_optin();
+}
+
+template <typename Traits>
+void launch_fwd_kernel(const FwdParams& p, FwdKernel<Traits> kernel, cudaStream_t stream) {
+  using Element = typename Traits::Element;
   check_head_dims<Traits>(p);
   FwdKernelParams<Traits> kp{};
   kp.p = p;
@@ -132,11 +152,6 @@ void launch_fwd(const FwdParams& p, cudaStream_t stream) {
                              Shape<Int<Traits::kOutRows>, Int<Traits::kPanelCols>>{}, _1{});
   }
 
-  const bool column_mask = p.mask.startend_row_indices != nullptr;
-  const bool pingpong = fwd_pingpong(), overlap = fwd_overlap();
-  const bool one_visible = one_visible_interval(p.mask.num_cols, p.mask.causal);
-  auto kernel = column_mask ? fwd_kernel_for<Traits, true>(pingpong, overlap, one_visible)
-                            : fwd_kernel_for<Traits, false>(pingpong, overlap, one_visible);
   const int smem = smem_bytes<Traits>((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, 2);
   FLASHMASK_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -149,6 +164,27 @@ void launch_fwd(const FwdParams& p, cudaStream_t stream) {
   const dim3 grid(unsigned(std::min<int64_t>(tiles, sm_count())));
   kernel<<<grid, Traits::kNThreads, smem, stream>>>(kp);
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int kHeadDim, typename T>
+void launch_fwd(const FwdParams& p, cudaStream_t stream) {
+  using Element = typename CutlassElement<T>::type;
+  using Traits = FwdTraits<kHeadDim, Element>;
+  const bool column_mask = p.mask.startend_row_indices != nullptr;
+  const bool pingpong = fwd_pingpong(), overlap = fwd_overlap();
+  if constexpr (kHeadDim == 128) {
+    using WideTraits = FwdTraits<kHeadDim, Element, /*kWideKeys=*/true>;
+    if (fwd_takes_wide_keys<WideTraits>(p, pingpong, overlap)) {
+      return launch_fwd_kernel<WideTraits>(
+          p, flashmask_fwd_sm90_kernel<WideTraits, /*kColumnMask=*/false, /*kPingPong=*/false, /*kOverlap=*/true>,
+          stream);
+    }
+  }
+  const bool one_visible = one_visible_interval(p.mask.num_cols, p.mask.causal);
+  launch_fwd_kernel<Traits>(p,
+                            column_mask ? fwd_kernel_for<Traits, true>(pingpong, overlap, one_visible)
+                                        : fwd_kernel_for<Traits, false>(pingpong, overlap, one_visible),
+                            stream);
 }
 
 // What bwd_finish_kernel converts (FinishWork), launched right after the main

@@ -115,6 +115,21 @@ __device__ int build_live_key_blocks(const FwdParams& p, int batch, int head, in
       list, warp_counts, sync);
 }
 
+// Forward of a call with no mask at all (not causal, no column or block
+// mask; FwdTraits::kWideKeys): every key block, the ragged last one flagged
+// partial (its columns past the end are masked). No summaries, so no
+// alignment of kBlockN to them. Same contract as build_live_key_blocks.
+template <int kThreads, int kBlockN, typename Sync>
+__device__ int build_all_key_blocks(const FwdParams& p, uint16_t* list, int tid, Sync sync) {
+  const int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
+  const bool ragged = p.seqlen_k % kBlockN != 0;
+  for (int n = tid; n < n_blocks; n += kThreads) {
+    list[n] = uint16_t(n | (ragged && n == n_blocks - 1 ? kLivePartialFlag : 0));
+  }
+  sync();  // the list is complete
+  return n_blocks;
+}
+
 // Backward: the query blocks [first, end) that may see key block n_block
 // (causal: rows before the diagonal see none of its keys).
 template <int kBlockM, int kBlockN>

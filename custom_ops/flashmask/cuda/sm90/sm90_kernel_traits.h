@@ -40,7 +40,13 @@ using KMajorSmemAtom = std::conditional_t<
 
 // One BlockBounds summary per kMaskBlockN key columns (cuda/kernel_traits.h);
 // a key tile here spans kBlockN / kMaskBlockN of them.
-template <int kHeadDim_, typename Element_>
+//
+// kWideKeys: 176-key tiles at head dim 128 for calls with no mask at all (not
+// causal, no column or block mask), as FA3 takes for non-causal head dim 128:
+// 11/8 of the GEMM work per softmax, barrier and pipeline step. Only those
+// calls: 176 is not a multiple of the 64-column summaries nor of block_mask's
+// 128, and causal tiles would waste more of their diagonal.
+template <int kHeadDim_, typename Element_, bool kWideKeys_ = false>
 struct FwdTraits {
   using Element = Element_;  // cutlass::bfloat16_t or cutlass::half_t
   using ElementAccum = float;
@@ -48,6 +54,8 @@ struct FwdTraits {
   static constexpr int kHeadDimV = value_head_dim_for(kHeadDim);  // of v and out
   static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
                 "sm90 forward: head dim 64, 96, 128, 192 (value 128) or 256");
+  static constexpr bool kWideKeys = kWideKeys_;
+  static_assert(!kWideKeys || kHeadDim == 128, "176-key tiles at head dim 128 only");
 
   // Warpgroup 0 loads (warp 0 issues TMA, warps 1-3 build the next tiles'
   // live lists), warpgroups 1 and 2 compute 64 query rows each.
@@ -59,9 +67,10 @@ struct FwdTraits {
   // Past head dim 128 there is room for one Q buffer only (the next tile's Q
   // then lands once this tile's last GEMM has read Q), and head dim 256 fits
   // 227 KB of shared memory only with 64-key tiles: Q 64 KB + K/V 2 x 2 x
-  // 32 KB; 192/128: Q 48 KB + K 2 x 48 KB + V 2 x 32 KB (NOTES.md).
-  static constexpr int kBlockN = kHeadDim <= 192 ? 128 : 64;
-  static constexpr int kQBuffers = kHeadDim <= 128 ? 2 : 1;
+  // 32 KB; 192/128: Q 48 KB + K 2 x 48 KB + V 2 x 32 KB (NOTES.md). 176-key
+  // tiles: Q 32 KB + K/V 2 x 2 x 44 KB, one Q buffer too.
+  static constexpr int kBlockN = kWideKeys ? 176 : kHeadDim <= 192 ? 128 : 64;
+  static constexpr int kQBuffers = kHeadDim <= 128 && !kWideKeys ? 2 : 1;
   static constexpr int kStages = 2;
   // Consumer registers at 192/128 (12 k-steps of QK^T): the tile's index
   // alone is kept across the main loop and decoded again for the epilogue,
@@ -170,8 +179,10 @@ struct FwdTraits {
     int num_live_blocks[2];
     int next_tile;  // the builders' broadcast of the tile just fetched
     int warp_counts[kListThreads / 32];  // scratch of the live-list compaction
-    // Masked rows of the partial tile's columns, per consumer warpgroup, two buffers.
-    MaskedRows col_bounds[kNumMmaWarpGroups][2][kBlockN];
+    // Masked rows of the partial tile's columns, per consumer warpgroup, two
+    // buffers (column-mask calls only: none at 176-key tiles, whose 5.5 KB
+    // would cost the lists of the longest calls their room).
+    MaskedRows col_bounds[kNumMmaWarpGroups][2][kWideKeys ? 1 : kBlockN];
     // Written, never read: the store that orders the intra-warpgroup
     // overlap's softmax before its wait (flashmask_fwd_sm90_kernel.cuh).
     float2 softmax_pin[kNumMmaThreads];
