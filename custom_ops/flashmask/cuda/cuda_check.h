@@ -1,6 +1,6 @@
 // Error checking for CUDA runtime calls: failures become C++ exceptions, which
 // the Paddle glue turns into Python errors instead of crashing the process.
-// Also the one device query the launches size their grids by.
+// Also the device queries the launches size their grids and tiles by.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,6 +27,15 @@ inline int sm_count() {
   FLASHMASK_CUDA_CHECK(cudaGetDevice(&device));
   FLASHMASK_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
   return count;
+}
+
+// The shared memory a block of the current device may opt into (tile choices
+// that depend on it: the FA2-class SmemClass, the Hopper forward's 176-key tiles).
+inline int device_smem_optin() {
+  int device = 0, limit = 0;
+  FLASHMASK_CUDA_CHECK(cudaGetDevice(&device));
+  FLASHMASK_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return limit;
 }
 
 }  // namespace flashmask

@@ -32,14 +32,6 @@ void run_bwd_(const BwdParams& p, cudaStream_t stream);
 template <int kHeadDim, typename T>
 void run_bwd_dq_(const BwdParams& p, cudaStream_t stream);
 
-// The shared memory a block of the current GPU may opt into.
-inline int device_smem_optin() {
-  int device = 0, limit = 0;
-  FLASHMASK_CUDA_CHECK(cudaGetDevice(&device));
-  FLASHMASK_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return limit;
-}
-
 // Opts the kernel into `bytes` of dynamic shared memory, with a clear error
 // where the GPU allows less per block: compute capability 8.6/8.9 (RTX
 // 30x0/40x0, A10, L40) allows 99 KB, which the FA2-class backward at head

@@ -109,21 +109,13 @@ auto gmem_view(const void* ptr, int seqlen, int head_dim, int heads, int batch, 
 // kWideKeys; PADDLE_FLASHMASK_SM90_FWD_WIDE_KEYS=0: the 128-key kernel).
 inline bool fwd_wide_keys() { return cuda::env_switch("PADDLE_FLASHMASK_SM90_FWD_WIDE_KEYS", true); }
 
-// The largest dynamic shared memory a block of this device may opt into.
-inline int max_smem_optin() {
-  int device = 0, bytes = 0;
-  FLASHMASK_CUDA_CHECK(cudaGetDevice(&device));
-  FLASHMASK_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return bytes;
-}
-
 // Whether a head dim 128 call takes the 176-key kernel: no mask at all, the
 // default schedule, and its two key-block lists fit beside the tiles.
 template <typename WideTraits>
 bool fwd_takes_wide_keys(const FwdParams& p, bool pingpong, bool overlap) {
   const bool no_mask = p.mask.startend_row_indices == nullptr && !p.mask.causal && p.block_mask.data == nullptr;
   return no_mask && overlap && !pingpong && fwd_wide_keys() &&
-         smem_bytes<WideTraits>((p.seqlen_k + WideTraits::kBlockN - 1) / WideTraits::kBlockN, 2) <= max_smem_optin();
+         smem_bytes<WideTraits>((p.seqlen_k + WideTraits::kBlockN - 1) / WideTraits::kBlockN, 2) <= device_smem_optin();
 }
 
 template <typename Traits>
