@@ -157,9 +157,35 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSM)
       for (int e = 0; e < 4; ++e) acc_dq[mt][j][e] = 0.f;
   }
 
-  // A fragments of Q or dO (re-read per block: registers go to the accumulators).
-  auto load_a_frag = [&](uint32_t (&a)[4], uint32_t base, int mt, int kk, int ln) {
-    ldmatrix_x4(a, base + 2 * Tile::offset(warp_row0 + mt * 16 + ln % 16, kk * 16 + (ln / 16) * 8));
+  // acc = A B^T for the warp's rows x kBlockN keys: S = Q K^T and dP = dO V^T, A and B
+  // swizzled tiles in shared memory at a_base / b_base. A fragments are re-read per block
+  // (registers go to the accumulators); each B fragment feeds kMTiles MMAs.
+  auto rows_times_keys = [&](float (&acc)[kMTiles][kNTiles][4], uint32_t a_base, uint32_t b_base, int ln) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0.f;
+#pragma unroll 1
+    for (int kk = 0; kk < kDim / 16; ++kk) {
+      uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        ldmatrix_x4(a[mt], a_base + 2 * Tile::offset(warp_row0 + mt * 16 + ln % 16, kk * 16 + (ln / 16) * 8));
+      }
+#pragma unroll
+      for (int nn = 0; nn < kBlockN / 16; ++nn) {
+        uint32_t b[4];
+        ldmatrix_x4(b, b_base + 2 * Tile::offset(nn * 16 + ln % 8 + (ln / 16) * 8,
+                                                 kk * 16 + ((ln / 8) % 2) * 8));
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816<T>(acc[mt][2 * nn], a[mt], b[0], b[1]);
+          mma_16816<T>(acc[mt][2 * nn + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
   };
 
   while (n < n_end) {
@@ -178,29 +204,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSM)
     const uint32_t v_base = opaque(smem_addr(sV));
     // dP = dO V^T for the warp's rows x kBlockN keys.
     float acc_dp[kMTiles][kNTiles][4];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_dp[mt][j][e] = 0.f;
-#pragma unroll 1
-    for (int kk = 0; kk < kDim / 16; ++kk) {
-      uint32_t a[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) load_a_frag(a[mt], do_base, mt, kk, ln);
-#pragma unroll
-      for (int nn = 0; nn < kBlockN / 16; ++nn) {
-        uint32_t b[4];
-        ldmatrix_x4(b, v_base + 2 * Tile::offset(nn * 16 + ln % 8 + (ln / 16) * 8,
-                                                 kk * 16 + ((ln / 8) % 2) * 8));
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_16816<T>(acc_dp[mt][2 * nn], a[mt], b[0], b[1]);
-          mma_16816<T>(acc_dp[mt][2 * nn + 1], a[mt], b[2], b[3]);
-        }
-      }
-    }
+    rows_times_keys(acc_dp, do_base, v_base, ln);
 
     __syncthreads();  // every warp is done with sV
     const int n_next = next_live_block(n + 1);
@@ -215,31 +219,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSM)
     ln = int(opaque(uint32_t(lane)));
     const uint32_t q_base = opaque(smem_addr(sQ));
     const uint32_t k_base = opaque(smem_addr(sK));
-    // S = Q K^T; each K fragment feeds kMTiles MMAs.
+    // S = Q K^T.
     float acc_s[kMTiles][kNTiles][4];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_s[mt][j][e] = 0.f;
-#pragma unroll 1
-    for (int kk = 0; kk < kDim / 16; ++kk) {
-      uint32_t a[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) load_a_frag(a[mt], q_base, mt, kk, ln);
-#pragma unroll
-      for (int nn = 0; nn < kBlockN / 16; ++nn) {
-        uint32_t b[4];
-        ldmatrix_x4(b, k_base + 2 * Tile::offset(nn * 16 + ln % 8 + (ln / 16) * 8,
-                                                 kk * 16 + ((ln / 8) % 2) * 8));
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_16816<T>(acc_s[mt][2 * nn], a[mt], b[0], b[1]);
-          mma_16816<T>(acc_s[mt][2 * nn + 1], a[mt], b[2], b[3]);
-        }
-      }
-    }
+    rows_times_keys(acc_s, q_base, k_base, ln);
 
     // dS = P * (dP - delta), P = exp(S * scale - LSE); written over acc_s.
 #pragma unroll
