@@ -20,22 +20,20 @@
 
 namespace flashmask {
 
+// An attribute of the current device (the launches size their grids and tiles by these).
+inline int current_device_attribute(cudaDeviceAttr attr) {
+  int device = 0, value = 0;
+  FLASHMASK_CUDA_CHECK(cudaGetDevice(&device));
+  FLASHMASK_CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, device));
+  return value;
+}
+
 // Streaming multiprocessors of the current device (persistent and
 // grid-stride launches size their grids by it).
-inline int sm_count() {
-  int device = 0, count = 0;
-  FLASHMASK_CUDA_CHECK(cudaGetDevice(&device));
-  FLASHMASK_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
-}
+inline int sm_count() { return current_device_attribute(cudaDevAttrMultiProcessorCount); }
 
 // The shared memory a block of the current device may opt into (tile choices
 // that depend on it: the FA2-class SmemClass, the Hopper forward's 176-key tiles).
-inline int device_smem_optin() {
-  int device = 0, limit = 0;
-  FLASHMASK_CUDA_CHECK(cudaGetDevice(&device));
-  FLASHMASK_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return limit;
-}
+inline int device_smem_optin() { return current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin); }
 
 }  // namespace flashmask

@@ -86,11 +86,8 @@ struct BwdDQLauncher {
 };
 
 bool device_is_sm90() {
-  int device = 0, major = 0, minor = 0;
-  FLASHMASK_CUDA_CHECK(cudaGetDevice(&device));
-  FLASHMASK_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  FLASHMASK_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major == 9 && minor == 0;
+  return current_device_attribute(cudaDevAttrComputeCapabilityMajor) == 9 &&
+         current_device_attribute(cudaDevAttrComputeCapabilityMinor) == 0;
 }
 
 // The kernel family for this call (see GpuKernel): forcing sm90 where it
