@@ -859,25 +859,38 @@ int main(int argc, char** argv) {
   }
   if (mode == "--time-mask-file") {
     // One mask of the Paddle benchmark, as it builds it (benchmarks/mask_area.py's
-    // bench_mask, saved as raw int32 [S, C] by benchmarks/device/dump_bench_masks.py):
-    //   --time-mask-file FILE S C CAUSAL(0/1) NAME
-    // timed like --time-bwd-masks' rows (sm90, bf16, 32:8, D=128), so a figure of the op's
-    // benchmark can be set beside the bare kernel's on the very same mask.
-    if (argc != 7) {
-      std::printf("usage: --time-mask-file FILE S C CAUSAL NAME\n");
+    // bench_mask, saved as raw int32 [S, C] by benchmarks/device/dump_bench_masks.py),
+    // or of benchmarks/bench_fa2_masks.py (the instances FlashAttention-2 runs as varlen
+    // documents and local windows):
+    //   --time-mask-file FILE S C CAUSAL(0/1) NAME [sm90|fa2]
+    // timed like --time-bwd-masks' rows (bf16, 32:8, D=128; the Hopper kernels unless
+    // fa2 is named), so a figure of the op's benchmark, or of a peer, can be set beside
+    // the bare kernel's on the very same mask. FILE "-" is no mask (plain causal or full).
+    if (argc != 7 && argc != 8) {
+      std::printf("usage: --time-mask-file FILE S C CAUSAL NAME [sm90|fa2]\n");
+      return 2;
+    }
+    const std::string family = argc == 8 ? argv[7] : "sm90";
+    if (family != "sm90" && family != "fa2") {
+      std::printf("--time-mask-file: kernel family must be sm90 or fa2, got %s\n", family.c_str());
       return 2;
     }
     const int s = std::atoi(argv[3]), cols = std::atoi(argv[4]);
     const bool causal = std::atoi(argv[5]) != 0;
-    std::vector<int32_t> mask(size_t(s) * cols);
-    FILE* f = std::fopen(argv[2], "rb");
-    if (f == nullptr || std::fread(mask.data(), 4, mask.size(), f) != mask.size()) {
-      std::printf("--time-mask-file: cannot read %zu int32 from %s\n", mask.size(), argv[2]);
-      return 2;
+    std::vector<int32_t> mask;
+    if (std::string(argv[2]) != "-") {
+      mask.resize(size_t(s) * cols);
+      FILE* f = std::fopen(argv[2], "rb");
+      const bool read = f != nullptr && std::fread(mask.data(), 4, mask.size(), f) == mask.size();
+      if (f != nullptr) std::fclose(f);
+      if (!read) {
+        std::printf("--time-mask-file: cannot read %zu int32 from %s\n", mask.size(), argv[2]);
+        return 2;
+      }
     }
-    std::fclose(f);
     print_time_header();
-    time_case(argv[6], s, 32, 8, 128, GpuKernel::kSm90, rng, mask, false, 0, -1, causal, cols);
+    time_case(argv[6], s, 32, 8, 128, family == "fa2" ? GpuKernel::kFA2 : GpuKernel::kSm90, rng, mask, false, 0,
+              -1, causal, cols);
     return 0;
   }
   if (mode == "--profile-32k") {
