@@ -1,7 +1,11 @@
 """Peers for bench_gpu.py, measured by a second process in the same device call
 (plain python3 with PyTorch; no Paddle): FlexAttention (torch.compile'd, block
 mask built from the same FlashMask indices, build time reported apart), SDPA
-with a dense boolean mask, and SDPA's flash backend on plain causal.
+with a dense boolean mask, and FlashAttention-2 on plain causal: SDPA's flash backend
+(sdpa_flash_causal, K/V repeated to the query heads inside the timed call, as SDPA's flash backend
+takes one head count) or FA2 with its native GQA (fa2_gqa_causal,
+torch.ops.aten._flash_attention_forward, differentiated by autograd; the fair FA2 figure at
+32:8, which the repeat costs 2-11%: benchmarks/results/h200/fa2_native_masks/).
 
 Same masks (paddle_flashmask/masks.py loaded without paddle), same shapes,
 same TFLOP/s convention (benchmarks/mask_area.py). --dim / --dim-v as in bench_gpu.py:
@@ -40,6 +44,10 @@ try:
 except (ImportError, AttributeError):
     pass
 flex = torch.compile(flex_attention, dynamic=False)
+
+
+# FlashAttention-2 on plain causal only (it has no column mask).
+FA2_CAUSAL_IMPLS = ("sdpa_flash_causal", "fa2_gqa_causal")
 
 
 def mask_mod_from_indices(idx, causal, seqlen, heads, device):
@@ -149,9 +157,9 @@ def main():
                 fwd_flops, bwd_flops = attention_flops(idx, causal, seqlen, seqlen, args.heads, args.dim,
                                                        head_dim_v=dim_v)
                 for impl in args.impls:
-                    if impl == "sdpa_flash_causal" and name != "causal":
+                    if impl in FA2_CAUSAL_IMPLS and name != "causal":
                         continue
-                    if impl == "sdpa_flash_causal" and dim_v != args.dim:
+                    if impl in FA2_CAUSAL_IMPLS and dim_v != args.dim:
                         print(f"| {impl} | {name} | {seqlen} | {args.heads}:{heads_k} | skipped: the flash "
                               f"backend takes one head dim for q, k and v, not {args.dim}/{dim_v} |", flush=True)
                         continue
@@ -191,13 +199,21 @@ def main():
                             def run():
                                 return F.scaled_dot_product_attention(
                                     q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), attn_mask=keep_t)
-                        else:
+                        elif impl == "fa2_gqa_causal":
+                            def run():
+                                # [B, S, H, D] views (last dim contiguous), as SDPA hands them over
+                                return torch.ops.aten._flash_attention_forward(
+                                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, None,
+                                    seqlen, seqlen, 0.0, True, False)[0].transpose(1, 2)
+                        elif impl == "sdpa_flash_causal":
                             rep = args.heads // heads_k
 
                             def run():
                                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                                     return F.scaled_dot_product_attention(
                                         q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), is_causal=True)
+                        else:
+                            raise ValueError(f"unknown --impls entry {impl!r}")
                         t_start = time.time()  # the timed window, for the GPU's clock log (clock_summary.py)
                         t_fwd, t_bwd, b2b_fwd, b2b_bwd = fwd_bwd_times(run, q, k, v, dout, args.repeats,
                                                                        args.back_to_back)

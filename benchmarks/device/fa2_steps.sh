@@ -106,8 +106,9 @@ for pass in 1 2; do
   smi "after time pass $pass"
 done
 
-# torch's FA2 (SDPA flash, causal) in the device's plain python3, none of Paddle's paths; its
-# records go into fa2_steps.log as 'peer_json:' lines.
+# torch's FA2 on causal in the device's plain python3, none of Paddle's paths: its native GQA
+# (fa2_gqa_causal, the summary's FA2 column, back to back) and SDPA flash with K/V repeated (the
+# peer of the earlier calls); records go into fa2_steps.log as 'peer_json:' lines.
 PEER_JSON=/tmp/fa2_steps_peers.jsonl
 rm -f "$PEER_JSON"
 # SKIP_PEER=1 leaves it out (an A/B of our variants only; the peer's figures from an earlier call).
@@ -119,12 +120,12 @@ for spec in "${PEER_SPECS[@]}"; do
   if (( $(left) < 15 )); then echo "SKIPPED: FA2 peer D=$dim (budget)" | tee -a "$LOG"; continue; fi
   echo "## peer D=$dim" >> "$LOG"
   timeout -k 10 "$t" env -u PYTHONPATH -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 python3 benchmarks/bench_gpu_peers.py \
-    --lengths $lengths --kv-heads 8 --masks causal --impls sdpa_flash_causal --repeats 5 --back-to-back 0 \
+    --lengths $lengths --kv-heads 8 --masks causal --impls fa2_gqa_causal sdpa_flash_causal --repeats 5 --back-to-back 8 \
     --dim "$dim" --out "$PEER_JSON" >> "$LOG" 2>&1
   stamp "FA2 peer D=$dim exit $?"
 done
 [ -f "$PEER_JSON" ] && sed 's/^/peer_json: /' "$PEER_JSON" >> "$LOG"
-grep -E "^\| sdpa_flash_causal" "$LOG"
+grep -E "^\| (fa2_gqa|sdpa_flash)_causal" "$LOG"
 
 smi after
 stamp "done; summary:"
