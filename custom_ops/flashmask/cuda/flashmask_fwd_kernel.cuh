@@ -122,10 +122,12 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const T* v = static_cast<const T*>(p.v) + batch * p.v_batch_stride + head_k * p.v_head_stride;
   // K/V tile copies take the thread index opaquely, so their per-thread
   // addresses are recomputed at each copy (a few integer ops under the GEMMs)
-  // instead of being hoisted out of the loop into live (or spilled) registers.
+  // instead of being hoisted out of the loop into live (or spilled) registers;
+  // whole blocks step one source address (copy_tile_async's kWholeTileFast).
   auto load_kv = [&](T* smem, const T* gmem, int64_t row_stride, int n) {
-    copy_tile_async<kBlockN, kDim, kThreads>(smem, gmem + int64_t(n) * kBlockN * row_stride, row_stride,
-                                             seqlen_k - n * kBlockN, int(opaque(uint32_t(tid))));
+    copy_tile_async<kBlockN, kDim, kThreads, /*kWholeTileFast=*/true>(
+        smem, gmem + int64_t(n) * kBlockN * row_stride, row_stride, seqlen_k - n * kBlockN,
+        int(opaque(uint32_t(tid))));
   };
   auto load_k = [&](int n) { load_kv(sK, k, p.k_row_stride, n); };
 
