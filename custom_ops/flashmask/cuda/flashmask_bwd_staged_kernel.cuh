@@ -373,7 +373,10 @@ __global__ void __launch_bounds__(Traits::kNThreads)
       }
       // The 8-row swizzle period (SwizzledTile::phases_hold): every row of the
       // thread (row_l + a multiple of 8) stores its 4 key pairs at row_l's 4
-      // offsets plus an immediate, so 4 swizzled offsets a step, not 16.
+      // offsets plus an immediate, so 4 swizzled offsets a step, not 4 per row
+      // tile (+1% at head dim 128). With 4 row tiles (head dim 64's 128-row
+      // steps) the 4 held offsets spilled on sm_80: there each store keeps its own.
+      constexpr bool kHeldOffsets = kSMTiles <= 2;
       int key_off[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) key_off[j] = KeyTile::offset(row_l, key_l + j * 8);
@@ -393,7 +396,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
             const float p0 = acc_s[mt][j][2 * h], p1 = acc_s[mt][j][2 * h + 1];
-            const int off = key_off[j] + (mt * 16 + h * 8) * kBlockN;
+            const int off = kHeldOffsets ? key_off[j] + (mt * 16 + h * 8) * kBlockN
+                                         : KeyTile::offset(row, key_l + j * 8);
             *reinterpret_cast<uint32_t*>(sP + off) = pack2<T>(p0, p1);
             *reinterpret_cast<uint32_t*>(sdS + off) =
                 pack2<T>(p0 * (acc_dp[mt][j][2 * h] - row_delta), p1 * (acc_dp[mt][j][2 * h + 1] - row_delta));
