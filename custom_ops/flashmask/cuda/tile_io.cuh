@@ -66,12 +66,18 @@ __device__ __forceinline__ void copy_tile_async(T* smem, const T* gmem, int64_t 
         return;
       }
     }
+    // The rest (a ragged last block, or kWholeTileFast off): the thread's
+    // first address stepped by the pass stride as above, rows past rows_valid
+    // copying zero bytes from the first row (a 64-bit select, no branch).
+    const T* const first_src = gmem + int64_t(r0) * stride + c;
+    const T* src = first_src;
+    const int64_t pass_stride = int64_t(kRowsPerPass) * stride;
 #pragma unroll
-    for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
+    for (int pass = 0; pass < kRows / kRowsPerPass; ++pass, src += pass_stride) {
       const int r = r0 + pass * kRowsPerPass;
       const bool valid = r < rows_valid;
       // Point at a valid row even when copying zero bytes.
-      cp_async_16(smem + Tile::offset(r, c), gmem + int64_t(valid ? r : 0) * stride + c, valid);
+      cp_async_16(smem + Tile::offset(r, c), valid ? src : first_src, valid);
     }
   } else if constexpr (kChunks % 4 == 0 && kThreads % 32 == 0 && kRows % (kThreads / 4) == 0) {
     constexpr int kRowsPerPass = kThreads / 4;  // a multiple of 8: the swizzle's period in rows
