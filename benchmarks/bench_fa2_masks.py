@@ -149,46 +149,6 @@ def check_forms(device):
         raise SystemExit(f"FA2 against the dense reference: relative error {worst:.2e} > 2e-2")
 
 
-# --------------------------------------------------------------------------------------------
-# timing (CUDA events; bench_gpu_peers.py's conventions)
-# --------------------------------------------------------------------------------------------
-
-def per_call_ms(fn, repeats):
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return float(np.median(times))
-
-
-def back_to_back_ms(fn, calls):
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / calls
-
-
-def time_fwd_bwd(run, inputs, dout, repeats, calls):
-    run()
-    fwd, fwd_b2b = per_call_ms(run, repeats), back_to_back_ms(run, calls)
-    out = run()
-
-    def bwd():
-        torch.autograd.grad(out, inputs, dout, retain_graph=True)
-
-    bwd()
-    return fwd, per_call_ms(bwd, repeats), fwd_b2b, back_to_back_ms(bwd, calls)
-
-
 def write_masks(cases, mask_dir):
     """Each case's LTS columns as raw int32 (none for plain causal: "-"), listed in index.txt as
     "NAME S FILE" lines, the harness's --time-mask-file arguments."""
@@ -232,6 +192,12 @@ def main():
         return
     if torch is None:
         raise SystemExit("bench_fa2_masks.py: timing FA2 needs torch (only --masks-only runs without it)")
+    # bench_gpu_peers.py's timing (CUDA events around each call, and calls queued back to back);
+    # imported here, as it needs torch and this module's mask instances do not.
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_gpu_peers import fwd_bwd_times
     device = "cuda"
     gpu = torch.cuda.get_device_name(0)
     print(f"# FA2 (aten._flash_attention_forward, native GQA) on {gpu}, torch {torch.__version__}, bf16, "
@@ -253,7 +219,7 @@ def main():
             if name == "causal":
                 impls.append(("fa2_sdpa_repeat_kv", lambda: sdpa_repeat_call(q, k, v)))
             for impl, run in impls:
-                fwd, bwd, fwd_b2b, bwd_b2b = time_fwd_bwd(run, (q, k, v), dout, args.repeats, args.back_to_back)
+                fwd, bwd, fwd_b2b, bwd_b2b = fwd_bwd_times(run, q, k, v, dout, args.repeats, args.back_to_back)
                 rec = dict(impl=impl, mask=name, seqlen=s, heads=HEADS, heads_k=KV_HEADS, dim=DIM, device=gpu,
                            documents=None if lens is None else len(lens), window=window, fwd_ms=fwd, bwd_ms=bwd,
                            fwd_b2b_ms=fwd_b2b, bwd_b2b_ms=bwd_b2b, fwd_tflops=fwd_flops / fwd / 1e9,
