@@ -48,7 +48,10 @@ __device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t 
 // Compute). The forward's K/V copies take it (+1-3% at head dims 64/128); in
 // the backward's Q/dO copies the branch cost 1-2%, and at head dim 96 (the
 // other form below) 1%, so those keep the per-row form (NOTES.md).
-template <int kRows, int kDim, int kThreads, bool kWholeTileFast = false, typename T>
+// kSteppedRows = false keeps the per-row address form below for every row: the
+// backward at head dim 64 (128-row steps, 255 registers) spilled 16 bytes on
+// sm_80 with the stepped form.
+template <int kRows, int kDim, int kThreads, bool kWholeTileFast = false, bool kSteppedRows = true, typename T>
 __device__ __forceinline__ void copy_tile_async(T* smem, const T* gmem, int64_t stride, int rows_valid, int tid) {
   using Tile = SwizzledTile<kDim>;
   constexpr int kChunks = kDim / 8;
@@ -65,6 +68,16 @@ __device__ __forceinline__ void copy_tile_async(T* smem, const T* gmem, int64_t 
         }
         return;
       }
+    }
+    if constexpr (!kSteppedRows) {
+#pragma unroll
+      for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
+        const int r = r0 + pass * kRowsPerPass;
+        const bool valid = r < rows_valid;
+        // Point at a valid row even when copying zero bytes.
+        cp_async_16(smem + Tile::offset(r, c), gmem + int64_t(valid ? r : 0) * stride + c, valid);
+      }
+      return;
     }
     // The rest (a ragged last block, or kWholeTileFast off): the thread's
     // first address stepped by the pass stride as above, rows past rows_valid
