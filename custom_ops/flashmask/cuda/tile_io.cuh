@@ -39,18 +39,19 @@ __device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t 
 //   +kThreads / 4 rows.
 // Other shapes keep the loop.
 //
-// kWholeTileFast: a whole tile (rows_valid >= kRows: every block but a ragged
-// last one) takes the thread's first source address once and steps it by a
-// fixed pass stride, a 64-bit add a copy, where the per-row form costs a
-// select, a sign extension and a 64-bit multiply-add of the row index (about
+// In the first form the thread takes its first source address once and steps
+// it by a fixed pass stride, a 64-bit add a copy, where the per-row form costs
+// a select, a sign extension and a 64-bit multiply-add of the row index (about
 // 12 integer instructions a copy; a sixth of the forward's instructions at
 // 16K, which ran 14% more instructions than FlashAttention-2's in Nsight
-// Compute). The forward's K/V copies take it (+1-3% at head dims 64/128); in
-// the backward's Q/dO copies the branch cost 1-2%, and at head dim 96 (the
-// other form below) 1%, so those keep the per-row form (NOTES.md).
-// kSteppedRows = false keeps the per-row address form below for every row: the
-// backward at head dim 64 (128-row steps, 255 registers) spilled 16 bytes on
-// sm_80 with the stepped form.
+// Compute; NOTES.md, twentieth session). Rows past rows_valid copy zero bytes
+// from the first row.
+// - kWholeTileFast: whole tiles (rows_valid >= kRows: all but a ragged last
+//   block) branch to a form with no validity test at all. The forward's K/V
+//   copies take it (+1-3%); around the backward's Q/dO copies the branch cost
+//   1-2%, so those run the stepped form for every tile.
+// - kSteppedRows = false keeps the per-row form: the backward at head dim 64
+//   (128-row steps, 255 registers) spilled 16 bytes on sm_80 with the stepped one.
 template <int kRows, int kDim, int kThreads, bool kWholeTileFast = false, bool kSteppedRows = true, typename T>
 __device__ __forceinline__ void copy_tile_async(T* smem, const T* gmem, int64_t stride, int rows_valid, int tid) {
   using Tile = SwizzledTile<kDim>;
@@ -79,9 +80,8 @@ __device__ __forceinline__ void copy_tile_async(T* smem, const T* gmem, int64_t 
       }
       return;
     }
-    // The rest (a ragged last block, or kWholeTileFast off): the thread's
-    // first address stepped by the pass stride as above, rows past rows_valid
-    // copying zero bytes from the first row (a 64-bit select, no branch).
+    // Stepped, with a row past rows_valid copying zero bytes from the first
+    // row (a 64-bit select, no branch).
     const T* const first_src = gmem + int64_t(r0) * stride + c;
     const T* src = first_src;
     const int64_t pass_stride = int64_t(kRowsPerPass) * stride;
