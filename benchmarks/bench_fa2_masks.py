@@ -79,8 +79,9 @@ def unmasked_area(seqlen, cols):
 # FlashAttention-2 calls
 # --------------------------------------------------------------------------------------------
 
-def fa2_call(q, k, v, lens, window):
-    """FA2 forward on [1, S, H, D] tensors; documents run varlen ([S, H, D] with cu_seqlens)."""
+def fa2_call(q, k, v, lens=None, window=None):
+    """FA2 forward on [1, S, H, D] tensors, causal; documents run varlen ([S, H, D] with cu_seqlens).
+    bench_gpu_peers.py's fa2_gqa_causal peer is this call without documents or window."""
     if lens is not None:
         cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32, device=q.device)
         longest = int(max(lens))
@@ -92,7 +93,8 @@ def fa2_call(q, k, v, lens, window):
 
 
 def sdpa_repeat_call(q, k, v):
-    """bench_gpu_peers.py's FA2 peer on plain causal: SDPA flash, K/V repeated to the query heads."""
+    """SDPA flash on plain causal, K/V repeated to the query heads ([1, S, H, D] tensors): bench_gpu_peers.py's
+    sdpa_flash_causal peer."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     rep = q.shape[2] // k.shape[2]

@@ -23,12 +23,12 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from mask_area import BENCH_MASKS, attention_flops, bench_mask, column_bounds, gpu_value_head_dim  # noqa: E402
+from bench_fa2_masks import fa2_call, sdpa_repeat_call  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location(
     "pfm_masks", os.path.join(os.path.dirname(HERE), "paddle_flashmask", "masks.py"))
@@ -199,19 +199,13 @@ def main():
                             def run():
                                 return F.scaled_dot_product_attention(
                                     q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), attn_mask=keep_t)
-                        elif impl == "fa2_gqa_causal":
-                            def run():
-                                # [B, S, H, D] views (last dim contiguous), as SDPA hands them over
-                                return torch.ops.aten._flash_attention_forward(
-                                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, None,
-                                    seqlen, seqlen, 0.0, True, False)[0].transpose(1, 2)
-                        elif impl == "sdpa_flash_causal":
-                            rep = args.heads // heads_k
+                        elif impl in FA2_CAUSAL_IMPLS:
+                            # bench_fa2_masks.py's FA2 calls take [B, S, H, D]: views of ours (last dim
+                            # contiguous), as SDPA hands them over
+                            call = sdpa_repeat_call if impl == "sdpa_flash_causal" else fa2_call
 
                             def run():
-                                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                                    return F.scaled_dot_product_attention(
-                                        q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), is_causal=True)
+                                return call(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
                         else:
                             raise ValueError(f"unknown --impls entry {impl!r}")
                         t_start = time.time()  # the timed window, for the GPU's clock log (clock_summary.py)
