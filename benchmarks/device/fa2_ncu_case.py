@@ -3,8 +3,9 @@
     ncu --kernel-name regex:flash_fwd_kernel --launch-skip 1 --launch-count 1 ... \
         python3 benchmarks/device/fa2_ncu_case.py causal 16384
 
-runs FA2's forward and backward (native GQA, bf16, 32:8 heads, D=128) twice on the named mask
-(causal, causal_document, short_documents or sliding_window; the instances of bench_fa2_masks.py).
+runs FA2's forward and backward (native GQA, bf16, 32:8 heads, D=128 or env FLASHMASK_HARNESS_DIM)
+twice on the named mask (causal, causal_document, short_documents or sliding_window; the instances of
+bench_fa2_masks.py).
 """
 
 import os
@@ -22,10 +23,11 @@ def main(argv):
         return 2
     name, s = argv[0], int(argv[1])
     lens, window, _ = instance(name, s)
+    dim = int(os.environ.get("FLASHMASK_HARNESS_DIM") or DIM)  # the harness's head dim, same variable
     g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(1, s, h, DIM, device="cuda", dtype=torch.bfloat16, generator=g, requires_grad=True)
+    q, k, v = (torch.randn(1, s, h, dim, device="cuda", dtype=torch.bfloat16, generator=g, requires_grad=True)
                for h in (HEADS, KV_HEADS, KV_HEADS))
-    dout = torch.randn(1, s, HEADS, DIM, device="cuda", dtype=torch.bfloat16, generator=g)
+    dout = torch.randn(1, s, HEADS, dim, device="cuda", dtype=torch.bfloat16, generator=g)
     for _ in range(2):  # the first pass is skipped by --launch-skip
         out = fa2_call(q, k, v, lens, window)
         torch.autograd.grad(out, (q, k, v), dout)

@@ -7,6 +7,8 @@
 # details pages ($OUT/details.txt), and in $OUT/ncu_fa2_peer.tar.xz the source pages as CSV (every
 # SASS line with its executed instructions and stall samples) for an offline count by opcode.
 # Device call: bash benchmarks/device/ncu_fa2_peer.sh [VARIANT]   (carry [".gpu_variants"])
+# CASES="causal:16384" picks the cases; FLASHMASK_HARNESS_DIM=64 profiles another head dim (both
+# sides); KINDS="fwd" profiles the causal cases' forward only.
 set -u
 VARIANT=${1:-base}
 H=.gpu_variants/$VARIANT/flashmask_harness
@@ -32,7 +34,7 @@ profile() {  # profile TAG KERNEL_REGEX COMMAND...
   echo "profiled $tag"
 }
 while read -r name s file; do
-  case "$name" in causal) kinds="fwd bwd" ;; *) kinds="bwd" ;; esac
+  case "$name" in causal) kinds=${KINDS:-fwd bwd} ;; *) kinds="bwd" ;; esac
   for kind in $kinds; do
     ours_re='^flashmask_fwd_kernel'; fa2_re='flash_fwd_kernel'
     [ "$kind" = bwd ] && ours_re='^flashmask_bwd_staged_kernel' && fa2_re='flash_bwd_dq_dk_dv'

@@ -888,8 +888,16 @@ int main(int argc, char** argv) {
         return 2;
       }
     }
+    // FLASHMASK_HARNESS_DIM: another head dim than 128 (both families' head dims), for profiles
+    // of one head dim beside FA2's (benchmarks/device/ncu_fa2_peer.sh).
+    const char* dim_env = std::getenv("FLASHMASK_HARNESS_DIM");
+    const int dim = dim_env != nullptr && *dim_env != '\0' ? std::atoi(dim_env) : 128;
+    if (dim != 64 && dim != 96 && dim != 128 && dim != 256) {
+      std::printf("--time-mask-file: FLASHMASK_HARNESS_DIM must be 64, 96, 128 or 256, got %s\n", dim_env);
+      return 2;
+    }
     print_time_header();
-    time_case(argv[6], s, 32, 8, 128, family == "fa2" ? GpuKernel::kFA2 : GpuKernel::kSm90, rng, mask, false, 0,
+    time_case(argv[6], s, 32, 8, dim, family == "fa2" ? GpuKernel::kFA2 : GpuKernel::kSm90, rng, mask, false, 0,
               -1, causal, cols);
     return 0;
   }

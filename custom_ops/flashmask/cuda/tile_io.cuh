@@ -58,14 +58,23 @@ __device__ __forceinline__ void copy_tile_async(T* smem, const T* gmem, int64_t 
   constexpr int kChunks = kDim / 8;
   if constexpr (kThreads % kChunks == 0 && kRows % (kThreads / kChunks) == 0) {
     constexpr int kRowsPerPass = kThreads / kChunks;
-    const int r0 = tid / kChunks, c = (tid % kChunks) * 8;
+    // Where a pass is a whole number of swizzle periods (8 rows) down, each pass's shared-memory
+    // address is the first one's plus an immediate (SwizzledTile::phases_hold); computed per
+    // row, the swizzle cost 4-5 integer instructions a copy. tid is never negative: unsigned
+    // division, no sign fix-up.
+    const int r0 = int(unsigned(tid) / kChunks), c = int(unsigned(tid) % kChunks) * 8;
+    T* const first_dst = smem + Tile::offset(r0, c);
+    auto dst = [&](int pass) {
+      if constexpr (kRowsPerPass % 8 == 0) return first_dst + pass * kRowsPerPass * kDim;
+      else return smem + Tile::offset(r0 + pass * kRowsPerPass, c);
+    };
     if constexpr (kWholeTileFast) {
       if (rows_valid >= kRows) {
         const T* src = gmem + int64_t(r0) * stride + c;
         const int64_t pass_stride = int64_t(kRowsPerPass) * stride;
 #pragma unroll
         for (int pass = 0; pass < kRows / kRowsPerPass; ++pass, src += pass_stride) {
-          cp_async_16(smem + Tile::offset(r0 + pass * kRowsPerPass, c), src, true);
+          cp_async_16(dst(pass), src, true);
         }
         return;
       }
@@ -76,7 +85,7 @@ __device__ __forceinline__ void copy_tile_async(T* smem, const T* gmem, int64_t 
         const int r = r0 + pass * kRowsPerPass;
         const bool valid = r < rows_valid;
         // Point at a valid row even when copying zero bytes.
-        cp_async_16(smem + Tile::offset(r, c), gmem + int64_t(valid ? r : 0) * stride + c, valid);
+        cp_async_16(dst(pass), gmem + int64_t(valid ? r : 0) * stride + c, valid);
       }
       return;
     }
@@ -90,7 +99,7 @@ __device__ __forceinline__ void copy_tile_async(T* smem, const T* gmem, int64_t 
       const int r = r0 + pass * kRowsPerPass;
       const bool valid = r < rows_valid;
       // Point at a valid row even when copying zero bytes.
-      cp_async_16(smem + Tile::offset(r, c), valid ? src : first_src, valid);
+      cp_async_16(dst(pass), valid ? src : first_src, valid);
     }
   } else if constexpr (kChunks % 4 == 0 && kThreads % 32 == 0 && kRows % (kThreads / 4) == 0) {
     constexpr int kRowsPerPass = kThreads / 4;  // a multiple of 8: the swizzle's period in rows
