@@ -235,17 +235,15 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   LiveBlockScan scan;
   auto next_live_block = [&](int from, TileKind& kind) { return scan.next(from, q_blocks, lane, classify, kind); };
   auto rows_of = [&](int m) { return min(kBlockM, seqlen_q - m * kBlockM); };
-  // Q/dO copies step their first address (copy_tile_async), but for head dim 64's
-  // 128-row steps, which spilled with it on sm_80.
-  constexpr bool kSteppedRows = !Traits::kTallSteps;
+  // Q/dO copies step their first address (copy_tile_async).
   auto load_q = [&](int m, int buf) {
-    copy_tile_async<kBlockM, kDim, kThreads, false, kSteppedRows>(
+    copy_tile_async<kBlockM, kDim, kThreads>(
         sQbuf + buf * Traits::kSmemQ, q + int64_t(m) * kBlockM * p.q_row_stride, p.q_row_stride, rows_of(m), tid);
     load_row_stats_async<kBlockM>(sStatsBuf + buf * 2 * kBlockM, lse + m * kBlockM,
                                   lse + delta_plane + m * kBlockM, int(stats_rows - int64_t(m) * kBlockM), tid);
   };
   auto load_do = [&](int m) {
-    copy_tile_async<kBlockM, kDim, kThreads, false, kSteppedRows>(
+    copy_tile_async<kBlockM, kDim, kThreads>(
         sdO, dout + int64_t(m) * kBlockM * p.do_row_stride, p.do_row_stride, rows_of(m), tid);
   };
 

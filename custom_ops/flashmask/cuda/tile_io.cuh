@@ -50,9 +50,7 @@ __device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t 
 //   block) branch to a form with no validity test at all. The forward's K/V
 //   copies take it (+1-3%); around the backward's Q/dO copies the branch cost
 //   1-2%, so those run the stepped form for every tile.
-// - kSteppedRows = false keeps the per-row form: the backward at head dim 64
-//   (128-row steps, 255 registers) spilled 16 bytes on sm_80 with the stepped one.
-template <int kRows, int kDim, int kThreads, bool kWholeTileFast = false, bool kSteppedRows = true, typename T>
+template <int kRows, int kDim, int kThreads, bool kWholeTileFast = false, typename T>
 __device__ __forceinline__ void copy_tile_async(T* smem, const T* gmem, int64_t stride, int rows_valid, int tid) {
   using Tile = SwizzledTile<kDim>;
   constexpr int kChunks = kDim / 8;
@@ -78,16 +76,6 @@ __device__ __forceinline__ void copy_tile_async(T* smem, const T* gmem, int64_t 
         }
         return;
       }
-    }
-    if constexpr (!kSteppedRows) {
-#pragma unroll
-      for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
-        const int r = r0 + pass * kRowsPerPass;
-        const bool valid = r < rows_valid;
-        // Point at a valid row even when copying zero bytes.
-        cp_async_16(dst(pass), gmem + int64_t(valid ? r : 0) * stride + c, valid);
-      }
-      return;
     }
     // Stepped, with a row past rows_valid copying zero bytes from the first
     // row (a 64-bit select, no branch).
