@@ -94,8 +94,9 @@ def test_cuda_sources_compile_for_sm80_and_sm90a(compiled):
             elif "hdim256" in name:
                 # issue 15 step 6 (nvcc 13.0, sm_80 / sm_90a): forward 246 / 249 registers and
                 # the deterministic dQ kernel (32-key blocks) 242 / 242 do not spill; the
-                # FA2-layout backward, its Q/dO copies unrolled since 2026-11-26 (+5%), 12 bytes
-                # on sm_80 (255 registers), none on sm_90a
+                # FA2-layout backward, its Q/dO copies unrolled since 2026-11-26 (+5%), at most
+                # 12 bytes (bf16 since the copies' immediate destinations, 2026-11-27: none on
+                # sm_80, 4 on sm_90a)
                 limit = 16 if "_bwd_hdim256" in name else 0
             else:
                 # the rest, the deterministic dQ kernel at 128 included, do not spill
