@@ -3,7 +3,8 @@
 # shapes (bf16, D=128, 32:8): where a step of ours loses against FA2's (issue 15). For each case
 # (default: causal 16K forward and backward, sliding window 32K backward) one launch of each side's
 # main kernel, with warp-state, instruction and source-level stall sampling; per kernel the SASS
-# lines with the most stall samples (ncu_sass_summary.py; all kernels in $OUT/stalls.txt), the
+# lines with the most stall samples and both sides' executed instructions by opcode
+# (ncu_sass_summary.py; all kernels in $OUT/stalls.txt), the
 # details pages ($OUT/details.txt), and in $OUT/ncu_fa2_peer.tar.xz the source pages as CSV (every
 # SASS line with its executed instructions and stall samples) for an offline count by opcode.
 # Device call: bash benchmarks/device/ncu_fa2_peer.sh [VARIANT]   (carry [".gpu_variants"])
@@ -41,6 +42,9 @@ while read -r name s file; do
     profile "ours_${kind}_${name}_$s" "$ours_re" "$H" --time-mask-file "$file" "$s" 1 1 "$name" fa2
     profile "fa2_${kind}_${name}_$s" "$fa2_re" env -u PYTHONPATH -u LD_LIBRARY_PATH python3 \
       benchmarks/device/fa2_ncu_case.py "$name" "$s"
+    { echo "=== opcodes ${kind}_${name}_$s, A = ours, B = FA2"
+      python3 benchmarks/device/ncu_sass_summary.py --opcodes "$WORK/ours_${kind}_${name}_${s}_source.csv" \
+        "$WORK/fa2_${kind}_${name}_${s}_source.csv"; } >> "$OUT/stalls.txt" 2>&1
   done
 done < "$MASKS/index.txt"
 tar cJf "$OUT/ncu_fa2_peer.tar.xz" -C /tmp ncu_fa2_peer

@@ -4,30 +4,72 @@ is charged to the instruction waiting to issue, so its cause is usually an instr
 and the samples per stall reason over the whole kernel.
 
     python3 ncu_sass_summary.py SRC.csv [TOP] [FULL.tsv] > summary.txt
+    python3 ncu_sass_summary.py --opcodes OURS.csv PEER.csv > opcodes.txt
 
 FULL.tsv, if given, gets every SASS line: samples, the three largest stall reasons, the text.
+--opcodes sets two kernels' executed instructions and stall samples side by side, summed by
+opcode (the mnemonic before its first dot): where one kernel runs more instructions than the other.
 """
 
+import collections
 import csv
 import sys
 
 
-def main():
-    path = sys.argv[1]
-    top = int(sys.argv[2]) if len(sys.argv) > 2 else 40
+def num(v):
+    try:
+        return float(str(v).replace(",", ""))
+    except ValueError:
+        return 0.0
+
+
+def read_rows(path):
+    """The source page's SASS rows (dicts by column name), the CSV's preamble skipped."""
     with open(path, newline="") as f:
         lines = [ln for ln in f if ln.strip()]
     start = next(i for i, ln in enumerate(lines) if "Source" in ln and "Address" in ln)
-    rows = list(csv.DictReader(lines[start:]))
-    cols = list(rows[0].keys())
-    sample_col = next(c for c in cols if c.startswith("Warp Stall Sampling (All"))
-    reason_cols = [c for c in cols if c.startswith("stall_") or "Stall Reason" in c]
+    return list(csv.DictReader(lines[start:]))
 
-    def num(v):
-        try:
-            return float(str(v).replace(",", ""))
-        except ValueError:
-            return 0.0
+
+def sample_column(rows):
+    return next(c for c in rows[0] if c.startswith("Warp Stall Sampling (All"))
+
+
+def by_opcode(rows):
+    """{opcode: [executed warp instructions, stall samples]} (a predicate guard is not the opcode)."""
+    sums = collections.defaultdict(lambda: [0.0, 0.0])
+    sample_col = sample_column(rows)
+    for r in rows:
+        words = r["Source"].split()
+        if words and words[0].startswith("@"):
+            words = words[1:]
+        if words:
+            entry = sums[words[0].split(".")[0]]
+            entry[0] += num(r.get("Instructions Executed", 0))
+            entry[1] += num(r[sample_col])
+    return sums
+
+
+def print_opcodes(path_a, path_b, top=40):
+    a, b = by_opcode(read_rows(path_a)), by_opcode(read_rows(path_b))
+    print(f"# executed warp instructions and stall samples by opcode: A = {path_a}, B = {path_b}")
+    print(f"{'opcode':10s} {'A':>14s} {'B':>14s} {'A - B':>14s}  samples A / B")
+    for op in sorted(set(a) | set(b), key=lambda o: -(a[o][0] + b[o][0]))[:top]:
+        print(f"{op:10s} {a[op][0]:14,.0f} {b[op][0]:14,.0f} {a[op][0] - b[op][0]:14,.0f}  "
+              f"{a[op][1]:.0f} / {b[op][1]:.0f}")
+    print(f"{'total':10s} {sum(v[0] for v in a.values()):14,.0f} {sum(v[0] for v in b.values()):14,.0f}")
+
+
+def main():
+    if sys.argv[1] == "--opcodes":
+        print_opcodes(sys.argv[2], sys.argv[3])
+        return
+    path = sys.argv[1]
+    top = int(sys.argv[2]) if len(sys.argv) > 2 else 40
+    rows = read_rows(path)
+    cols = list(rows[0].keys())
+    sample_col = sample_column(rows)
+    reason_cols = [c for c in cols if c.startswith("stall_") or "Stall Reason" in c]
 
     total = sum(num(r[sample_col]) for r in rows)
     print(f"# {path}: {len(rows)} SASS lines, {total:.0f} samples; columns: {cols}")

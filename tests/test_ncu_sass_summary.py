@@ -1,0 +1,55 @@
+"""benchmarks/device/ncu_sass_summary.py's opcode counts (the Nsight Compute source pages that set
+our FA2-class kernels beside FlashAttention-2 by executed instructions)."""
+
+import importlib.util
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _summary():
+    path = os.path.join(ROOT, "benchmarks", "device", "ncu_sass_summary.py")
+    spec = importlib.util.spec_from_file_location("ncu_sass_summary", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _source_page(tmp_path, name, lines):
+    # as `ncu --page source --csv --print-source sass` writes it: the kernel's name, then the table
+    rows = ['"Kernel Name","void kernel(Params)"',
+            '"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed","stall_wait"']
+    rows += [f'"0x{i:x}","{src}","{samples}","{executed}","{samples}"' for i, (src, samples, executed) in enumerate(lines)]
+    path = tmp_path / name
+    path.write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
+def test_opcodes_sum_mnemonics_past_predicates_and_modifiers(tmp_path):
+    summary = _summary()
+    page = _source_page(tmp_path, "ours.csv", [
+        ("HMMA.16816.F32.BF16 R0, R4, R8, R0", 10, "1,000"),
+        ("@P2 BRA 0x100", 3, "200"),
+        ("@!PT LDS RZ, [RZ]", 0, "50"),
+        ("HMMA.16816.F32.BF16 R2, R4, R8, R2", 5, "1,000"),
+        ("IMAD.MOV.U32 R1, RZ, RZ, R2", 1, "300"),
+    ])
+    counts = summary.by_opcode(summary.read_rows(page))
+    assert counts["HMMA"] == [2000.0, 15.0]
+    assert counts["BRA"] == [200.0, 3.0]
+    assert counts["LDS"] == [50.0, 0.0]
+    assert counts["IMAD"] == [300.0, 1.0]
+    assert "@P2" not in counts and "@!PT" not in counts
+
+
+def test_opcodes_side_by_side(tmp_path, capsys):
+    summary = _summary()
+    ours = _source_page(tmp_path, "ours.csv", [("IMAD R1, R2, R3, RZ", 1, "700"), ("HMMA.16816 R0", 2, "100")])
+    peer = _source_page(tmp_path, "peer.csv", [("HMMA.16816 R0", 2, "100"), ("LDL R4, [R1]", 9, "40")])
+    summary.print_opcodes(ours, peer)
+    out = capsys.readouterr().out.splitlines()
+    table = {line.split()[0]: line.split() for line in out[2:]}
+    assert table["IMAD"][1:4] == ["700", "0", "700"]
+    assert table["LDL"][1:4] == ["0", "40", "-40"]
+    assert table["HMMA"][3] == "0"
+    assert table["total"][1:3] == ["800", "140"]
