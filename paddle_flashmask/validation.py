@@ -11,7 +11,7 @@ import numpy as np
 import paddle
 
 from . import _op_sources
-from ._env import getenv
+from ._env import EnvNames
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -467,20 +467,20 @@ FA2_ENV_CHOICES = {
 }
 
 
+_ENV_SWITCHES = EnvNames(list(INTEGER_ENV_SWITCHES) + list(FA2_ENV_CHOICES))
+
+
 def check_env_switches():
     """The INTEGER_ENV_SWITCHES that are set hold integers in their range, and the FA2_ENV_CHOICES
     one of their values (whatever the place: a wrong value is wrong everywhere, and static graphs
     have no place yet)."""
-    for name, (lo, hi) in INTEGER_ENV_SWITCHES.items():
-        value = getenv(name, "")
-        if value == "":
-            continue
-        if not (value.isdigit() and lo <= int(value) <= hi):
-            raise ValueError(f"environment variable {name} must be an integer in [{lo}, {hi}], got {value!r}")
-    for name, choices in FA2_ENV_CHOICES.items():
-        value = getenv(name, "")
-        if value and value not in choices:
-            raise ValueError(f"environment variable {name} must be one of {choices}, got {value!r}")
+    for name, value in _ENV_SWITCHES.set_values():
+        if name in INTEGER_ENV_SWITCHES:
+            lo, hi = INTEGER_ENV_SWITCHES[name]
+            if not (value.isdigit() and lo <= int(value) <= hi):
+                raise ValueError(f"environment variable {name} must be an integer in [{lo}, {hi}], got {value!r}")
+        elif value not in FA2_ENV_CHOICES[name]:
+            raise ValueError(f"environment variable {name} must be one of {FA2_ENV_CHOICES[name]}, got {value!r}")
 
 
 @functools.lru_cache(maxsize=None)
