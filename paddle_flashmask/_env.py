@@ -43,3 +43,10 @@ class EnvNames:
         if not any(raw):
             return []
         return [(name, os.fsdecode(value)) for name, value in zip(self.names, raw) if value]
+
+    def raw_values(self):
+        """Every name's value as stored, unset ones None: a key that changes whenever any of them
+        does (the op's cache of checked calls keys on it), at one dict lookup a name."""
+        if not _FAST:
+            return tuple(os.environ.get(name) for name in self.names)
+        return tuple(_DATA.get(key) for key in self._keys)

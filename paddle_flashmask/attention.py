@@ -1,12 +1,13 @@
 """flashmask_attention: the public entry point, a drop-in for Paddle 3.x's
 `paddle.nn.functional.flashmask_attention` that also runs on CPU."""
 
+import collections
 import os
 import weakref
 
 import paddle
 
-from . import long_sequence, validation
+from . import _checked_calls, long_sequence, validation
 from ._env import getenv
 from ._loader import _not_to_static, load_ops
 
@@ -230,6 +231,39 @@ def flashmask_attention(
         A query row whose keys are all masked outputs zeros, and no NaN/inf reaches any
         gradient.
     """
+    options = (dropout, causal, window_size, return_softmax_lse, return_seed_offset, rng_name, training,
+               softmax_scale, deterministic, fixed_seed_offset is None)
+    sig = _checked_calls.signature(query, key, value, startend_row_indices, block_mask, options,
+                                   _checks_environment(deterministic))
+    call = _checked_calls.lookup(sig)
+    if call is None:
+        call = _check_call(query, key, value, startend_row_indices, block_mask, dropout=dropout, causal=causal,
+                           window_size=window_size, return_softmax_lse=return_softmax_lse,
+                           return_seed_offset=return_seed_offset, fixed_seed_offset=fixed_seed_offset,
+                           rng_name=rng_name, training=training, softmax_scale=softmax_scale,
+                           deterministic=deterministic)
+        _checked_calls.remember(sig, call)
+    return _run_call(call, query, key, value, startend_row_indices, block_mask)
+
+
+# What the argument checks derive for a call, all the op call needs besides the tensors.
+_CheckedCall = collections.namedtuple(
+    "_CheckedCall", "seqlen_q causal return_softmax_lse deterministic gpu_kernel scale window split")
+
+
+def _checks_environment(deterministic):
+    """The process state the argument checks read, raw (a bad value is the checks' to report):
+    the kernel family setting and its environment variable, the kernels' switches, the piece
+    length, and the deterministic default where the call leaves it to Paddle's flag."""
+    return (_gpu_kernel, getenv(_GPU_KERNEL_ENV), validation.env_switch_values(), long_sequence.split_env_value(),
+            _default_deterministic() if deterministic is None else None)
+
+
+def _check_call(query, key, value, startend_row_indices, block_mask, *, dropout, causal, window_size,
+                return_softmax_lse, return_seed_offset, fixed_seed_offset, rng_name, training, softmax_scale,
+                deterministic):
+    """Every argument check of flashmask_attention (each raises ValueError/TypeError naming the
+    argument), and what they decide: a _CheckedCall. Reads no tensor values (_run_call does)."""
     batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim = validation.check_qkv(query, key, value)
     gpu_kernel_name = get_gpu_kernel()
     query_place = query.place if paddle.in_dynamic_mode() else None  # read once: see validation.on_gpu
@@ -243,7 +277,6 @@ def flashmask_attention(
     validation.check_shared_memory(query, head_dim, not all(t.stop_gradient for t in (query, key, value)), gpu=gpu)
     validation.check_sm90_forced(query, head_dim, gpu_kernel_name)
     validation.check_env_switches()
-    gpu_kernel = GPU_KERNELS[gpu_kernel_name]
     if return_seed_offset or fixed_seed_offset is not None or rng_name:
         raise NotImplementedError(
             "flashmask_attention: return_seed_offset/fixed_seed_offset/rng_name only matter with "
@@ -251,48 +284,56 @@ def flashmask_attention(
         )
     if block_mask is not None:
         num_mask_heads = None if startend_row_indices is None else int(startend_row_indices.shape[1])
-        # values read back once per tensor: every layer of a model gets the same block_mask
-        values_checked = _already_checked(block_mask, -1, "block_mask")
         validation.check_block_mask(block_mask, query, batch, seqlen_q, seqlen_k, num_heads_k, num_heads,
-                                    num_mask_heads, check_values=not values_checked)
-        if not values_checked and paddle.in_dynamic_mode():
-            _remember_checked(block_mask, -1, "block_mask")
+                                    num_mask_heads, check_values=False)  # values: _run_call, once a tensor
     window = validation.normalize_window(window_size, seqlen_q, seqlen_k)
     if window is not None and startend_row_indices is not None:
         raise ValueError("window_size cannot be combined with startend_row_indices; pass only one")
     if startend_row_indices is not None:
         validation.check_indices_shape(startend_row_indices, causal, batch, seqlen_k, num_heads_k, num_heads)
         validation.check_on_query_device("startend_row_indices", startend_row_indices, query, query_place)
-
-    ops = load_ops()
-    if startend_row_indices is not None and _validate_indices and paddle.in_dynamic_mode():
-        _check_index_values(ops, startend_row_indices, seqlen_q, causal)
-
-    scale = float(softmax_scale) if softmax_scale is not None else head_dim**-0.5
-    q, k, v = _contiguous(query), _contiguous(key), _contiguous(value)
-    indices = None if startend_row_indices is None else _contiguous(startend_row_indices)
-    if long_sequence.should_split(query, key, window, block_mask, gpu_kernel_name, head_dim,
-                                  validation.SM90_HEAD_DIMS):
-        # beyond what one Hopper kernel call takes: pieces, merged exactly (long_sequence.py)
-        out, lse = long_sequence.attention(q, k, v, indices, causal, scale, gpu_kernel, deterministic)
-    else:
+    split = long_sequence.should_split(query, key, window, block_mask, gpu_kernel_name, head_dim,
+                                       validation.SM90_HEAD_DIMS)
+    if not split:
         validation.check_sm90_only_length(query, head_dim, seqlen_q, seqlen_k, "query/key")
         validation.check_fa2_query_rows(query, seqlen_q, head_dim, deterministic)
-        left, right = window if window is not None else (-1, -1)
+    scale = float(softmax_scale) if softmax_scale is not None else head_dim**-0.5
+    return _CheckedCall(seqlen_q, causal, return_softmax_lse, deterministic, GPU_KERNELS[gpu_kernel_name], scale,
+                        window, split)
+
+
+def _run_call(call, query, key, value, startend_row_indices, block_mask):
+    """The op on a checked call: the per-tensor value checks (once a tensor), then the kernels."""
+    ops = load_ops()
+    if block_mask is not None and paddle.in_dynamic_mode() and not _already_checked(block_mask, -1, "block_mask"):
+        # values read back once per tensor: every layer of a model gets the same block_mask
+        validation.check_block_mask_values(block_mask)
+        _remember_checked(block_mask, -1, "block_mask")
+    if startend_row_indices is not None and _validate_indices and paddle.in_dynamic_mode():
+        _check_index_values(ops, startend_row_indices, call.seqlen_q, call.causal)
+
+    q, k, v = _contiguous(query), _contiguous(key), _contiguous(value)
+    indices = None if startend_row_indices is None else _contiguous(startend_row_indices)
+    if call.split:
+        # beyond what one Hopper kernel call takes: pieces, merged exactly (long_sequence.py)
+        out, lse = long_sequence.attention(q, k, v, indices, call.causal, call.scale, call.gpu_kernel,
+                                           call.deterministic)
+    else:
+        left, right = call.window if call.window is not None else (-1, -1)
         out, lse = ops.pfm_flashmask_attention(
             q,
             k,
             v,
             indices,
             None if block_mask is None else _contiguous(block_mask),
-            scale,
-            causal,
+            call.scale,
+            call.causal,
             left,
             right,
-            gpu_kernel,
-            deterministic,
+            call.gpu_kernel,
+            call.deterministic,
         )
-    if return_softmax_lse:
+    if call.return_softmax_lse:
         lse.stop_gradient = True
         return out, lse
     return out

@@ -57,6 +57,11 @@ def sm90_max_seqlen(head_dim):
     return SM90_MAX_SEQLEN_WIDE_HEADS if head_dim > 128 else SM90_MAX_SEQLEN
 
 
+def split_env_value():
+    """PADDLE_FLASHMASK_SPLIT_SEQLEN as set (None unset), unchecked: split_seqlen checks it."""
+    return getenv(_ENV)
+
+
 def split_seqlen(head_dim):
     """(longest piece, forced): from PADDLE_FLASHMASK_SPLIT_SEQLEN if set (pieces are whole
     128-row tiles, so at least 128 tokens), else the Hopper limit at ``head_dim``."""

@@ -200,9 +200,14 @@ def check_block_mask(block_mask, query, batch, seqlen_q, seqlen_k, num_heads_k, 
                          f"ceil(seqlen_k/128) = {cols}], got {shape}")
     check_on_query_device("block_mask", block_mask, query)
     if check_values and paddle.in_dynamic_mode():
-        values = block_mask.numpy()
-        if values.size and (values.min() < 0 or values.max() > 1):
-            raise ValueError("block_mask values must be 0 (masked block) or 1 (kept block)")
+        check_block_mask_values(block_mask)
+
+
+def check_block_mask_values(block_mask):
+    """0 or 1 everywhere (a dygraph tensor; one copy to the host on GPU)."""
+    values = block_mask.numpy()
+    if values.size and (values.min() < 0 or values.max() > 1):
+        raise ValueError("block_mask values must be 0 (masked block) or 1 (kept block)")
 
 
 def check_indices_values(flags, seqlen_q):
@@ -468,6 +473,12 @@ FA2_ENV_CHOICES = {
 
 
 _ENV_SWITCHES = EnvNames(list(INTEGER_ENV_SWITCHES) + list(FA2_ENV_CHOICES))
+
+
+def env_switch_values():
+    """The switches' values as set, unchecked (check_env_switches checks them): a key that changes
+    with any of them."""
+    return _ENV_SWITCHES.raw_values()
 
 
 def check_env_switches():
