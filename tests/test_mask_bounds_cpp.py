@@ -11,3 +11,13 @@ def test_masked_rows_matches_column_bounds(tmp_path):
     mismatches, checked = run_cpp_check("masked_rows_check", tmp_path)
     assert checked > 1_000_000
     assert mismatches == 0, f"{mismatches} of {checked} elements differ"
+
+
+@needs_cxx
+def test_tile_parts_classification_is_exact_and_no_less_precise(tmp_path):
+    """The Hopper live lists classify a 128-key tile from its two 64-column summaries one at a
+    time (classify_tile_parts): kSkip/kFull must hold elementwise, and every tile the merged
+    summary decided must be decided the same way."""
+    mismatches, checked = run_cpp_check("tile_parts_check", tmp_path)
+    assert checked == 40000
+    assert mismatches == 0, f"{mismatches} of {checked} tiles misclassified (or a kind never seen)"

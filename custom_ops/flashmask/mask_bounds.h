@@ -222,6 +222,40 @@ FLASHMASK_HOST_DEVICE TileKind classify_tile(bool has_bounds, const BlockBounds&
   return partial ? TileKind::kPartial : TileKind::kFull;
 }
 
+// The kind of a tile made of two column parts of known kinds: skipped when both
+// are, unmasked when both are, elementwise otherwise. Exact, and at least as
+// precise as classifying the parts' merged summary: columns that each miss the
+// tile's rows in their own way (one part's intervals below the rows, the
+// other's above) make a merged summary straddle the rows, not the parts.
+FLASHMASK_HOST_DEVICE TileKind combine_tile_kinds(TileKind a, TileKind b) {
+  return a == b ? a : TileKind::kPartial;
+}
+
+// Classifies the tile of query rows [r0, r1) x key columns [c0, c0 + kParts *
+// part_cols) from its parts' own summaries (`parts[i]` summarises columns
+// c0 + i * part_cols onwards): each part by classify_tile, combined, stopping at
+// the first part that leaves the tile partial, so the later parts' summaries are
+// not read (the Hopper list builders run on 24 registers: merging the parts'
+// summaries first kept 16 loads in flight and spilled; loads behind the branch
+// are not hoisted above it). Parts wholly past the keys' end do not exist and
+// are not read: alone they are skipped, beside a live part the tile is partial
+// (which masks the overhang).
+template <int kParts>
+FLASHMASK_HOST_DEVICE TileKind classify_tile_parts(const BlockBounds* parts, int part_cols, bool causal,
+                                                   int seqlen_q, int seqlen_k, int r0, int r1, int c0) {
+  TileKind kind = TileKind::kSkip;
+#pragma unroll
+  for (int i = 0; i < kParts; ++i) {
+    const int p0 = c0 + i * part_cols;
+    const TileKind k = p0 >= seqlen_k ? TileKind::kSkip
+                                      : classify_tile(true, parts[i], causal, seqlen_q, seqlen_k, r0, r1,
+                                                      p0, p0 + part_cols);
+    kind = i == 0 ? k : combine_tile_kinds(kind, k);
+    if (kind == TileKind::kPartial) break;
+  }
+  return kind;
+}
+
 // Same, with the summary given by pointer (null: no column mask).
 FLASHMASK_HOST_DEVICE TileKind classify_tile(const BlockBounds* bounds, bool causal, int seqlen_q,
                                              int seqlen_k, int r0, int r1, int c0, int c1) {

@@ -25,20 +25,6 @@ __device__ __forceinline__ bool live_block_partial(uint16_t entry) {
   return (entry & kLivePartialFlag) != 0;
 }
 
-// Summary of key tile n (kBlockN columns), merged from the 64-column summaries
-// that the preprocessing kernel wrote.
-template <int kBlockN>
-__device__ __forceinline__ BlockBounds tile_bounds(const BlockBounds* row, int n, int summary_blocks) {
-  constexpr int kPer = kBlockN / cuda::kMaskBlockN;
-  static_assert(kBlockN % cuda::kMaskBlockN == 0, "key tile spans whole summary blocks");
-  BlockBounds s = row[n * kPer];
-#pragma unroll
-  for (int i = 1; i < kPer; ++i) {
-    if (n * kPer + i < summary_blocks) s = merge_block_bounds(s, row[n * kPer + i]);
-  }
-  return s;
-}
-
 // Compacts the blocks i in [begin, end) whose kind_of(i) is not kSkip into
 // `list` in ascending order (partial ones flagged), with each of kThreads
 // threads (`tid` 0..kThreads-1, whole warps) classifying one block per round.
@@ -84,17 +70,23 @@ __device__ __forceinline__ const BlockBounds* summary_row(const FwdParams& p, in
          mask_summary_row(p, batch, head) * summary_blocks;
 }
 
+// Tile (m, n): skipped, unmasked or partial (mask_bounds.h), from the
+// 64-column summaries of its key columns one at a time (classify_tile_parts).
 template <int kBlockM, int kBlockN>
 __device__ __forceinline__ TileKind classify_block(const FwdParams& p, const BlockBounds* summary,
                                                    int batch, int head, int m, int n) {
   static_assert(kBlockMaskSize % kBlockM == 0 && kBlockMaskSize % kBlockN == 0,
                 "a tile lies inside one block_mask block");
+  static_assert(kBlockN % cuda::kMaskBlockN == 0, "key tile spans whole summary blocks");
   if (!block_kept(p, batch, head, m * kBlockM, n * kBlockN)) return TileKind::kSkip;
-  const int summary_blocks = (p.seqlen_k + cuda::kMaskBlockN - 1) / cuda::kMaskBlockN;
-  const BlockBounds s =
-      summary ? tile_bounds<kBlockN>(summary, n, summary_blocks) : empty_block_bounds();
-  return classify_tile(summary != nullptr, s, p.mask.causal, p.seqlen_q, p.seqlen_k, m * kBlockM,
-                       min(m * kBlockM + kBlockM, p.seqlen_q), n * kBlockN, n * kBlockN + kBlockN);
+  const int r0 = m * kBlockM, r1 = min(r0 + kBlockM, p.seqlen_q);
+  if (summary == nullptr) {
+    return classify_tile(false, empty_block_bounds(), p.mask.causal, p.seqlen_q, p.seqlen_k, r0, r1,
+                         n * kBlockN, n * kBlockN + kBlockN);
+  }
+  constexpr int kParts = kBlockN / cuda::kMaskBlockN;
+  return classify_tile_parts<kParts>(summary + n * kParts, cuda::kMaskBlockN, p.mask.causal, p.seqlen_q,
+                                     p.seqlen_k, r0, r1, n * kBlockN);
 }
 
 // Forward: the key blocks query block m_block attends to (kThreads threads,
