@@ -7,6 +7,7 @@
 # that clock drift hits both alike.
 #   OUT=... BASE=hd96b NEW=tmao [PASSES=2] bash benchmarks/device/ab_sm90.sh
 #   OUT=... BASE=hd96b NEW=tmao CHECKS=0 PASSES=0 SANITIZE=1 bash benchmarks/device/ab_sm90.sh
+#   (SANITIZE_TOOLS="memcheck": that tool alone; default memcheck synccheck racecheck)
 # (carry [".gpu_variants"]: .gpu_variants/{BASE,NEW}/flashmask_harness, build_variant.sh builds them)
 # NEW may name several variants ("ord cap40"), checked and timed each. As in fa2_steps.sh, a
 # variant directory may hold `binary_of` (the variant whose binary it runs) and `env` (KEY=VALUE
@@ -67,7 +68,7 @@ done
 if [ "${SANITIZE:-0}" = 1 ]; then  # a call of its own: each tool over the whole case list
   CS=/usr/local/cuda/bin/compute-sanitizer
   KERNELS=${SANITIZE_KERNELS:-$KERNELS}  # a --kernel-name kns= substring: sm90 for every Hopper kernel
-  for tool in memcheck synccheck racecheck; do
+  for tool in ${SANITIZE_TOOLS:-memcheck synccheck racecheck}; do
     log=$OUT/sanitize_$tool.log
     timeout "${SANITIZE_TIMEOUT_S:-180}" $CS --tool $tool --kernel-name kns=$KERNELS "$H_NEW" ${SANITIZE_ARGS:-} > "$log" 2>&1
     echo "$tool ($KERNELS) ${SANITIZE_ARGS:-default}: exit $? | $(grep -E '^[0-9]+ failures' "$log" | tail -1) | $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)" | tee -a "$SUMMARY"
