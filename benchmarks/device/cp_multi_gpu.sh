@@ -22,7 +22,7 @@ for S in ${CP_LENGTHS:-131072 262144 1048576}; do
   for SPARSE in ${CP_SPARSE_MODES:-1}; do
     PADDLE_FLASHMASK_CP_SPARSE=$SPARSE timeout "${CP_LAUNCH_TIMEOUT_S:-240}" python3 -m paddle.distributed.launch \
       --devices "$DEVICES" --log_dir "$OUT/log_${S}_sparse$SPARSE" benchmarks/bench_cp_multi_gpu.py $STAGES \
-      --lengths $S --layouts ${CP_LAYOUTS:-auto} --out "$OUT/cp_multi_gpu.jsonl" > "$OUT/launch_${S}_sparse$SPARSE.log" 2>&1
+      --lengths $S --layouts ${CP_LAYOUTS:-auto} ${CP_EXTRA_ARGS:-} --out "$OUT/cp_multi_gpu.jsonl" > "$OUT/launch_${S}_sparse$SPARSE.log" 2>&1
     echo "launch $S sparse=$SPARSE exit $?"
     grep -E "^\||check on|FAIL|Error" "$OUT/log_${S}_sparse$SPARSE/workerlog.0" | tail -30
     STAGES=--bench
