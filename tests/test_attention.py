@@ -323,17 +323,25 @@ def test_gpu_kernel_and_deterministic_reach_the_op(rng, default_gpu_kernel, monk
         pfm.flashmask_attention(q, q, q, causal=True, **kwargs)
         return spy.attention_args[-1][-2:]  # (gpu_kernel, deterministic)
 
+    class NoSuchFlag:  # Paddle's flag registry on a build without the flag (CPU Paddle)
+        def __getitem__(self, name):
+            raise RuntimeError(f"(NotFound) Cannot find global variable {name}")
+
     monkeypatch.setattr(attention_mod, "_has_deterministic_flag", True)
-    monkeypatch.setattr(paddle, "get_flags", lambda flags: (_ for _ in ()).throw(ValueError("unknown")))
+    monkeypatch.setattr(attention_mod, "_flags", NoSuchFlag())
     assert attrs() == (0, False)  # a Paddle without FLAGS_cudnn_deterministic
     assert attention_mod._has_deterministic_flag is False  # asked once, not at every call
     monkeypatch.setattr(attention_mod, "_has_deterministic_flag", True)  # a build that has it
-    monkeypatch.setattr(paddle, "get_flags", lambda flags: {"FLAGS_cudnn_deterministic": True})
+    monkeypatch.setattr(attention_mod, "_flags", {"FLAGS_cudnn_deterministic": True})
     assert attrs() == (0, True)  # None follows the flag
+    monkeypatch.setattr(attention_mod, "_flags", None)  # no registry: paddle.get_flags
+    monkeypatch.setattr(paddle, "get_flags", lambda flags: {"FLAGS_cudnn_deterministic": True})
+    assert attrs() == (0, True)
+    monkeypatch.setattr(attention_mod, "_flags", {"FLAGS_cudnn_deterministic": True})
     assert attrs(deterministic=False) == (0, False)  # an explicit value wins
     pfm.set_gpu_kernel("fa2")
     assert attrs(deterministic=True) == (1, True)
-    monkeypatch.setattr(paddle, "get_flags", lambda flags: {"FLAGS_cudnn_deterministic": False})
+    monkeypatch.setattr(attention_mod, "_flags", {"FLAGS_cudnn_deterministic": False})  # set_flags since
     pfm.set_gpu_kernel("sm90")
     assert attrs() == (2, False)
     assert all(type(a[-2]) is int and type(a[-1]) is bool for a in spy.attention_args)

@@ -1018,7 +1018,7 @@ def test_attention_passes_kernel_family_and_deterministic_to_the_device_checks(d
     monkeypatch.setattr(validation, "check_deterministic_support",
                         lambda *a: (seen.__setitem__("deterministic", a), real_det(*a))[1])
     monkeypatch.setattr(attention_mod, "_has_deterministic_flag", True)
-    monkeypatch.setattr(paddle, "get_flags", lambda flags: {"FLAGS_cudnn_deterministic": True})
+    monkeypatch.setattr(attention_mod, "_flags", {"FLAGS_cudnn_deterministic": True})
     pfm.set_gpu_kernel("fa2")
     q, k, _ = qkv(d=dim)
     F(q, k, rand(B, S, HK, dim_v, seed=3), causal=True)  # deterministic=None: follows the (patched) flag
@@ -1066,7 +1066,7 @@ def test_gpu_supports_tells_where_the_hopper_only_head_dims_run(default_gpu_kern
     assert gpu_supports(qkv(d=dim)[0], dim, deterministic=True, value_head_dim=dim_v)  # CPU: every call
     pfm.set_gpu_kernel(None)
     monkeypatch.setattr(attention_mod, "_has_deterministic_flag", True)
-    monkeypatch.setattr(paddle, "get_flags", lambda flags: {"FLAGS_cudnn_deterministic": True})
+    monkeypatch.setattr(attention_mod, "_flags", {"FLAGS_cudnn_deterministic": True})
     # the default follows FLAGS_cudnn_deterministic
     assert not gpu_supports(fake_gpu(), dim, value_head_dim=dim_v)
 

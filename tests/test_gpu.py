@@ -825,7 +825,7 @@ def test_hopper_only_head_dims_deterministic_raises(monkeypatch, how, dim, dim_v
     kwargs = {"deterministic": True}
     if how == "flag":  # deterministic=None follows FLAGS_cudnn_deterministic
         monkeypatch.setattr(pfm.attention, "_has_deterministic_flag", True)
-        monkeypatch.setattr(paddle, "get_flags", lambda flags: {"FLAGS_cudnn_deterministic": True})
+        monkeypatch.setattr(pfm.attention, "_flags", {"FLAGS_cudnn_deterministic": True})
         kwargs = {}
     # elsewhere than compute capability 9.0 the head dims themselves are refused first
     match = f"deterministic=True with head_dim {dim}" if is_sm90() else f"{label} on GPU runs on the Hopper"
