@@ -35,6 +35,7 @@ from bench_cp_gpu import (Timer, add_common_args, device_tensor, long_context_ma
 from mask_area import attention_flops  # noqa: E402
 from paddle_flashmask.attention import GPU_KERNELS  # noqa: E402
 from paddle_flashmask.distributed import ContextParallelPlan, allgather, flashmask_attention  # noqa: E402
+from paddle_flashmask.distributed import attention as cp_attention  # noqa: E402
 
 
 def gather_scalars(value, W, rank, place):
@@ -92,7 +93,8 @@ def bench(args, place, W, rank):
     out = open(args.out, "a") if (args.out and rank == 0) else None
     if rank == 0:
         print("| mask | S | W | method | T1 ms | step ms (slowest) | busiest/mean | T1/(W*step) | compute ms | "
-              "exchanges ms | hidden |\n|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+              "exchanges ms | hidden | step without agreement ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|",
+              flush=True)
     kern = GPU_KERNELS[args.kernel]
     for S in args.lengths:
         for name in args.masks:
@@ -125,18 +127,21 @@ def bench(args, place, W, rank):
                 try:
                     step()
                     t_step = min(timer(step)[0] for _ in range(args.repeats))
+                    t_free = step_time_without_agreement(step, timer, args.repeats)
                     t_comp = rank_step_time(plan, rank, it, causal, method, blocks, place, dtype, args, timer)
                     t_comm = exchanges_time(plan, rank, method, kl, ql, it, causal, place, args, timer)
                 except Exception as e:  # report, keep the other ranks in step
                     print(f"rank {rank}: {name} {S} {method}: {type(e).__name__}: {e}", flush=True)
-                    t_step = t_comp = t_comm = float("nan")
+                    t_step = t_free = t_comp = t_comm = float("nan")
                 steps = gather_scalars(t_step, W, rank, place)
+                frees = gather_scalars(t_free, W, rank, place)
                 comps = gather_scalars(t_comp, W, rank, place)
                 comms = gather_scalars(t_comm, W, rank, place)
                 hidden = [1 - max(s - c, 0.0) / m if m > 0 else float("nan") for s, c, m in zip(steps, comps, comms)]
                 slow = max(steps)
                 rec = dict(mask=name, seqlen=S, world_size=W, method=method, t1_ms=None if t1 is None else t1 * 1e3,
-                           step_ms=[x * 1e3 for x in steps], compute_ms=[x * 1e3 for x in comps],
+                           step_ms=[x * 1e3 for x in steps], step_no_agreement_ms=[x * 1e3 for x in frees],
+                           compute_ms=[x * 1e3 for x in comps],
                            exchanges_ms=[x * 1e3 for x in comms], hidden_share=hidden,
                            busiest_over_mean=slow / float(np.mean(steps)),
                            efficiency=None if t1 is None else t1 / (W * slow),
@@ -151,11 +156,25 @@ def bench(args, place, W, rank):
                     tag = method + ("" if method != "allgather" else f", {plan.layout}")
                     print(f"| {name} | {S} | {W} | {tag} | {'n/a' if t1 is None else f'{t1 * 1e3:.1f}'} | "
                           f"{slow * 1e3:.1f} | {rec['busiest_over_mean']:.3f} | {eff} | "
-                          f"{max(comps) * 1e3:.1f} | {max(comms) * 1e3:.1f} | {min(hidden):.2f} |", flush=True)
+                          f"{max(comps) * 1e3:.1f} | {max(comms) * 1e3:.1f} | {min(hidden):.2f} | "
+                          f"{max(frees) * 1e3:.1f} |", flush=True)
                     if out:
                         out.write(json.dumps(rec) + "\n")
                         out.flush()
                 ql = kl = vl = dl = None
+
+
+def step_time_without_agreement(step, timer, repeats):
+    """Seconds of the same step with the per-call agreement (one all_reduce read back on the host,
+    which waits for the GPU's queued work) turned off, as PADDLE_FLASHMASK_CP_AGREE=0 does; every
+    rank runs this, so the ranks' collectives stay matched. Step minus this is the agreement's cost."""
+    was = cp_attention._AGREE
+    cp_attention._AGREE = False
+    try:
+        step()
+        return min(timer(step)[0] for _ in range(repeats))
+    finally:
+        cp_attention._AGREE = was
 
 
 def exchanges_time(plan, rank, method, k, q, it, causal, place, args, timer):

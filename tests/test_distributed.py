@@ -105,5 +105,5 @@ def test_multi_gpu_benchmark_runs_on_cpu_ranks(tmp_path):
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert {r["method"] for r in rows} == {"allgather", "ulysses"}, rows
     for r in rows:
-        for key in ("step_ms", "compute_ms", "exchanges_ms"):
+        for key in ("step_ms", "step_no_agreement_ms", "compute_ms", "exchanges_ms"):
             assert len(r[key]) == 2 and all(v == v and 0 < v < 600e3 for v in r[key]), (key, r)
