@@ -299,7 +299,7 @@ def _check_call(query, key, value, startend_row_indices, block_mask, *, dropout,
     if block_mask is not None:
         num_mask_heads = None if startend_row_indices is None else int(startend_row_indices.shape[1])
         validation.check_block_mask(block_mask, query, batch, seqlen_q, seqlen_k, num_heads_k, num_heads,
-                                    num_mask_heads, check_values=False)  # values: _run_call, once a tensor
+                                    num_mask_heads)  # its values: _run_call, once a tensor
     window = validation.normalize_window(window_size, seqlen_q, seqlen_k)
     if window is not None and startend_row_indices is not None:
         raise ValueError("window_size cannot be combined with startend_row_indices; pass only one")

@@ -179,12 +179,10 @@ def check_indices_shape(indices, causal, batch, seqlen_k, num_heads_k, num_heads
 BLOCK_MASK_SIZE = 128
 
 
-def check_block_mask(block_mask, query, batch, seqlen_q, seqlen_k, num_heads_k, num_heads, num_mask_heads,
-                     check_values=True):
-    """Paddle's block_mask: int32 [B or 1, Hm, ceil(Sq/128), ceil(Sk/128)] of 0/1 (1 keeps the
-    128 x 128 block), Hm that of the indices (1, Hk or H without indices), on the query's device.
-    Values are read back when ``check_values`` (one small copy on GPU; the caller skips it for a
-    tensor already checked)."""
+def check_block_mask(block_mask, query, batch, seqlen_q, seqlen_k, num_heads_k, num_heads, num_mask_heads):
+    """Paddle's block_mask: int32 [B or 1, Hm, ceil(Sq/128), ceil(Sk/128)] (1 keeps the 128 x 128
+    block), Hm that of the indices (1, Hk or H without indices), on the query's device. Its values
+    are check_block_mask_values' (a copy to the host: the wrapper asks once per tensor)."""
     if not _is_tensor(block_mask):
         raise TypeError(f"block_mask must be a paddle.Tensor, got {type(block_mask).__name__}")
     if block_mask.dtype != paddle.int32:
@@ -199,8 +197,6 @@ def check_block_mask(block_mask, query, batch, seqlen_q, seqlen_k, num_heads_k, 
         raise ValueError(f"block_mask must be [batch {batch} or 1, {heads}, ceil(seqlen_q/128) = {rows}, "
                          f"ceil(seqlen_k/128) = {cols}], got {shape}")
     check_on_query_device("block_mask", block_mask, query)
-    if check_values and paddle.in_dynamic_mode():
-        check_block_mask_values(block_mask)
 
 
 def check_block_mask_values(block_mask):
