@@ -582,6 +582,27 @@ def test_deterministic_is_bitwise_reproducible(gpu_kernel, dim, case):
             np.testing.assert_array_equal(again[key], first[key], err_msg=f"{key} differs between runs")
 
 
+def test_deterministic_default_follows_paddle_flag():
+    # deterministic=None reads FLAGS_cudnn_deterministic through Paddle's flag registry
+    # (attention._paddle_flags), which GPU builds of Paddle have and CPU builds lack: read
+    # here for real, with no patched registry.
+    flag = "FLAGS_cudnn_deterministic"
+    old = paddle.get_flags([flag])[flag]
+    try:
+        for value in (True, False, True):
+            paddle.set_flags({flag: value})
+            assert pfm.attention._default_deterministic() is value
+        # the call itself takes the deterministic path: on the Hopper, 192/128 refuses it
+        # (elsewhere the head dims themselves are refused first)
+        if is_sm90():
+            q, k, v = _hopper_only_inputs(MLA_DIM, MLA_DIM_V)
+            with pytest.raises(ValueError, match=f"deterministic=True with head_dim {MLA_DIM}"):
+                pfm.flashmask_attention(q, k, v, causal=True)
+    finally:
+        paddle.set_flags({flag: old})
+    assert pfm.attention._default_deterministic() is bool(old)
+
+
 def test_sm90_helper_recognises_hopper():
     # The sm90 cases must never be skipped on an H100/H200 because of is_sm90().
     name = paddle.device.cuda.get_device_name(0)
