@@ -136,26 +136,33 @@ def main():
         for name, fn, flops in (("fwd", fwd, fwd_flops), ("fwd checks every call", fwd_checks, fwd_flops),
                                 ("fwd op alone", fwd_op, fwd_flops), ("bwd", bwd, bwd_flops),
                                 ("bwd op alone", bwd_op, bwd_flops)):
-            fn()
-            single = float(np.median([ev.time_ms(fn) for _ in range(5)]))
-
             def burst():
                 for _ in range(args.calls):
                     fn()
 
+            # Warm-up: a burst, not one call (the first row of an H100 call read 1248 us of host
+            # time a call after one warm-up call, ten times the rows after it: first calls' costs).
+            burst()
+            single = float(np.median([ev.time_ms(fn) for _ in range(5)]))
             many = float(np.median([ev.time_ms(burst) for _ in range(3)])) / args.calls
             gpu = gpu_only_ms(fn, busy, ev)
-            paddle.device.cuda.synchronize()
-            t0 = time.perf_counter()
-            burst()
-            host_us = (time.perf_counter() - t0) / args.calls * 1e6
-            paddle.device.cuda.synchronize()
+            host_us = float(np.median([host_time_s(burst) for _ in range(3)])) / args.calls * 1e6
             print(f"| {mask} | {S} | {D}/{Dv} | {name} | {single:.3f} ({flops / single / 1e9:.0f}) "
                   f"| {many:.3f} ({flops / many / 1e9:.0f}) | {gpu:.3f} | {host_us:.0f} |", flush=True)
         if args.profile and S == args.lengths[0] and mask == args.masks[0]:
             for name, fn in (("fwd", fwd), ("bwd", bwd)):
                 profile_calls(name, fn, args.profile)
         outs = None
+
+
+def host_time_s(burst):
+    """Host wall clock of one burst of queued calls (the GPU idle before it, drained after)."""
+    paddle.device.cuda.synchronize()
+    t0 = time.perf_counter()
+    burst()
+    elapsed = time.perf_counter() - t0
+    paddle.device.cuda.synchronize()
+    return elapsed
 
 
 def profile_calls(name, fn, calls):
