@@ -29,7 +29,7 @@ int32_t check_indices_cpu(const int32_t* indices, int64_t num_columns,
 bool cuda_supports(DType dtype, int head_dim, int head_dim_v);
 void run_fwd_cuda(const FwdParams& params, void* stream);
 // Fills the backward plan (bwd_head_group, bwd_group_max_steps,
-// accum_heads_k, dkv_accum_stored, dq_accum_tiled; see BwdParams) from the
+// accum_heads_k, dkv_accum_stored, dkv_direct, dq_accum_tiled; see BwdParams) from the
 // call's shapes, flags and pointers (q/k/v/dout set), and resolves gpu_kernel
 // to the family planned for; run it before sizing the workspaces
 // (dq/dk/dv_accum, row_stats). On the sm90 path

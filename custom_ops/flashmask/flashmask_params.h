@@ -142,6 +142,12 @@ struct BwdParams : FwdParams {
   //   (deterministic, or one CTA per whole group).
   // - dkv_accum_stored: the kernel stores every slot element (one writer, no
   //   atomics), so the accumulators need no zeroing first.
+  // - dkv_direct (FA2-class staged backward, num_heads == num_heads_k): each
+  //   CTA is the one writer of its key block's dK/dV rows and stores them in
+  //   the output dtype straight into dk/dv (dK scaled), zeros where it saw no
+  //   live query block, as FlashAttention-2 does: dk_accum/dv_accum are not
+  //   used (no zeroing, atomics or conversion), and the caller may leave them
+  //   null.
   // - bwd_group_max_steps (sm90, bwd_head_group > 1): 0 groups every key
   //   block alike. Above 0 the grouping follows each key block's work: its
   //   CTA covers the largest divisor d of bwd_head_group with d x (live
@@ -161,6 +167,7 @@ struct BwdParams : FwdParams {
   int bwd_head_group = 1;
   int accum_heads_k = 0;
   bool dkv_accum_stored = false;
+  bool dkv_direct = false;
   int bwd_group_max_steps = 0;
   bool dq_accum_tiled = false;
 

@@ -271,18 +271,22 @@ std::vector<paddle::Tensor> FlashMaskBackward(const paddle::Tensor& q, const pad
       flashmask::plan_bwd_cuda(p, requested_bwd_head_group(), requested_bwd_group_max_steps());
     });
     auto dq_accum = gpu_workspace(flashmask::bwd_dq_accum_elems(p), paddle::DataType::FLOAT32, q);
-    // [B, Sk, accum_heads_k, D or Dv]: slots as planned above.
-    std::vector<int64_t> dk_accum_shape = k.shape(), dv_accum_shape = v.shape();
-    dk_accum_shape[2] = dv_accum_shape[2] = p.accum_heads_k;
-    auto dk_accum = paddle::empty(dk_accum_shape, paddle::DataType::FLOAT32, k.place());
-    auto dv_accum = paddle::empty(dv_accum_shape, paddle::DataType::FLOAT32, v.place());
+    // [B, Sk, accum_heads_k, D or Dv]: slots as planned above; none where the
+    // kernel stores dk/dv itself (dkv_direct).
+    paddle::Tensor dk_accum, dv_accum;
+    if (!p.dkv_direct) {
+      std::vector<int64_t> dk_accum_shape = k.shape(), dv_accum_shape = v.shape();
+      dk_accum_shape[2] = dv_accum_shape[2] = p.accum_heads_k;
+      dk_accum = paddle::empty(dk_accum_shape, paddle::DataType::FLOAT32, k.place());
+      dv_accum = paddle::empty(dv_accum_shape, paddle::DataType::FLOAT32, v.place());
+      p.dk_accum = dk_accum.data<float>();
+      p.dv_accum = dv_accum.data<float>();
+    }
     auto softmax_d = paddle::empty(lse.shape(), paddle::DataType::FLOAT32, q.place());
     const int64_t row_stats_elems = flashmask::bwd_row_stats_elems(p);
     auto row_stats = gpu_workspace(std::max<int64_t>(1, row_stats_elems), paddle::DataType::FLOAT32, q);
     p.block_bounds = bounds.data<int32_t>();
     p.dq_accum = dq_accum.data<float>();
-    p.dk_accum = dk_accum.data<float>();
-    p.dv_accum = dv_accum.data<float>();
     p.softmax_d = softmax_d.data<float>();
     p.row_stats = row_stats_elems > 0 ? row_stats.data<float>() : nullptr;
     rethrow_as_paddle_error([&] { flashmask::run_bwd_cuda(p, q.stream()); });

@@ -783,19 +783,25 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "--time-fa2") {
+    // 32 query heads over FLASHMASK_HARNESS_HEADS_K kv heads (8 unset; 32: MHA).
+    const int hk = harness_env_int("FLASHMASK_HARNESS_HEADS_K", 8);
+    if (hk < 1 || 32 % hk != 0) {
+      std::printf("--time-fa2: FLASHMASK_HARNESS_HEADS_K must divide 32, got %d\n", hk);
+      return 2;
+    }
     warm_up_gpu(300.f);
     print_time_header();
     for (int d : {64, 96, 128, 256})
-      for (int s : {8192, 16384}) time_case("causal", s, 32, 8, d, GpuKernel::kFA2, rng);
+      for (int s : {8192, 16384}) time_case("causal", s, 32, hk, d, GpuKernel::kFA2, rng);
     for (int s : {8192, 32768}) {
       std::mt19937 mask_rng(s);
       const std::vector<int32_t> docs = timing_docs(s, mask_rng), short_docs = timing_short_docs(s, mask_rng),
                                  window = timing_window(s);
-      time_case("causal_document", s, 32, 8, 128, GpuKernel::kFA2, rng, docs);
-      time_case("sliding_window", s, 32, 8, 128, GpuKernel::kFA2, rng, window);
-      time_case("short_documents", s, 32, 8, 128, GpuKernel::kFA2, rng, short_docs);
+      time_case("causal_document", s, 32, hk, 128, GpuKernel::kFA2, rng, docs);
+      time_case("sliding_window", s, 32, hk, 128, GpuKernel::kFA2, rng, window);
+      time_case("short_documents", s, 32, hk, 128, GpuKernel::kFA2, rng, short_docs);
     }
-    time_case("causal", 16384, 32, 8, 128, GpuKernel::kFA2, rng, {}, true);
+    time_case("causal", 16384, 32, hk, 128, GpuKernel::kFA2, rng, {}, true);
     return 0;
   }
   if (argc > 1 && std::string(argv[1]) == "--profile") {

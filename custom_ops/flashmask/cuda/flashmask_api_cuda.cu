@@ -144,6 +144,10 @@ void plan_bwd_cuda(BwdParams& params, int head_group, int group_max_steps) {
   // The sm90 epilogue stores its whole slot even where no query block was
   // live; the FA2-class one only adds what it computed.
   params.dkv_accum_stored = one_writer && sm90_bwd && !fitted;
+  // MHA on the FA2-class staged kernel: every dK/dV row has one writer CTA,
+  // which stores it in the output dtype (the slots above go unused).
+  params.dkv_direct = !sm90_bwd && params.num_heads == params.num_heads_k && cuda::use_staged_bwd() &&
+                      cuda::fa2_dkv_direct();
   // Both main kernels add dQ into 64-row tiles; the deterministic dQ pass
   // (FA2-class, query-major) writes the row layout.
   params.dq_accum_tiled = !params.deterministic;

@@ -26,7 +26,8 @@
 // key block's merged bounds, fully masked ones skipped, partial ones masked
 // per element from the key columns' masked rows (MaskedRows, staged once).
 // Deterministic mode skips dQ (the query-major pass computes it) and writes
-// dK/dV into this query head's own slot.
+// dK/dV into this query head's own slot. Without GQA (BwdParams::dkv_direct)
+// dK/dV go straight to dk/dv in the output dtype, FA2's epilogue.
 #pragma once
 
 #include "../flashmask_params.h"
@@ -484,24 +485,18 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   auto tl_record = [&]() {
     if (threadIdx.x == 0) tl.record(timeline, tl_steps, head, n_block);
   };
-  if (!any_live) { tl_record(); return; }
+  if (!any_live && !p.dkv_direct) { tl_record(); return; }
 #else
-  if (!any_live) return;  // nothing added (the accumulators start at zero); uniform over the CTA
+  if (!any_live && !p.dkv_direct) return;  // nothing added (the accumulators start at zero); uniform over the CTA
 #endif
 
-  // dK and dV of the CTA's keys: into the kv head's slot, where the query
-  // heads of a GQA group add up, or (deterministic) into this head's own
-  // slot. Each goes through shared memory first (fp32, over the finished
-  // tiles), so that a warp's RED covers 32 consecutive floats of one key's row
-  // (128 bytes) instead of 8 keys x 4 lanes at stride 2.
-  const int slot = p.accum_heads_k == p.num_heads ? head : head_k;
-  const int64_t kv_row_stride = int64_t(p.accum_heads_k) * kDim;
-  float* dk_accum = p.dk_accum + (int64_t(batch) * seqlen_k * p.accum_heads_k + slot) * kDim;
-  float* dv_accum = p.dv_accum + (int64_t(batch) * seqlen_k * p.accum_heads_k + slot) * kDim;
+  // The CTA's dK or dV (kBlockN keys x kDim) through shared memory (fp32,
+  // over the finished tiles), so that a warp writes 32 consecutive elements
+  // of one key's row at a time instead of 8 keys x 4 lanes at stride 2.
   constexpr int kStageStride = kDim + 8;  // float2 stores of 8 rows x 4 lanes in 2 wavefronts
   static_assert(kBlockN * kStageStride * 4 <= Traits::kSmemBytes, "the staged gradient fits");
   float* stage = reinterpret_cast<float*>(smem_raw);
-  auto add_gradient = [&](const float (&acc)[kVMTiles][kVTiles][4], float* accum) {
+  auto stage_gradient = [&](const float (&acc)[kVMTiles][kVTiles][4]) {
     __syncthreads();  // every warp is done with the shared tiles (or the previous gradient)
 #pragma unroll
     for (int mt = 0; mt < kVMTiles; ++mt)
@@ -515,6 +510,39 @@ __global__ void __launch_bounds__(Traits::kNThreads)
               make_float2(acc[mt][j][2 * h], acc[mt][j][2 * h + 1]);
         }
     __syncthreads();
+  };
+  if (p.dkv_direct) {
+    // MHA (head_k == head): this CTA is the one writer of its keys' dK/dV rows, stored in T
+    // (dK scaled) as FlashAttention-2 does; zeros where no query block was
+    // live (the accumulators stayed zero).
+    auto store_gradient = [&](const float (&acc)[kVMTiles][kVTiles][4], T* out, int64_t row_stride,
+                              float scale) {
+      stage_gradient(acc);
+      for (int r = warp; r < kBlockN && c0 + r < seqlen_k; r += Traits::kNWarps) {
+#pragma unroll
+        for (int c = lane; c < kDim; c += 32) {
+          out[int64_t(c0 + r) * row_stride + c] = from_float<T>(stage[r * kStageStride + c] * scale);
+        }
+      }
+    };
+    store_gradient(acc_dk, static_cast<T*>(p.dk) + batch * p.dk_batch_stride + head_k * p.dk_head_stride,
+                   p.dk_row_stride, p.softmax_scale);
+    store_gradient(acc_dv, static_cast<T*>(p.dv) + batch * p.dv_batch_stride + head_k * p.dv_head_stride,
+                   p.dv_row_stride, 1.f);
+#ifdef FLASHMASK_EXP_TIMELINE
+    __syncthreads();
+    tl_record();
+#endif
+    return;
+  }
+  // Else into the kv head's slot, where the query heads of a GQA group add
+  // up, or (deterministic) into this head's own slot.
+  const int slot = p.accum_heads_k == p.num_heads ? head : head_k;
+  const int64_t kv_row_stride = int64_t(p.accum_heads_k) * kDim;
+  float* dk_accum = p.dk_accum + (int64_t(batch) * seqlen_k * p.accum_heads_k + slot) * kDim;
+  float* dv_accum = p.dv_accum + (int64_t(batch) * seqlen_k * p.accum_heads_k + slot) * kDim;
+  auto add_gradient = [&](const float (&acc)[kVMTiles][kVTiles][4], float* accum) {
+    stage_gradient(acc);
     for (int r = warp; r < kBlockN && c0 + r < seqlen_k; r += Traits::kNWarps) {
 #pragma unroll
       for (int c = lane; c < kDim; c += 32) atomicAdd(accum + int64_t(c0 + r) * kv_row_stride + c, stage[r * kStageStride + c]);

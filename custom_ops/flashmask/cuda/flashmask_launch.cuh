@@ -88,6 +88,12 @@ inline bool use_staged_bwd() {
   return choice == "staged";
 }
 
+// MHA on the staged backward (BwdParams::dkv_direct): dK/dV stored by their one
+// writer in the output dtype, FlashAttention-2's epilogue, rather than added
+// into fp32 slots that are zeroed before and converted after.
+// PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT=0 keeps the slots (to time both).
+inline bool fa2_dkv_direct() { return env_switch("PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT", true); }
+
 // One CTA of Traits::kNThreads per grid cell, with the kernel's shared memory;
 // `extra` follows the params among the kernel's arguments.
 template <typename Traits, typename Kernel, typename Params, typename... Extra>
@@ -193,6 +199,9 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
     }
     launch_bwd_rows<Traits>(flashmask_bwd_staged_kernel<Traits>, p, stream);
   } else if constexpr (kHeadDim <= 128) {
+    if (p.dkv_direct) {  // planned while PADDLE_FLASHMASK_FA2_BWD said otherwise
+      throw std::invalid_argument("flashmask FA2-class backward: dkv_direct is planned for the staged kernel only");
+    }
     using Traits = BwdTraits<kHeadDim, T>;
     launch_bwd_rows<Traits>(flashmask_bwd_kernel<Traits>, p, stream);
   } else {

@@ -332,7 +332,7 @@ void bwd_pre_post(const BwdParams& p, cudaStream_t stream, bool pre) {
     check_accum_heads(p);
     // Else the kernel stores every element, or (fitted sm90 grouping) the
     // count pass zeroes the slots its CTAs will add into (bwd_fitted_heads_kernel).
-    if (!p.dkv_accum_stored && dkv_written_flags(p) == nullptr) {
+    if (!p.dkv_accum_stored && !p.dkv_direct && dkv_written_flags(p) == nullptr) {
       const int64_t k_accum_elems = k_elems / p.num_heads_k * p.accum_heads_k;
       const int64_t v_accum_elems = v_elems / p.num_heads_k * p.accum_heads_k;
       FLASHMASK_CUDA_CHECK(cudaMemsetAsync(p.dk_accum, 0, k_accum_elems * sizeof(float), stream));
@@ -358,6 +358,8 @@ void bwd_pre_post(const BwdParams& p, cudaStream_t stream, bool pre) {
   if (dkv_written_flags(p) != nullptr) {
     // Fitted sm90 grouping: the launch's finish kernel converted the key
     // blocks left in their slots (sm90::bwd_finish_kernel).
+  } else if (p.dkv_direct) {
+    // The main kernel stored dk/dv itself.
   } else if (group == 1) {
     launch_convert<T>(p.dk_accum, p.dk, k_elems, p.softmax_scale, stream);
     launch_convert<T>(p.dv_accum, p.dv, v_elems, 1.f, stream);
