@@ -32,7 +32,7 @@ void run_fwd_cuda(const FwdParams& params, void* stream);
 // accum_heads_k, dkv_accum_stored, dkv_direct, dq_accum_tiled; see BwdParams) from the
 // call's shapes, flags and pointers (q/k/v/dout set), and resolves gpu_kernel
 // to the family planned for; run it before sizing the workspaces
-// (dq/dk/dv_accum, row_stats). On the sm90 path
+// (dq/dk/dv_accum, dk/dv_heads, row_stats). On the sm90 path
 // `head_group` > 0 asks for that many query heads per CTA (the largest
 // divisor of the GQA group not above it is taken), 0 for the default;
 // `group_max_steps` >= 0 overrides the per-key-block fitting (0: uniform
@@ -45,6 +45,10 @@ int64_t bwd_dq_accum_elems(const BwdParams& params);
 // fp32 elements of BwdParams::row_stats for a planned call (every backward
 // reads it).
 int64_t bwd_row_stats_elems(const BwdParams& params);
+// Elements (of the output dtype) of BwdParams::dk_heads (value = false) or
+// dv_heads (value = true) for a planned call: B x Sk x H x D (or Dv) where
+// dkv_heads_expanded(), else 0 (leave them null).
+int64_t bwd_dkv_heads_elems(const BwdParams& params, bool value);
 // int32 elements of the block_bounds workspace: the mask's block summaries
 // (none without a column mask), the persistent kernels' tile counters and the
 // sm90 backward's per-key-block dK/dV flags (cuda/workspace.h).

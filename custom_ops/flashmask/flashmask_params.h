@@ -106,6 +106,12 @@ struct BwdParams : FwdParams {
   float* dq_accum = nullptr;
   float* dk_accum = nullptr;
   float* dv_accum = nullptr;
+  // dkv_direct with GQA (dkv_heads_expanded below): every query head's dK
+  // (scaled) and dV in the output dtype, [batch, seqlen_k, num_heads,
+  // head_dim] and [..., value_head_dim] (contiguous); bwd_dkv_heads_elems
+  // (flashmask_api.h) gives their sizes.
+  void* dk_heads = nullptr;
+  void* dv_heads = nullptr;
   float* softmax_d = nullptr;
   // Both main backward kernels (sm90 and FA2-class): per query row, each
   // (batch, head) padded to whole 64-row blocks,
@@ -142,12 +148,13 @@ struct BwdParams : FwdParams {
   //   (deterministic, or one CTA per whole group).
   // - dkv_accum_stored: the kernel stores every slot element (one writer, no
   //   atomics), so the accumulators need no zeroing first.
-  // - dkv_direct (FA2-class staged backward, num_heads == num_heads_k): each
-  //   CTA is the one writer of its key block's dK/dV rows and stores them in
-  //   the output dtype straight into dk/dv (dK scaled), zeros where it saw no
-  //   live query block, as FlashAttention-2 does: dk_accum/dv_accum are not
-  //   used (no zeroing, atomics or conversion), and the caller may leave them
-  //   null.
+  // - dkv_direct (FA2-class staged backward): each CTA is the one writer of
+  //   its (key block, query head)'s dK/dV rows and stores them in the output
+  //   dtype (dK scaled), zeros where it saw no live query block, as
+  //   FlashAttention-2 does: straight into dk/dv without GQA, else into
+  //   dk_heads/dv_heads below, which bwd_finish sums per kv head (in fp32, in
+  //   head order) into dk/dv. dk_accum/dv_accum are not used (no zeroing,
+  //   atomics or fp32 conversion), and the caller may leave them null.
   // - bwd_group_max_steps (sm90, bwd_head_group > 1): 0 groups every key
   //   block alike. Above 0 the grouping follows each key block's work: its
   //   CTA covers the largest divisor d of bwd_head_group with d x (live
@@ -176,6 +183,8 @@ struct BwdParams : FwdParams {
   FLASHMASK_HOST_DEVICE bool fitted_head_groups() const {
     return bwd_group_max_steps > 0 && bwd_head_group > 1;
   }
+  // dK/dV stored per query head (dk_heads/dv_heads), then summed per kv head.
+  FLASHMASK_HOST_DEVICE bool dkv_heads_expanded() const { return dkv_direct && num_heads != num_heads_k; }
 };
 
 // Bit flags reported by the index validation pass.

@@ -272,7 +272,8 @@ std::vector<paddle::Tensor> FlashMaskBackward(const paddle::Tensor& q, const pad
     });
     auto dq_accum = gpu_workspace(flashmask::bwd_dq_accum_elems(p), paddle::DataType::FLOAT32, q);
     // [B, Sk, accum_heads_k, D or Dv]: slots as planned above; none where the
-    // kernel stores dk/dv itself (dkv_direct).
+    // kernel stores dK/dV itself (dkv_direct): then, with GQA, per query head
+    // in k's dtype ([B, Sk, H, D or Dv]), summed per kv head after it.
     paddle::Tensor dk_accum, dv_accum;
     if (!p.dkv_direct) {
       std::vector<int64_t> dk_accum_shape = k.shape(), dv_accum_shape = v.shape();
@@ -281,6 +282,13 @@ std::vector<paddle::Tensor> FlashMaskBackward(const paddle::Tensor& q, const pad
       dv_accum = paddle::empty(dv_accum_shape, paddle::DataType::FLOAT32, v.place());
       p.dk_accum = dk_accum.data<float>();
       p.dv_accum = dv_accum.data<float>();
+    } else if (p.dkv_heads_expanded()) {
+      std::vector<int64_t> dk_heads_shape = k.shape(), dv_heads_shape = v.shape();
+      dk_heads_shape[2] = dv_heads_shape[2] = p.num_heads;
+      dk_accum = paddle::empty(dk_heads_shape, k.dtype(), k.place());
+      dv_accum = paddle::empty(dv_heads_shape, v.dtype(), v.place());
+      p.dk_heads = dk_accum.data();
+      p.dv_heads = dv_accum.data();
     }
     auto softmax_d = paddle::empty(lse.shape(), paddle::DataType::FLOAT32, q.place());
     const int64_t row_stats_elems = flashmask::bwd_row_stats_elems(p);

@@ -247,9 +247,12 @@ bool check_case(const Case& c, GpuKernel kernel, bool deterministic, int head_gr
   CHECK(cudaMalloc(&delta, ref_lse.size() * 4));
   float* row_stats = nullptr;
   if (const int64_t n = flashmask::bwd_row_stats_elems(b)) CHECK(cudaMalloc(&row_stats, n * 4));
+  void *dk_heads = nullptr, *dv_heads = nullptr;  // 16-bit, dkv_direct with GQA
+  if (const int64_t n = flashmask::bwd_dkv_heads_elems(b, false)) CHECK(cudaMalloc(&dk_heads, n * 2));
+  if (const int64_t n = flashmask::bwd_dkv_heads_elems(b, true)) CHECK(cudaMalloc(&dv_heads, n * 2));
   b.out = o_dev, b.dout = dout.dev, b.dq = dq_dev, b.dk = dk_dev, b.dv = dv_dev;
   b.dq_accum = dq_acc, b.dk_accum = dk_acc, b.dv_accum = dv_acc, b.softmax_d = delta;
-  b.row_stats = row_stats;
+  b.row_stats = row_stats, b.dk_heads = dk_heads, b.dv_heads = dv_heads;
   flashmask::run_bwd_cuda(b, g_stream);
   CHECK(cudaDeviceSynchronize());
   std::vector<float> dq = download(dq_dev, nq), dk = download(dk_dev, nk), dv = download(dv_dev, nv);
@@ -268,7 +271,7 @@ bool check_case(const Case& c, GpuKernel kernel, bool deterministic, int head_gr
               deterministic ? (same ? " bit-identical" : " NOT-IDENTICAL") : "", ok ? "ok" : "FAIL");
   for (void* ptr : {(void*)q.dev, (void*)k.dev, (void*)v.dev, (void*)dout.dev, (void*)o_dev, (void*)lse_dev,
                     (void*)dq_dev, (void*)dk_dev, (void*)dv_dev, (void*)dq_acc, (void*)dk_acc, (void*)dv_acc,
-                    (void*)delta, (void*)bounds, (void*)dmask, (void*)row_stats})
+                    (void*)delta, (void*)bounds, (void*)dmask, (void*)row_stats, dk_heads, dv_heads})
     if (ptr) CHECK(cudaFree(ptr));
   return ok;
 }
@@ -464,8 +467,11 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
   CHECK(cudaMalloc(&delta, size_t(h) * s * 4));
   float* row_stats = nullptr;
   if (const int64_t n = flashmask::bwd_row_stats_elems(b)) CHECK(cudaMalloc(&row_stats, n * 4));
+  void *dk_heads = nullptr, *dv_heads = nullptr;  // 16-bit, dkv_direct with GQA
+  if (const int64_t n = flashmask::bwd_dkv_heads_elems(b, false)) CHECK(cudaMalloc(&dk_heads, n * 2));
+  if (const int64_t n = flashmask::bwd_dkv_heads_elems(b, true)) CHECK(cudaMalloc(&dv_heads, n * 2));
   b.dout = dout.dev, b.dq = dq, b.dk = dk, b.dv = dv_grad, b.dq_accum = dqa, b.dk_accum = dka,
-  b.dv_accum = dva, b.softmax_d = delta, b.row_stats = row_stats;
+  b.dv_accum = dva, b.softmax_d = delta, b.row_stats = row_stats, b.dk_heads = dk_heads, b.dv_heads = dv_heads;
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
@@ -504,7 +510,7 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
               fwd, flops / fwd / 1e9, bwd, 2.5 * flops / bwd / 1e9, 3.5 * flops / (fwd + bwd) / 1e9, around);
   for (void* ptr : {(void*)q.dev, (void*)k.dev, (void*)v.dev, (void*)dout.dev, (void*)o, (void*)lse,
                     (void*)dq, (void*)dk, (void*)dv_grad, (void*)dqa, (void*)dka, (void*)dva, (void*)delta,
-                    (void*)dmask, (void*)bounds, (void*)row_stats})
+                    (void*)dmask, (void*)bounds, (void*)row_stats, dk_heads, dv_heads})
     if (ptr) CHECK(cudaFree(ptr));
 }
 

@@ -144,10 +144,11 @@ void plan_bwd_cuda(BwdParams& params, int head_group, int group_max_steps) {
   // The sm90 epilogue stores its whole slot even where no query block was
   // live; the FA2-class one only adds what it computed.
   params.dkv_accum_stored = one_writer && sm90_bwd && !fitted;
-  // MHA on the FA2-class staged kernel: every dK/dV row has one writer CTA,
-  // which stores it in the output dtype (the slots above go unused).
-  params.dkv_direct = !sm90_bwd && params.num_heads == params.num_heads_k && cuda::use_staged_bwd() &&
-                      cuda::fa2_dkv_direct();
+  // The FA2-class staged kernel: every (key block, query head) CTA is the one
+  // writer of its dK/dV rows and stores them in the output dtype, into dk/dv
+  // without GQA, else per query head (dk/dv_heads) for bwd_finish to sum per
+  // kv head, as FlashAttention-2 does (the slots above go unused).
+  params.dkv_direct = !sm90_bwd && cuda::use_staged_bwd() && cuda::fa2_dkv_direct();
   // Both main kernels add dQ into 64-row tiles; the deterministic dQ pass
   // (FA2-class, query-major) writes the row layout.
   params.dq_accum_tiled = !params.deterministic;
@@ -164,6 +165,12 @@ int64_t bwd_dq_accum_elems(const BwdParams& params) {
 // Both main kernels (sm90 and FA2-class, either mode) read row_stats.
 int64_t bwd_row_stats_elems(const BwdParams& params) {
   return 2 * int64_t(params.batch) * params.num_heads * cuda::bwd_padded_rows(params.seqlen_q);
+}
+
+int64_t bwd_dkv_heads_elems(const BwdParams& params, bool value) {
+  if (!params.dkv_heads_expanded()) return 0;
+  return int64_t(params.batch) * params.seqlen_k * params.num_heads *
+         (value ? params.value_head_dim() : params.head_dim);
 }
 
 void run_bwd_cuda(const BwdParams& params, void* stream) {

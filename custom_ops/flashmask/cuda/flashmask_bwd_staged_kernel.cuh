@@ -25,9 +25,11 @@
 // FlashMask as in the one-split kernel: query blocks are classified from the
 // key block's merged bounds, fully masked ones skipped, partial ones masked
 // per element from the key columns' masked rows (MaskedRows, staged once).
-// Deterministic mode skips dQ (the query-major pass computes it) and writes
-// dK/dV into this query head's own slot. Without GQA (BwdParams::dkv_direct)
-// dK/dV go straight to dk/dv in the output dtype, FA2's epilogue.
+// Deterministic mode skips dQ (the query-major pass computes it). dK/dV
+// (BwdParams::dkv_direct, the default) are stored in the output dtype, FA2's
+// epilogue: straight to dk/dv without GQA, else per query head for bwd_finish
+// to sum; or added into fp32 slots (the kv head's, or in deterministic mode
+// this query head's own).
 #pragma once
 
 #include "../flashmask_params.h"
@@ -512,9 +514,10 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     __syncthreads();
   };
   if (p.dkv_direct) {
-    // MHA (head_k == head): this CTA is the one writer of its keys' dK/dV rows, stored in T
+    // This CTA is the one writer of its keys' dK/dV rows of this query head, stored in T
     // (dK scaled) as FlashAttention-2 does; zeros where no query block was
-    // live (the accumulators stayed zero).
+    // live (the accumulators stayed zero). Without GQA into dk/dv, else
+    // into this head's rows of dk_heads/dv_heads, which bwd_finish sums per kv head.
     auto store_gradient = [&](const float (&acc)[kVMTiles][kVTiles][4], T* out, int64_t row_stride,
                               float scale) {
       stage_gradient(acc);
@@ -525,10 +528,17 @@ __global__ void __launch_bounds__(Traits::kNThreads)
         }
       }
     };
-    store_gradient(acc_dk, static_cast<T*>(p.dk) + batch * p.dk_batch_stride + head_k * p.dk_head_stride,
-                   p.dk_row_stride, p.softmax_scale);
-    store_gradient(acc_dv, static_cast<T*>(p.dv) + batch * p.dv_batch_stride + head_k * p.dv_head_stride,
-                   p.dv_row_stride, 1.f);
+    if (p.dkv_heads_expanded()) {
+      const int64_t first = (int64_t(batch) * seqlen_k * p.num_heads + head) * kDim;
+      const int64_t row_stride = int64_t(p.num_heads) * kDim;
+      store_gradient(acc_dk, static_cast<T*>(p.dk_heads) + first, row_stride, p.softmax_scale);
+      store_gradient(acc_dv, static_cast<T*>(p.dv_heads) + first, row_stride, 1.f);
+    } else {
+      store_gradient(acc_dk, static_cast<T*>(p.dk) + batch * p.dk_batch_stride + head_k * p.dk_head_stride,
+                     p.dk_row_stride, p.softmax_scale);
+      store_gradient(acc_dv, static_cast<T*>(p.dv) + batch * p.dv_batch_stride + head_k * p.dv_head_stride,
+                     p.dv_row_stride, 1.f);
+    }
 #ifdef FLASHMASK_EXP_TIMELINE
     __syncthreads();
     tl_record();

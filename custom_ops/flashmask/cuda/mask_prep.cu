@@ -185,21 +185,22 @@ __global__ void __launch_bounds__(kDQConvertThreads) fa2_dq_tiles_to_dq_kernel(B
   write_staged_dq_rows<Layout::kRows, kDim>(dq, p.dq_row_stride, rows, m, p.seqlen_q);
 }
 
-// dK/dV from several head slots per kv head: src [rows, Hk * group, D], dst
-// [rows, Hk, D]; each output sums its kv head's `group` slots in slot order,
-// so the result does not depend on scheduling. kVec elements per thread.
-template <typename T, int kVec>
-__global__ void reduce_group_convert_kernel(const float* src, T* dst, int64_t n, int head_dim,
+// dK/dV from several head slots per kv head: src [rows, Hk * group, D] (fp32
+// slots, or the output dtype's per-query-head rows of dkv_direct), dst
+// [rows, Hk, D]; each output sums its kv head's `group` slots in fp32 in slot
+// order, so the result does not depend on scheduling. kVec elements per thread.
+template <typename S, typename T, int kVec>
+__global__ void reduce_group_convert_kernel(const S* src, T* dst, int64_t n, int head_dim,
                                             int group, float scale) {
   for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * kVec; i < n;
        i += int64_t(gridDim.x) * blockDim.x * kVec) {
     const int64_t row_head = i / head_dim;  // (row, kv head), row-major
-    const float* s = src + row_head * group * head_dim + i % head_dim;
+    const S* s = src + row_head * group * head_dim + i % head_dim;
     Pack<float, kVec> sum{};
     for (int g = 0; g < group; ++g) {
-      const Pack<float, kVec> v = *reinterpret_cast<const Pack<float, kVec>*>(s + int64_t(g) * head_dim);
+      const Pack<S, kVec> v = *reinterpret_cast<const Pack<S, kVec>*>(s + int64_t(g) * head_dim);
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) sum.x[e] += v.x[e];
+      for (int e = 0; e < kVec; ++e) sum.x[e] += to_float(v.x[e]);
     }
     Pack<T, kVec> out;
 #pragma unroll
@@ -290,14 +291,15 @@ void launch_fa2_dq_tiles_to_dq(const BwdParams& p, cudaStream_t stream) {
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }
 
-template <typename T>
-void launch_reduce_group(const float* src, void* dst, int64_t n, int head_dim, int group, float scale,
+template <typename T, typename S>
+void launch_reduce_group(const S* src, void* dst, int64_t n, int head_dim, int group, float scale,
                          cudaStream_t stream) {
-  if (head_dim % kConvertVec == 0 && aligned_to(src, 16) && aligned_to(dst, sizeof(T) * kConvertVec)) {
-    reduce_group_convert_kernel<T, kConvertVec><<<grid_for(n / kConvertVec, 256), 256, 0, stream>>>(
+  if (head_dim % kConvertVec == 0 && aligned_to(src, sizeof(S) * kConvertVec) &&
+      aligned_to(dst, sizeof(T) * kConvertVec)) {
+    reduce_group_convert_kernel<S, T, kConvertVec><<<grid_for(n / kConvertVec, 256), 256, 0, stream>>>(
         src, static_cast<T*>(dst), n, head_dim, group, scale);
   } else {
-    reduce_group_convert_kernel<T, 1><<<grid_for(n, 256), 256, 0, stream>>>(
+    reduce_group_convert_kernel<S, T, 1><<<grid_for(n, 256), 256, 0, stream>>>(
         src, static_cast<T*>(dst), n, head_dim, group, scale);
   }
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
@@ -314,6 +316,11 @@ void check_accum_heads(const BwdParams& p) {
                   (one_writer || (!p.deterministic && p.accum_heads_k == p.num_heads_k)) &&
                   (!p.dkv_accum_stored || one_writer) &&
                   (!fitted || (!p.deterministic && !p.dkv_accum_stored && p.accum_heads_k == p.num_heads_k));
+  if (p.dkv_heads_expanded() && (p.dk_heads == nullptr || p.dv_heads == nullptr)) {
+    throw std::invalid_argument(
+        "flashmask backward: dkv_direct with GQA stores dK/dV per query head: allocate dk_heads and dv_heads "
+        "(bwd_dkv_heads_elems elements of the output dtype each)");
+  }
   if (!ok) {
     throw std::invalid_argument(
         "flashmask backward: inconsistent dK/dV plan (bwd_head_group " + std::to_string(hg) +
@@ -358,6 +365,11 @@ void bwd_pre_post(const BwdParams& p, cudaStream_t stream, bool pre) {
   if (dkv_written_flags(p) != nullptr) {
     // Fitted sm90 grouping: the launch's finish kernel converted the key
     // blocks left in their slots (sm90::bwd_finish_kernel).
+  } else if (p.dkv_heads_expanded()) {
+    // The main kernel stored every query head's dK (scaled) and dV: sum each kv head's.
+    const int heads_per_kv = p.num_heads / p.num_heads_k;
+    launch_reduce_group<T>(static_cast<const T*>(p.dk_heads), p.dk, k_elems, p.head_dim, heads_per_kv, 1.f, stream);
+    launch_reduce_group<T>(static_cast<const T*>(p.dv_heads), p.dv, v_elems, dim_v, heads_per_kv, 1.f, stream);
   } else if (p.dkv_direct) {
     // The main kernel stored dk/dv itself.
   } else if (group == 1) {
