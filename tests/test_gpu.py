@@ -447,13 +447,15 @@ def test_fa2_bwd_light_last_default_with_blocks_in_the_grid_order(fa2_kernel, di
 
 
 @pytest.mark.parametrize("direct", [None, "0"])
-@pytest.mark.parametrize("hm", [1, 4])
+@pytest.mark.parametrize("heads_k,hm", [(4, 1), (4, 4), (2, 1), (1, 4)])
 @pytest.mark.parametrize("deterministic", [False, True])
-def test_fa2_bwd_dkv_direct_without_gqa(fa2_kernel, monkeypatch, direct, hm, deterministic):
-    # Without GQA the FA2-class backward stores dK/dV in the output dtype itself (the default,
-    # BwdParams::dkv_direct) or adds them into fp32 slots converted after it (=0). Keys 128-300
-    # are seen by no query row, so one 128-key CTA has no live query block and must store zeros
-    # (dk/dv come from paddle.empty); 517 keys end in a ragged block.
+def test_fa2_bwd_dkv_direct(fa2_kernel, monkeypatch, direct, heads_k, hm, deterministic):
+    # The FA2-class backward stores dK/dV in the output dtype itself (the default,
+    # BwdParams::dkv_direct): straight into dk/dv without GQA, else per query head into
+    # dk_heads/dv_heads that bwd_finish sums per kv head; or (=0) adds them into fp32 slots
+    # converted after it. Keys 128-300 are seen by no query row, so one 128-key CTA has no live
+    # query block and must store zeros (every buffer comes from paddle.empty); 517 keys end in a
+    # ragged block; 4 query heads over 4, 2 or 1 kv heads, masks shared or per head.
     if direct is None:
         monkeypatch.delenv("PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT", raising=False)
     else:
@@ -462,8 +464,8 @@ def test_fa2_bwd_dkv_direct_without_gqa(fa2_kernel, monkeypatch, direct, hm, det
     idx = random_indices(rng, 2, hm, 517, 517, True, 1)
     idx[:, :, 128:301, 0] = np.arange(128, 301, dtype=idx.dtype)  # start at the diagonal: no row
     for dim in (64, 128, 256):
-        run_gpu_case(seed_of("dkv-direct", direct, hm, deterministic, dim), 2, 517, 517, 4, 4, dim, True, idx,
-                     deterministic=deterministic)
+        run_gpu_case(seed_of("dkv-direct", direct, heads_k, hm, deterministic, dim), 2, 517, 517, 4, heads_k, dim,
+                     True, idx, deterministic=deterministic)
 
 
 FWD_OVERLAP_ENV = "PADDLE_FLASHMASK_SM90_FWD_OVERLAP"

@@ -112,6 +112,8 @@ done
 PEER_JSON=/tmp/fa2_steps_peers.jsonl
 rm -f "$PEER_JSON"
 # SKIP_PEER=1 leaves it out (an A/B of our variants only; the peer's figures from an earlier call).
+# PEER_KV_HEADS="8 32" also times it without GQA (32:32; the summary's table takes 32:8 only, the
+# log's '| fa2_gqa_causal |' rows have both).
 PEER_SPECS=("64:8192 16384" "96:8192 16384" "128:8192 16384 32768" "256:8192 16384")
 [ "${SKIP_PEER:-0}" = 1 ] && PEER_SPECS=() && echo "SKIPPED: FA2 peer (SKIP_PEER=1)" | tee -a "$LOG"
 for spec in "${PEER_SPECS[@]}"; do
@@ -120,7 +122,7 @@ for spec in "${PEER_SPECS[@]}"; do
   if (( $(left) < 15 )); then echo "SKIPPED: FA2 peer D=$dim (budget)" | tee -a "$LOG"; continue; fi
   echo "## peer D=$dim" >> "$LOG"
   timeout -k 10 "$t" env -u PYTHONPATH -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 python3 benchmarks/bench_gpu_peers.py \
-    --lengths $lengths --kv-heads 8 --masks causal --impls fa2_gqa_causal sdpa_flash_causal --repeats 5 --back-to-back 8 \
+    --lengths $lengths --kv-heads ${PEER_KV_HEADS:-8} --masks causal --impls fa2_gqa_causal sdpa_flash_causal --repeats 5 --back-to-back 8 \
     --dim "$dim" --out "$PEER_JSON" >> "$LOG" 2>&1
   stamp "FA2 peer D=$dim exit $?"
 done
