@@ -442,9 +442,9 @@ def check_deterministic_support(query, head_dim, deterministic):
 # default) or after it (flashmask_sm90_launch.cuh, bwd_finish_overlap);
 # PADDLE_FLASHMASK_SM90_FWD_WIDE_KEYS: the Hopper forward's 176-key tiles for calls with no mask at
 # head dim 128 (1, the default) or its 128-key kernel (flashmask_sm90_launch.cuh, fwd_wide_keys);
-# PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT: the FA2-class backward stores dK/dV in the output dtype itself
-# (with GQA per query head, summed after it; 1, the default) or adds them into fp32 slots converted
-# after it (flashmask_launch.cuh, fa2_dkv_direct).
+# PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT: without GQA (and in deterministic mode, per query head, summed
+# after it) the FA2-class backward stores dK/dV in the output dtype itself (1, the default) or adds
+# them into fp32 slots converted after it (flashmask_launch.cuh, fa2_dkv_direct).
 INTEGER_ENV_SWITCHES = {
     "PADDLE_FLASHMASK_SM90_FWD_OVERLAP": (0, 1),
     "PADDLE_FLASHMASK_SM90_FWD_WIDE_KEYS": (0, 1),

@@ -148,13 +148,13 @@ struct BwdParams : FwdParams {
   //   (deterministic, or one CTA per whole group).
   // - dkv_accum_stored: the kernel stores every slot element (one writer, no
   //   atomics), so the accumulators need no zeroing first.
-  // - dkv_direct (FA2-class staged backward): each CTA is the one writer of
-  //   its (key block, query head)'s dK/dV rows and stores them in the output
-  //   dtype (dK scaled), zeros where it saw no live query block, as
-  //   FlashAttention-2 does: straight into dk/dv without GQA, else into
-  //   dk_heads/dv_heads below, which bwd_finish sums per kv head (in fp32, in
-  //   head order) into dk/dv. dk_accum/dv_accum are not used (no zeroing,
-  //   atomics or fp32 conversion), and the caller may leave them null.
+  // - dkv_direct (FA2-class staged backward, without GQA or deterministic):
+  //   each CTA is the one writer of its (key block, query head)'s dK/dV rows
+  //   and stores them in the output dtype (dK scaled), zeros where it saw no
+  //   live query block, as FlashAttention-2 does: straight into dk/dv without
+  //   GQA, else into dk_heads/dv_heads below, which bwd_finish sums per kv
+  //   head (in fp32, in head order) into dk/dv. dk_accum/dv_accum are not used
+  //   (no zeroing, atomics or fp32 conversion), and the caller may leave them null.
   // - bwd_group_max_steps (sm90, bwd_head_group > 1): 0 groups every key
   //   block alike. Above 0 the grouping follows each key block's work: its
   //   CTA covers the largest divisor d of bwd_head_group with d x (live

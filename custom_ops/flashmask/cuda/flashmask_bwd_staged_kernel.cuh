@@ -25,11 +25,11 @@
 // FlashMask as in the one-split kernel: query blocks are classified from the
 // key block's merged bounds, fully masked ones skipped, partial ones masked
 // per element from the key columns' masked rows (MaskedRows, staged once).
-// Deterministic mode skips dQ (the query-major pass computes it). dK/dV
-// (BwdParams::dkv_direct, the default) are stored in the output dtype, FA2's
-// epilogue: straight to dk/dv without GQA, else per query head for bwd_finish
-// to sum; or added into fp32 slots (the kv head's, or in deterministic mode
-// this query head's own).
+// Deterministic mode skips dQ (the query-major pass computes it). dK/dV are
+// stored in the output dtype (BwdParams::dkv_direct, without GQA or in
+// deterministic mode), FA2's epilogue: straight to dk/dv without GQA, else
+// per query head for bwd_finish to sum; or added into fp32 slots (the kv
+// head's, or in deterministic mode this query head's own).
 #pragma once
 
 #include "../flashmask_params.h"

@@ -88,10 +88,10 @@ inline bool use_staged_bwd() {
   return choice == "staged";
 }
 
-// The staged backward (BwdParams::dkv_direct): dK/dV stored by their one
-// writer in the output dtype, FlashAttention-2's epilogue (with GQA per query
-// head, summed per kv head after the kernel), rather than added into fp32
-// slots that are zeroed before and converted after.
+// The staged backward (BwdParams::dkv_direct, without GQA or deterministic):
+// dK/dV stored by their one writer in the output dtype, FlashAttention-2's
+// epilogue (with GQA per query head, summed per kv head after the kernel),
+// rather than added into fp32 slots that are zeroed before and converted after.
 // PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT=0 keeps the slots (to time both).
 inline bool fa2_dkv_direct() { return env_switch("PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT", true); }
 
