@@ -451,11 +451,12 @@ def test_fa2_bwd_light_last_default_with_blocks_in_the_grid_order(fa2_kernel, di
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_fa2_bwd_dkv_direct(fa2_kernel, monkeypatch, direct, heads_k, hm, deterministic):
     # The FA2-class backward stores dK/dV in the output dtype itself (the default,
-    # BwdParams::dkv_direct): straight into dk/dv without GQA, else per query head into
-    # dk_heads/dv_heads that bwd_finish sums per kv head; or (=0) adds them into fp32 slots
-    # converted after it. Keys 128-300 are seen by no query row, so one 128-key CTA has no live
-    # query block and must store zeros (every buffer comes from paddle.empty); 517 keys end in a
-    # ragged block; 4 query heads over 4, 2 or 1 kv heads, masks shared or per head.
+    # BwdParams::dkv_direct): straight into dk/dv without GQA, and with GQA in deterministic mode
+    # per query head into dk_heads/dv_heads that bwd_finish sums per kv head; or (=0, and GQA
+    # otherwise) adds them into fp32 slots converted after it. Keys 128-300 are seen by no query
+    # row, so one 128-key CTA has no live query block and must store zeros (every buffer comes
+    # from paddle.empty); 517 keys end in a ragged block; 4 query heads over 4, 2 or 1 kv heads,
+    # masks shared or per head.
     if direct is None:
         monkeypatch.delenv("PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT", raising=False)
     else:
