@@ -7,7 +7,7 @@
 # segmentation fault in Paddle's device init and racecheck/synccheck printed nothing before their timeouts
 # (benchmarks/results/h100/v19_final_checks/), costing up to 3 x SANITIZE_TIMEOUT_S of device time. The
 # sanitizer runs on the Paddle-free harness instead: ab_sm90.sh CHECKS=0 PASSES=0 SANITIZE=1.
-#   STAGES="harness tests sanitize overhead bench peers"  TEST_SELECT="<pytest -k expression>"  BENCH_BUDGET_S=150
+#   STAGES="harness tests sanitize overhead kernels bench peers"  TEST_SELECT="<pytest -k expression>"  BENCH_BUDGET_S=150
 #   OVERHEAD_LENGTHS="8192" OVERHEAD_MASKS="causal short_documents"  (overhead: benchmarks/op_overhead.py,
 #   per call / back to back / GPU only / host time of the op on those masks)
 #   BENCH_KERNELS="sm90 fa2"  (peers: benchmarks/device/peers.sh in the same call, outside the
@@ -66,6 +66,28 @@ if [[ " $STAGES " == *" overhead "* ]]; then
     --masks ${OVERHEAD_MASKS:-causal causal_document short_documents} 2>&1 | grep -v -E "^W|^I[0-9]" > "$OUT/op_overhead.log"
   echo "op_overhead exit ${PIPESTATUS[0]}"; grep "^|" "$OUT/op_overhead.log"
   stamp "overhead done"
+fi
+
+# kernels: each kernel one backward of the op launches and its duration under Nsight Compute
+# (benchmarks/device/op_bwd_kernels.py, causal 8K 32:8 D=128; OP_BWD_WHICH grad, then alone),
+# then whether a call of the op waits for the GPU on the host (op_host_block.py).
+if [[ " $STAGES " == *" kernels "* ]]; then
+  NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  for which in $( [ "${KERNELS_NCU:-1}" = 1 ] && echo grad alone ); do  # KERNELS_NCU=0: the host probe only
+    OP_BWD_WHICH=$which timeout "${KERNELS_TIMEOUT_S:-180}" "$NCU" --profile-from-start off --cache-control none \
+      --clock-control none --metrics gpu__time_duration.sum --csv python3 benchmarks/device/op_bwd_kernels.py \
+      > "$OUT/op_bwd_kernels_$which.csv" 2>&1
+    echo "op_bwd_kernels $which exit $?"
+    python3 benchmarks/device/op_bwd_kernels.py --summary "$OUT/op_bwd_kernels_$which.csv"
+  done
+  # Whether a call waits for the GPU on the host (benchmarks/device/op_host_block.py).
+  [ -n "${OP_CLOCK_LOG:-}" ] && { nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu \
+    --format=csv,noheader -lms 20 > "$OUT/op_host_block_clocks.csv" 2>&1 & echo $! > /tmp/op_clock_pid; }
+  timeout "${KERNELS_TIMEOUT_S:-180}" python3 benchmarks/device/op_host_block.py 2>&1 | grep -v -E "^W|^I[0-9]" \
+    > "$OUT/op_host_block.log"
+  [ -f /tmp/op_clock_pid ] && kill "$(cat /tmp/op_clock_pid)" 2>/dev/null
+  echo "op_host_block exit ${PIPESTATUS[0]}"; grep -E "^[|#]" "$OUT/op_host_block.log"
+  stamp "kernels done"
 fi
 
 # The clock log of the header (clock_event_reasons is the newer drivers' name; older ones lack it).
