@@ -217,7 +217,7 @@ bool check_case(const Case& c, GpuKernel kernel, bool deterministic, int head_gr
   p.q = q.dev, p.k = k.dev, p.v = v.dev;
   p.mask.startend_row_indices = dmask;
   __nv_bfloat16 *o_dev, *dq_dev, *dk_dev, *dv_dev;
-  float *lse_dev, *dq_acc, *dk_acc, *dv_acc, *delta;
+  float *lse_dev, *dq_acc, *dk_acc = nullptr, *dv_acc = nullptr, *delta;
   int32_t* bounds = nullptr;
   CHECK(cudaMalloc(&o_dev, no * 2));
   CHECK(cudaMemset(o_dev, 0xff, no * 2));  // poison: NaN unless written
@@ -242,8 +242,10 @@ bool check_case(const Case& c, GpuKernel kernel, bool deterministic, int head_gr
   CHECK(cudaMalloc(&dk_dev, nk * 2));
   CHECK(cudaMalloc(&dv_dev, nv * 2));
   CHECK(cudaMalloc(&dq_acc, flashmask::bwd_dq_accum_elems(b) * 4));
-  CHECK(cudaMalloc(&dk_acc, nk_acc * 4));
-  CHECK(cudaMalloc(&dv_acc, nv_acc * 4));
+  if (!b.dkv_direct) {  // the fp32 slots; none where the kernel stores dK/dV itself (the op alike)
+    CHECK(cudaMalloc(&dk_acc, nk_acc * 4));
+    CHECK(cudaMalloc(&dv_acc, nv_acc * 4));
+  }
   CHECK(cudaMalloc(&delta, ref_lse.size() * 4));
   float* row_stats = nullptr;
   if (const int64_t n = flashmask::bwd_row_stats_elems(b)) CHECK(cudaMalloc(&row_stats, n * 4));
@@ -462,8 +464,11 @@ void time_case(const char* name, int s, int h, int hk, int d, GpuKernel kernel, 
   flashmask::plan_bwd_cuda(b, head_group ? head_group : harness_env_int("HARNESS_BWD_HEAD_GROUP", 0),
                           max_steps >= 0 ? max_steps : harness_env_int("HARNESS_BWD_GROUP_MAX_STEPS", -1));
   CHECK(cudaMalloc(&dqa, flashmask::bwd_dq_accum_elems(b) * 4));
-  CHECK(cudaMalloc(&dka, size_t(s) * b.accum_heads_k * d * 4));
-  CHECK(cudaMalloc(&dva, size_t(s) * b.accum_heads_k * dv * 4));
+  dka = dva = nullptr;
+  if (!b.dkv_direct) {  // the fp32 slots; none where the kernel stores dK/dV itself (the op alike)
+    CHECK(cudaMalloc(&dka, size_t(s) * b.accum_heads_k * d * 4));
+    CHECK(cudaMalloc(&dva, size_t(s) * b.accum_heads_k * dv * 4));
+  }
   CHECK(cudaMalloc(&delta, size_t(h) * s * 4));
   float* row_stats = nullptr;
   if (const int64_t n = flashmask::bwd_row_stats_elems(b)) CHECK(cudaMalloc(&row_stats, n * 4));
