@@ -41,39 +41,14 @@ def summary(path):
 
 
 def main():
-    import numpy as np
     import paddle
 
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    sys.path.insert(0, root)
-    import paddle_flashmask as pfm
-    from paddle_flashmask.attention import GPU_KERNELS
-    from paddle_flashmask.distributed import tensor_ops
+    from op_probe_case import op_calls
 
-    seqlen, heads, heads_k, dim = int(os.environ.get("OP_BWD_SEQLEN", "8192")), 32, 8, 128
     which = os.environ.get("OP_BWD_WHICH", "grad")
-    name = os.environ.get("OP_BWD_KERNEL", "sm90")
+    _, calls = op_calls()
+    call = calls["bwd paddle.grad" if which == "grad" else "bwd op alone"]
     driver = ctypes.CDLL("libcuda.so.1")
-    gpu = paddle.CUDAPlace(0)
-    rng = np.random.default_rng(0)
-
-    def dev(shape):
-        host = paddle.to_tensor(rng.standard_normal(shape, dtype=np.float32), place=paddle.CPUPlace())
-        return host.astype("bfloat16")._copy_to(gpu, True)
-
-    pfm.build()
-    pfm.set_gpu_kernel(name)
-    kernel = GPU_KERNELS[name]
-    q, k, v = dev((1, seqlen, heads, dim)), dev((1, seqlen, heads_k, dim)), dev((1, seqlen, heads_k, dim))
-    do = dev((1, seqlen, heads, dim))
-    for t in (q, k, v):
-        t.stop_gradient = False
-    if which == "grad":
-        out = pfm.flashmask_attention(q, k, v, causal=True)
-        call = lambda: paddle.grad([out], [q, k, v], [do], retain_graph=True)
-    else:
-        out_raw, lse_raw = tensor_ops.attention_fwd(q, k, v, None, dim ** -0.5, True, kernel, False)
-        call = lambda: tensor_ops.attention_bwd(q, k, v, None, out_raw, lse_raw, do, dim ** -0.5, True, kernel, False)
     for _ in range(3):  # warm-up: allocator pools, the wrapper's caches
         call()
     paddle.device.cuda.synchronize()

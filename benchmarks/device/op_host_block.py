@@ -21,54 +21,27 @@ import time
 import numpy as np
 import paddle
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-import paddle_flashmask as pfm  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.dirname(os.path.dirname(HERE)), os.path.dirname(HERE)]  # the repo root, benchmarks/
 from bench_gpu import StreamEvents  # noqa: E402
 from op_overhead import GpuBusy, gpu_only_ms  # noqa: E402
-from paddle_flashmask.attention import GPU_KERNELS  # noqa: E402
-from paddle_flashmask.distributed import tensor_ops  # noqa: E402
+from op_probe_case import op_calls  # noqa: E402
 
 
 def main():
-    seqlen, heads, heads_k, dim = int(os.environ.get("OP_BWD_SEQLEN", "8192")), 32, 8, 128
-    name = os.environ.get("OP_BWD_KERNEL", "sm90")
-    gpu = paddle.CUDAPlace(0)
-    rng = np.random.default_rng(0)
-
-    def dev(shape):
-        host = paddle.to_tensor(rng.standard_normal(shape, dtype=np.float32), place=paddle.CPUPlace())
-        return host.astype("bfloat16")._copy_to(gpu, True)
-
-    pfm.build()
-    pfm.set_gpu_kernel(name)
-    kernel = GPU_KERNELS[name]
-    q, k, v = dev((1, seqlen, heads, dim)), dev((1, seqlen, heads_k, dim)), dev((1, seqlen, heads_k, dim))
-    do = dev((1, seqlen, heads, dim))
-    for t in (q, k, v):
-        t.stop_gradient = False
-    scale = dim ** -0.5
-    out = pfm.flashmask_attention(q, k, v, causal=True)
-    out_raw, lse_raw = tensor_ops.attention_fwd(q, k, v, None, scale, True, kernel, False)
-    calls = [
-        ("fwd", lambda: pfm.flashmask_attention(q, k, v, causal=True)),
-        ("fwd op alone", lambda: tensor_ops.attention_fwd(q, k, v, None, scale, True, kernel, False)),
-        ("bwd paddle.grad", lambda: paddle.grad([out], [q, k, v], [do], retain_graph=True)),
-        ("bwd op alone", lambda: tensor_ops.attention_bwd(q, k, v, None, out_raw, lse_raw, do, scale, True, kernel,
-                                                          False)),
-    ]
+    described, calls = op_calls()
     events = StreamEvents()
     busy20, busy2 = GpuBusy(events, ns=20_000_000), GpuBusy(events, ns=2_000_000)
-    print(f"# {paddle.device.cuda.get_device_name(0)}, causal {seqlen}, bf16, {heads}:{heads_k}, D={dim}, {name}")
+    print(f"# {described}")
     print("| call | host ms to return (20 ms busy ahead) | host ms to drain | GPU only, 2 ms busy | GPU only, 20 ms busy "
           "| back to back, 10 calls | GPU only right after those 10 |")
     print("|---|---|---|---|---|---|---|")
+
     def stamp(what):  # in nvidia-smi's timestamp format, to read the clock log beside
         now = time.time()
         print(f"# {time.strftime('%Y/%m/%d %H:%M:%S', time.localtime(now))}.{int(now % 1 * 1000):03d} {what}")
 
-    for label, fn in calls:
+    for label, fn in calls.items():
         stamp(f"{label}: isolated calls")
         for _ in range(3):
             fn()

@@ -1,0 +1,49 @@
+"""The call the op probes time (op_bwd_kernels.py, op_host_block.py): causal, bf16, 32 query / 8
+kv heads, D=128, standard normal inputs on GPU 0, in the Paddle GPU runtime. OP_BWD_SEQLEN
+(default 8192) and OP_BWD_KERNEL (sm90 or fa2, default sm90) choose the length and the family."""
+
+import os
+import sys
+
+HEADS, HEADS_K, DIM = 32, 8, 128
+
+
+def op_calls():
+    """(description, {name: call}) for the wrapper's forward, the forward op alone, the backward
+    through paddle.grad and the backward op alone (out and LSE given: the context-parallel entry)."""
+    import numpy as np
+    import paddle
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    import paddle_flashmask as pfm
+    from paddle_flashmask.attention import GPU_KERNELS
+    from paddle_flashmask.distributed import tensor_ops
+
+    seqlen = int(os.environ.get("OP_BWD_SEQLEN", "8192"))
+    name = os.environ.get("OP_BWD_KERNEL", "sm90")
+    gpu = paddle.CUDAPlace(0)
+    rng = np.random.default_rng(0)
+
+    def dev(shape):
+        host = paddle.to_tensor(rng.standard_normal(shape, dtype=np.float32), place=paddle.CPUPlace())
+        return host.astype("bfloat16")._copy_to(gpu, True)
+
+    pfm.build()
+    pfm.set_gpu_kernel(name)
+    kernel = GPU_KERNELS[name]
+    q, k, v = dev((1, seqlen, HEADS, DIM)), dev((1, seqlen, HEADS_K, DIM)), dev((1, seqlen, HEADS_K, DIM))
+    do = dev((1, seqlen, HEADS, DIM))
+    for t in (q, k, v):
+        t.stop_gradient = False
+    scale = DIM ** -0.5
+    out = pfm.flashmask_attention(q, k, v, causal=True)
+    out_raw, lse_raw = tensor_ops.attention_fwd(q, k, v, None, scale, True, kernel, False)
+    calls = {
+        "fwd": lambda: pfm.flashmask_attention(q, k, v, causal=True),
+        "fwd op alone": lambda: tensor_ops.attention_fwd(q, k, v, None, scale, True, kernel, False),
+        "bwd paddle.grad": lambda: paddle.grad([out], [q, k, v], [do], retain_graph=True),
+        "bwd op alone": lambda: tensor_ops.attention_bwd(q, k, v, None, out_raw, lse_raw, do, scale, True, kernel,
+                                                         False),
+    }
+    described = f"{paddle.device.cuda.get_device_name(0)}, causal {seqlen}, bf16, {HEADS}:{HEADS_K}, D={DIM}, {name}"
+    return described, calls
