@@ -70,7 +70,8 @@ fi
 
 # kernels: each kernel one backward of the op launches and its duration under Nsight Compute
 # (benchmarks/device/op_bwd_kernels.py, causal 8K 32:8 D=128; OP_BWD_WHICH grad, then alone),
-# then whether a call of the op waits for the GPU on the host (op_host_block.py).
+# then whether a call of the op waits for the GPU on the host (op_host_block.py; OP_PROBE_LENGTHS="8192 32768"
+# for more lengths than 8K, KERNELS_NCU=0 for that probe alone).
 if [[ " $STAGES " == *" kernels "* ]]; then
   NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   for which in $( [ "${KERNELS_NCU:-1}" = 1 ] && echo grad alone ); do  # KERNELS_NCU=0: the host probe only
@@ -83,10 +84,13 @@ if [[ " $STAGES " == *" kernels "* ]]; then
   # Whether a call waits for the GPU on the host (benchmarks/device/op_host_block.py).
   [ -n "${OP_CLOCK_LOG:-}" ] && { nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu \
     --format=csv,noheader -lms 20 > "$OUT/op_host_block_clocks.csv" 2>&1 & echo $! > /tmp/op_clock_pid; }
-  timeout "${KERNELS_TIMEOUT_S:-180}" python3 benchmarks/device/op_host_block.py 2>&1 | grep -v -E "^W|^I[0-9]" \
-    > "$OUT/op_host_block.log"
+  for seqlen in ${OP_PROBE_LENGTHS:-8192}; do  # one log for them all
+    OP_BWD_SEQLEN=$seqlen timeout "${KERNELS_TIMEOUT_S:-180}" python3 benchmarks/device/op_host_block.py 2>&1 \
+      | grep -v -E "^W|^I[0-9]" >> "$OUT/op_host_block.log"
+    echo "op_host_block $seqlen exit ${PIPESTATUS[0]}"
+  done
   [ -f /tmp/op_clock_pid ] && kill "$(cat /tmp/op_clock_pid)" 2>/dev/null
-  echo "op_host_block exit ${PIPESTATUS[0]}"; grep -E "^[|#]" "$OUT/op_host_block.log"
+  grep -E "^[|#]" "$OUT/op_host_block.log"
   stamp "kernels done"
 fi
 
