@@ -24,6 +24,7 @@
 
 #include "../flashmask_params.h"
 #include "../mask_bounds.h"
+#include "fast_exp2.cuh"
 #include "kernel_traits.h"
 #include "mma_utils.cuh"
 #include "tile_io.cuh"
@@ -236,7 +237,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSM)
           const bool masked =
               kind == TileKind::kPartial &&
               element_masked(sCol, has_columns, causal, causal_offset, seqlen_k, row, col, c0);
-          const float prob = masked ? 0.f : exp2f(acc_s[mt][j][e] * scale_log2 - row_lse[mt][h]);
+          const float prob = masked ? 0.f : fast_exp2(acc_s[mt][j][e] * scale_log2 - row_lse[mt][h]);
           acc_s[mt][j][e] = prob * (acc_dp[mt][j][e] - row_delta[mt][h]);
         }
       }

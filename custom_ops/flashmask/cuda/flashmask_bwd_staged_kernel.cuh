@@ -34,6 +34,7 @@
 
 #include "../flashmask_params.h"
 #include "../mask_bounds.h"
+#include "fast_exp2.cuh"
 #include "bwd_grid.h"
 #include "exp_timeline.h"
 #include "kernel_traits.h"
@@ -395,7 +396,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
               const int e = 2 * h + c;
-              acc_s[mt][j][e] = exp2f(fmaf(acc_s[mt][j][e], scale_log2, -row_lse));
+              acc_s[mt][j][e] = fast_exp2(fmaf(acc_s[mt][j][e], scale_log2, -row_lse));
             }
 #pragma unroll
           for (int j = 0; j < 4; ++j) {

@@ -14,6 +14,7 @@
 
 #include "../flashmask_params.h"
 #include "../mask_bounds.h"
+#include "fast_exp2.cuh"
 #include "kernel_traits.h"
 #include "mma_utils.cuh"
 #include "tile_io.cuh"
@@ -278,13 +279,13 @@ __global__ void __launch_bounds__(Traits::kNThreads)
         const float new_max = fmaxf(row_max[mt][h], tile_max);
         // A row with nothing visible so far keeps P = 0 without NaN.
         const float max_used = new_max == -CUDART_INF_F ? 0.f : new_max;
-        const float alpha = exp2f(row_max[mt][h] - max_used);
+        const float alpha = fast_exp2(row_max[mt][h] - max_used);
         float sum = 0.f;
 #pragma unroll
         for (int j = 0; j < kNTiles; ++j) {
 #pragma unroll
           for (int e = 2 * h; e < 2 * h + 2; ++e) {
-            const float prob = exp2f(fmaf(acc_s[mt][j][e], scale_log2, -max_used));
+            const float prob = fast_exp2(fmaf(acc_s[mt][j][e], scale_log2, -max_used));
             acc_s[mt][j][e] = prob;
             sum += prob;
           }

@@ -44,6 +44,7 @@
 
 #include "../../flashmask_params.h"
 #include "../../mask_bounds.h"
+#include "../fast_exp2.cuh"
 #include "../exp_timeline.h"
 #include "../workspace.h"
 #include "bwd_cta_order.cuh"
@@ -624,7 +625,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         CUTLASS_PRAGMA_UNROLL
         for (int r = 0; r < kRows; ++r) {
           CUTLASS_PRAGMA_UNROLL
-          for (int c = 0; c < kCols; ++c) scores(r, c) = exp2f(scores(r, c) * scale_log2 - lse_log2[r]);
+          for (int c = 0; c < kCols; ++c) scores(r, c) = cuda::fast_exp2(scores(r, c) * scale_log2 - lse_log2[r]);
         }
         warpgroup_wait<0>();  // dP is ready
         CUTLASS_PRAGMA_UNROLL
@@ -737,7 +738,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         CUTLASS_PRAGMA_UNROLL
         for (int r = 0; r < kRows; ++r) {
           CUTLASS_PRAGMA_UNROLL
-          for (int c = 0; c < kCols; ++c) scores(r, c) = exp2f(scores(r, c) * scale_log2 - lse_log2[c]);
+          for (int c = 0; c < kCols; ++c) scores(r, c) = cuda::fast_exp2(scores(r, c) * scale_log2 - lse_log2[c]);
         }
         warpgroup_wait<0>();  // dP^T is ready
         CUTLASS_PRAGMA_UNROLL

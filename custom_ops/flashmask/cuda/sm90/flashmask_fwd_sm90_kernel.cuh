@@ -27,6 +27,7 @@
 
 #include "../../flashmask_params.h"
 #include "../../mask_bounds.h"
+#include "../fast_exp2.cuh"
 #include "sm90_block_list.cuh"
 #include "sm90_kernel_traits.h"
 #include "sm90_utils.cuh"
@@ -103,11 +104,11 @@ __device__ __forceinline__ void online_softmax_step(Scores& scores, float (&row_
     for (int c = 0; c < size<1>(scores); ++c) tile_max = fmaxf(tile_max, scores(r, c));
     const float new_max = fmaxf(row_max[r], quad_allreduce_max(tile_max) * scale_log2);
     const float max_used = new_max == -CUDART_INF_F ? 0.f : new_max;
-    alpha[r] = exp2f(row_max[r] - max_used);
+    alpha[r] = cuda::fast_exp2(row_max[r] - max_used);
     float sum = 0.f;
     CUTLASS_PRAGMA_UNROLL
     for (int c = 0; c < size<1>(scores); ++c) {
-      const float prob = exp2f(scores(r, c) * scale_log2 - max_used);
+      const float prob = cuda::fast_exp2(scores(r, c) * scale_log2 - max_used);
       scores(r, c) = prob;
       sum += prob;
     }
