@@ -93,7 +93,11 @@ __device__ __forceinline__ void mask_partial_tile(Scores& scores, Coords const& 
 // rescaled. O itself is not touched here, so that under the
 // intra-warpgroup overlap this runs while O's P V GEMM is in flight. A row
 // with nothing visible yet keeps P = 0 without NaN.
-template <int kRows, typename Scores>
+// kFastExp: the exponents as one MUFU.EX2 each (cuda::fast_exp2), else exp2f
+// (head dim 64: with the bare MUFU.EX2 ptxas put a word of the column-mask
+// overlap kernel's consumers on the stack, and the forward at 64 timed the
+// same either way; NOTES.md, sm90 v20).
+template <bool kFastExp, int kRows, typename Scores>
 __device__ __forceinline__ void online_softmax_step(Scores& scores, float (&row_max)[kRows],
                                                     float (&row_sum)[kRows], float (&alpha)[kRows],
                                                     float scale_log2) {
@@ -104,11 +108,12 @@ __device__ __forceinline__ void online_softmax_step(Scores& scores, float (&row_
     for (int c = 0; c < size<1>(scores); ++c) tile_max = fmaxf(tile_max, scores(r, c));
     const float new_max = fmaxf(row_max[r], quad_allreduce_max(tile_max) * scale_log2);
     const float max_used = new_max == -CUDART_INF_F ? 0.f : new_max;
-    alpha[r] = cuda::fast_exp2(row_max[r] - max_used);
+    auto exp2 = [](float x) { return kFastExp ? cuda::fast_exp2(x) : exp2f(x); };
+    alpha[r] = exp2(row_max[r] - max_used);
     float sum = 0.f;
     CUTLASS_PRAGMA_UNROLL
     for (int c = 0; c < size<1>(scores); ++c) {
-      const float prob = cuda::fast_exp2(scores(r, c) * scale_log2 - max_used);
+      const float prob = exp2(scores(r, c) * scale_log2 - max_used);
       scores(r, c) = prob;
       sum += prob;
     }
@@ -586,7 +591,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 
     Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
     if constexpr (kPartial) mask_tile(scores, staged, r0, c0);
-    online_softmax_step(scores, row_max, row_sum, alpha, scale_log2);
+    online_softmax_step<(Traits::kHeadDim != 64)>(scores, row_max, row_sum, alpha, scale_log2);
     // The row sums depend on every exp of the step; storing them (to a slot
     // of this thread's that nothing reads) pins the wait below after the
     // softmax: ptxas keeps memory operations and wgmma waits in order, but
@@ -629,7 +634,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     pipeline_k.consumer_release(read);
     Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
     if (partial) mask_tile(scores, staged, r0, c0);
-    online_softmax_step(scores, row_max, row_sum, alpha, scale_log2);
+    online_softmax_step<(Traits::kHeadDim != 64)>(scores, row_max, row_sum, alpha, scale_log2);
     pack_pairs<Element>(tSrS, p_packed);
     read_v = read;
     ++read;
@@ -716,7 +721,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 
         Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
         if (partial) mask_tile(scores, staged, o.r0, c0);
-        online_softmax_step(scores, row_max, row_sum, alpha, scale_log2);
+        online_softmax_step<(Traits::kHeadDim != 64)>(scores, row_max, row_sum, alpha, scale_log2);
         rescale_rows(tOrO_rc, alpha);
 
         auto tSrP = convert_tensor<Element>(tSrS);
