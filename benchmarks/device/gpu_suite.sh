@@ -82,14 +82,18 @@ if [[ " $STAGES " == *" kernels "* ]]; then
     python3 benchmarks/device/op_bwd_kernels.py --summary "$OUT/op_bwd_kernels_$which.csv"
   done
   # Whether a call waits for the GPU on the host (benchmarks/device/op_host_block.py).
-  [ -n "${OP_CLOCK_LOG:-}" ] && { nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu \
-    --format=csv,noheader -lms 20 > "$OUT/op_host_block_clocks.csv" 2>&1 & echo $! > /tmp/op_clock_pid; }
+  clock_pid=
+  if [ -n "${OP_CLOCK_LOG:-}" ]; then
+    nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 20 \
+      > "$OUT/op_host_block_clocks.csv" 2>&1 &
+    clock_pid=$!
+  fi
   for seqlen in ${OP_PROBE_LENGTHS:-8192}; do  # one log for them all
     OP_BWD_SEQLEN=$seqlen timeout "${KERNELS_TIMEOUT_S:-180}" python3 benchmarks/device/op_host_block.py 2>&1 \
       | grep -v -E "^W|^I[0-9]" >> "$OUT/op_host_block.log"
     echo "op_host_block $seqlen exit ${PIPESTATUS[0]}"
   done
-  [ -f /tmp/op_clock_pid ] && kill "$(cat /tmp/op_clock_pid)" 2>/dev/null
+  [ -n "$clock_pid" ] && kill "$clock_pid" 2>/dev/null
   grep -E "^[|#]" "$OUT/op_host_block.log"
   stamp "kernels done"
 fi

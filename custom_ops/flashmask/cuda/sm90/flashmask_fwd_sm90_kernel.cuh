@@ -93,14 +93,15 @@ __device__ __forceinline__ void mask_partial_tile(Scores& scores, Coords const& 
 // rescaled. O itself is not touched here, so that under the
 // intra-warpgroup overlap this runs while O's P V GEMM is in flight. A row
 // with nothing visible yet keeps P = 0 without NaN.
-// kFastExp: the exponents as one MUFU.EX2 each (cuda::fast_exp2), else exp2f
-// (head dim 64: with the bare MUFU.EX2 ptxas put a word of the column-mask
-// overlap kernel's consumers on the stack, and the forward at 64 timed the
-// same either way; NOTES.md, sm90 v20).
-template <bool kFastExp, int kRows, typename Scores>
+// The exponents as one MUFU.EX2 each (cuda::fast_exp2), but at head dim 64
+// exp2f: with the bare MUFU.EX2 ptxas put a word of the column-mask overlap
+// kernel's consumers on the stack there, and the forward at 64 timed the same
+// either way (NOTES.md, sm90 v20).
+template <typename Traits, int kRows, typename Scores>
 __device__ __forceinline__ void online_softmax_step(Scores& scores, float (&row_max)[kRows],
                                                     float (&row_sum)[kRows], float (&alpha)[kRows],
                                                     float scale_log2) {
+  constexpr bool kFastExp = Traits::kHeadDim != 64;
   CUTLASS_PRAGMA_UNROLL
   for (int r = 0; r < kRows; ++r) {
     float tile_max = -CUDART_INF_F;
@@ -591,7 +592,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 
     Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
     if constexpr (kPartial) mask_tile(scores, staged, r0, c0);
-    online_softmax_step<(Traits::kHeadDim != 64)>(scores, row_max, row_sum, alpha, scale_log2);
+    online_softmax_step<Traits>(scores, row_max, row_sum, alpha, scale_log2);
     // The row sums depend on every exp of the step; storing them (to a slot
     // of this thread's that nothing reads) pins the wait below after the
     // softmax: ptxas keeps memory operations and wgmma waits in order, but
@@ -634,7 +635,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     pipeline_k.consumer_release(read);
     Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
     if (partial) mask_tile(scores, staged, r0, c0);
-    online_softmax_step<(Traits::kHeadDim != 64)>(scores, row_max, row_sum, alpha, scale_log2);
+    online_softmax_step<Traits>(scores, row_max, row_sum, alpha, scale_log2);
     pack_pairs<Element>(tSrS, p_packed);
     read_v = read;
     ++read;
@@ -721,7 +722,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 
         Tensor scores = make_tensor(tSrS.data(), acc_as_rows_cols(tSrS.layout()));
         if (partial) mask_tile(scores, staged, o.r0, c0);
-        online_softmax_step<(Traits::kHeadDim != 64)>(scores, row_max, row_sum, alpha, scale_log2);
+        online_softmax_step<Traits>(scores, row_max, row_sum, alpha, scale_log2);
         rescale_rows(tOrO_rc, alpha);
 
         auto tSrP = convert_tensor<Element>(tSrS);
