@@ -7,7 +7,7 @@
 # segmentation fault in Paddle's device init and racecheck/synccheck printed nothing before their timeouts
 # (benchmarks/results/h100/v19_final_checks/), costing up to 3 x SANITIZE_TIMEOUT_S of device time. The
 # sanitizer runs on the Paddle-free harness instead: ab_sm90.sh CHECKS=0 PASSES=0 SANITIZE=1.
-#   STAGES="harness tests sanitize overhead kernels bench peers"  TEST_SELECT="<pytest -k expression>"  BENCH_BUDGET_S=150
+#   STAGES="harness tests sanitize overhead kernels hostprof bench peers"  TEST_SELECT="<pytest -k expression>"  BENCH_BUDGET_S=150
 #   OVERHEAD_LENGTHS="8192" OVERHEAD_MASKS="causal short_documents"  (overhead: benchmarks/op_overhead.py,
 #   per call / back to back / GPU only / host time of the op on those masks)
 #   BENCH_KERNELS="sm90 fa2"  (peers: benchmarks/device/peers.sh in the same call, outside the
@@ -96,6 +96,27 @@ if [[ " $STAGES " == *" kernels "* ]]; then
   [ -n "$clock_pid" ] && kill "$clock_pid" 2>/dev/null
   grep -E "^[|#]" "$OUT/op_host_block.log"
   stamp "kernels done"
+fi
+
+# hostprof: where a call's host time goes (benchmarks/device/op_host_profile.py under py-spy --native,
+# then host_profile_summary.py). py-spy is not on the device: unzip its PyPI wheel into /root/pyspy
+# in an earlier call of the same warm machine (HOSTPROF_PYSPY names the binary). HOSTPROF_CALLS:
+# call kinds of op_probe_case.py separated by '|' (default "fwd|fwd op alone|bwd paddle.grad").
+if [[ " $STAGES " == *" hostprof "* ]]; then
+  PYSPY=${HOSTPROF_PYSPY:-/root/pyspy/py-spy}
+  IFS='|' read -ra HOSTPROF_KINDS <<< "${HOSTPROF_CALLS:-fwd|fwd op alone|bwd paddle.grad}"
+  for kind in "${HOSTPROF_KINDS[@]}"; do
+    tag=${kind// /_}
+    # The loop's host us a call without the sampler, then the sampled run.
+    us=$(timeout 120 python3 benchmarks/device/op_host_profile.py "$kind" 2 2>/dev/null \
+         | awk '/^LOOP/ { split($2, c, "="); split($3, s, "="); printf "%.1f", s[2] / c[2] * 1e6 }')
+    timeout 180 "$PYSPY" record --native -r 997 -f raw -o "$OUT/hostprof_$tag.txt" -- \
+      python3 benchmarks/device/op_host_profile.py "$kind" 3 > "$OUT/hostprof_$tag.log" 2>&1
+    echo "hostprof $kind exit $?: ${us:-?} us a call without the sampler"
+    [ -s "$OUT/hostprof_$tag.txt" ] && python3 benchmarks/device/host_profile_summary.py "$OUT/hostprof_$tag.txt" \
+      ${us:+--us-per-call $us} --min-share 0.02 > "$OUT/hostprof_$tag.md" 2>&1 && head -30 "$OUT/hostprof_$tag.md"
+  done
+  stamp "hostprof done"
 fi
 
 # The clock log of the header (clock_event_reasons is the newer drivers' name; older ones lack it).
