@@ -3,25 +3,13 @@ FA2 runs documents as varlen (cu_seqlens) and the window by window_size_left, wh
 the columns the script writes; both must describe the same attention, and the TFLOP/s area must be
 the dense mask's."""
 
-import importlib.util
-import os
-
 import numpy as np
 import pytest
+from script_loader import load_script
 
 from paddle_flashmask import masks
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_fa2_masks", os.path.join(ROOT, "benchmarks", "bench_fa2_masks.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load()
+bench = load_script("benchmarks/bench_fa2_masks.py")
 
 
 @pytest.mark.parametrize("seqlen", [2048, 8192])

@@ -1,18 +1,13 @@
 """The device-call summaries that set our FA2-class kernels beside FlashAttention-2
 (benchmarks/device/fa2_steps_summary.py, fa2_masks_summary.py): which FA2 record they read and how."""
 
-import importlib.util
 import json
-import os
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from script_loader import load_script
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "benchmarks", "device", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"benchmarks/device/{name}.py")
 
 
 def _peer(impl, fwd_tf, fwd_ms, fwd_b2b_ms):

@@ -1,20 +1,12 @@
 """benchmarks/device/host_profile_summary.py: py-spy's raw samples of op_host_profile.py turned into
 each function's share (or microseconds) of a call's host time."""
 
-import importlib.util
-import os
-
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from script_loader import load_script
 
 
 def _summary():
-    path = os.path.join(ROOT, "benchmarks", "device", "host_profile_summary.py")
-    spec = importlib.util.spec_from_file_location("host_profile_summary", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/device/host_profile_summary.py")
 
 
 LOOP = "profiled_loop (benchmarks/device/op_host_profile.py:31)"

@@ -1,18 +1,11 @@
 """benchmarks/device/ncu_sass_summary.py's opcode counts (the Nsight Compute source pages that set
 our FA2-class kernels beside FlashAttention-2 by executed instructions)."""
 
-import importlib.util
-import os
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from script_loader import load_script
 
 
 def _summary():
-    path = os.path.join(ROOT, "benchmarks", "device", "ncu_sass_summary.py")
-    spec = importlib.util.spec_from_file_location("ncu_sass_summary", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/device/ncu_sass_summary.py")
 
 
 def _source_page(tmp_path, name, lines):

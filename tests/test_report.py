@@ -3,21 +3,16 @@ the speed-up column and target marks, the causal 16K line, old-format records
 (impl "paddle_flashmask" = fa2), later-wins merging, error records, head dims kept
 apart and named ("192/128"), and the plot; benchmarks/mask_area.py's FLOP count."""
 
-import importlib.util
 import json
 import os
 
 import numpy as np
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from script_loader import load_script
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(f"pfm_{name}", os.path.join(ROOT, "benchmarks", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"benchmarks/{name}.py")
 
 
 report = _load("report")
@@ -239,10 +234,7 @@ def test_report_cp_multi_gpu(tmp_path):
 
 def test_dump_bench_masks_writes_the_benchmarks_instances(tmp_path, capsys):
     """The harness's --time-mask-file reads what bench_gpu.py passes to the op, as raw int32 [S, C]."""
-    spec = importlib.util.spec_from_file_location(
-        "pfm_dump_bench_masks", os.path.join(ROOT, "benchmarks", "device", "dump_bench_masks.py"))
-    dump = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(dump)
+    dump = load_script("benchmarks/device/dump_bench_masks.py")
     from paddle_flashmask import masks
 
     assert dump.main([str(tmp_path), "512", "prefix_lm_document", "causal_document"]) == 0
@@ -259,10 +251,7 @@ def test_dump_bench_masks_writes_the_benchmarks_instances(tmp_path, capsys):
 
 
 def test_clock_summary_sets_the_log_beside_each_records_window(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location(
-        "pfm_clock_summary", os.path.join(ROOT, "benchmarks", "device", "clock_summary.py"))
-    clocks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(clocks)
+    clocks = load_script("benchmarks/device/clock_summary.py")
     import datetime
 
     base = datetime.datetime(2026, 11, 27, 1, 0, 0)
