@@ -1,6 +1,7 @@
-"""The call the op probes time (op_bwd_kernels.py, op_host_block.py): causal, bf16, 32 query / 8
-kv heads, D=128, standard normal inputs on GPU 0, in the Paddle GPU runtime. OP_BWD_SEQLEN
-(default 8192) and OP_BWD_KERNEL (sm90 or fa2, default sm90) choose the length and the family."""
+"""The call the op probes time (op_bwd_kernels.py, op_host_block.py, op_host_profile.py): causal,
+bf16, 32 query / 8 kv heads, D=128, standard normal inputs on GPU 0, in the Paddle GPU runtime.
+OP_BWD_SEQLEN (default 8192) and OP_BWD_KERNEL (sm90 or fa2, default sm90) choose the length and
+the family."""
 
 import os
 import sys
