@@ -23,6 +23,7 @@
 
 #include "../../../custom_ops/flashmask/flashmask_api.h"
 #include "../../../custom_ops/flashmask/cuda/sm90/flashmask_sm90_api.h"
+#include "../../../custom_ops/flashmask/cuda/env_settings.h"
 #include "../../../custom_ops/flashmask/cuda/workspace.h"
 #include "../../../custom_ops/flashmask/mask_bounds.h"
 
@@ -62,13 +63,10 @@ struct Case {
   int value_dim() const { return dv > 0 ? dv : d; }
 };
 
-// The opt-in split FA2-class backward (PADDLE_FLASHMASK_FA2_BWD=split) takes
-// head dims up to 128; the op throws past that, so the FA2-class modes skip them.
-constexpr int kSplitBwdMaxHeadDim = 128;
-bool split_bwd_requested() {
-  const char* env = std::getenv("PADDLE_FLASHMASK_FA2_BWD");
-  return env != nullptr && std::string(env) == "split";
-}
+// The opt-in split FA2-class backward (PADDLE_FLASHMASK_FA2_BWD=split) takes head
+// dims up to kSplitBwdMaxHeadDim; the op throws past that, so the FA2-class modes skip them.
+using flashmask::cuda::kSplitBwdMaxHeadDim;
+bool split_bwd_requested() { return !flashmask::cuda::use_staged_bwd(); }
 
 // The value head dim the Hopper kernels pair with head dim d (timings).
 int paired_value_dim(int d) { return d == 192 ? 128 : d; }

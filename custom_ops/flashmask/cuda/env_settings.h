@@ -32,5 +32,25 @@ inline int env_int(const char* name, int fallback, int lo, int hi) {
   return int(value);
 }
 
+// Which FA2-class main backward runs: "staged" (FlashAttention-2's layout,
+// flashmask_bwd_staged_kernel.cuh) or "split" (one warp split for every GEMM,
+// flashmask_bwd_kernel.cuh); PADDLE_FLASHMASK_FA2_BWD, read at each launch so
+// that one build can time both. Both add into the same accumulators (dK/dV
+// slots, dQ tiles) over the same 128-key grid. "split" stops at head dim
+// kSplitBwdMaxHeadDim (its 8 warps x 16 keys would hold dK and dV, 256
+// registers, at 256); the launch refuses more.
+#ifndef FLASHMASK_FA2_BWD_DEFAULT
+#define FLASHMASK_FA2_BWD_DEFAULT "staged"
+#endif
+constexpr int kSplitBwdMaxHeadDim = 128;
+inline bool use_staged_bwd() {
+  const char* env = std::getenv("PADDLE_FLASHMASK_FA2_BWD");
+  const std::string choice = env != nullptr && *env != '\0' ? env : FLASHMASK_FA2_BWD_DEFAULT;
+  if (choice != "staged" && choice != "split") {
+    throw std::invalid_argument("PADDLE_FLASHMASK_FA2_BWD: expected 'staged' or 'split', got '" + choice + "'");
+  }
+  return choice == "staged";
+}
+
 }  // namespace cuda
 }  // namespace flashmask

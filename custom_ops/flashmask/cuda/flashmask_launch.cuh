@@ -70,24 +70,6 @@ bool take_99k_tiles() {
   return smem_class_99k_forced() || Default::kSmemBytes + kStaticSmemBytes > device_smem_optin();
 }
 
-// Which FA2-class main backward runs: "staged" (FlashAttention-2's layout,
-// flashmask_bwd_staged_kernel.cuh) or "split" (one warp split for every GEMM,
-// flashmask_bwd_kernel.cuh); PADDLE_FLASHMASK_FA2_BWD, read at each launch so
-// that one build can time both. Both add into the same accumulators (dK/dV
-// slots, dQ tiles) over the same 128-key grid. "split" stops at head dim 128
-// (its 8 warps x 16 keys would hold dK and dV, 256 registers, at 256).
-#ifndef FLASHMASK_FA2_BWD_DEFAULT
-#define FLASHMASK_FA2_BWD_DEFAULT "staged"
-#endif
-inline bool use_staged_bwd() {
-  const char* env = std::getenv("PADDLE_FLASHMASK_FA2_BWD");
-  const std::string choice = env != nullptr && *env != '\0' ? env : FLASHMASK_FA2_BWD_DEFAULT;
-  if (choice != "staged" && choice != "split") {
-    throw std::invalid_argument("PADDLE_FLASHMASK_FA2_BWD: expected 'staged' or 'split', got '" + choice + "'");
-  }
-  return choice == "staged";
-}
-
 // The staged backward (BwdParams::dkv_direct, without GQA or deterministic):
 // dK/dV stored by their one writer in the output dtype, FlashAttention-2's
 // epilogue (with GQA per query head, summed per kv head after the kernel),
@@ -199,7 +181,7 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
       }
     }
     launch_bwd_rows<Traits>(flashmask_bwd_staged_kernel<Traits>, p, stream);
-  } else if constexpr (kHeadDim <= 128) {
+  } else if constexpr (kHeadDim <= kSplitBwdMaxHeadDim) {
     if (p.dkv_direct) {  // planned while PADDLE_FLASHMASK_FA2_BWD said otherwise
       throw std::invalid_argument("flashmask FA2-class backward: dkv_direct is planned for the staged kernel only");
     }
