@@ -1,12 +1,14 @@
-"""Where a CTA of the main backward spends its time, from the per-CTA timeline that
-`flashmask_harness --timeline` prints (a build with -DFLASHMASK_EXP_TIMELINE:
+"""Where a CTA of the main backward or the FA2-class forward spends its time, from the per-CTA
+timeline that `flashmask_harness --timeline` prints (a build with -DFLASHMASK_EXP_TIMELINE:
 EXTRA_NVCC_FLAGS="-DFLASHMASK_EXP_TIMELINE" EXTRA_SM90_NVCC_FLAGS="-DFLASHMASK_EXP_TIMELINE"
 benchmarks/device/harness/build_variant.sh NAME; cuda/exp_timeline.h).
 
 Per case: prologue (entry to the first step), the loop's cost a step, epilogue, the gaps between
-CTAs on an SM, the SMs' idle tail, and the kernel's span list-scheduled from the measured CTA
-durations in grid order (which reproduces the measured span) and longest first (what ordering
-the CTAs by their work would give). Usage: timeline_summary.py timeline.txt[.gz]
+CTAs on an SM (between a CTA's exit and the next entry on the slot it freed, where an SM runs
+several at once: the FA2-class forward, two), the SMs' idle tail, and the kernel's span
+list-scheduled from the measured CTA durations in grid order (which reproduces the measured span)
+and longest first (what ordering the CTAs by their work would give). Usage: timeline_summary.py
+timeline.txt[.gz]
 """
 import argparse
 import collections
@@ -47,6 +49,32 @@ def list_schedule(durations_us, sms, gap_us):
     return end
 
 
+def resident_ctas(sm, entry, exit_):
+    """The most CTAs an SM ran at once (the FA2-class forward: 2; the backwards: 1)."""
+    most = 1
+    for s in np.unique(sm):
+        on = sm == s
+        events = sorted([(t, 1) for t in entry[on]] + [(t, -1) for t in exit_[on]], key=lambda e: (e[0], e[1]))
+        now = 0
+        for _, step in events:
+            now += step
+            most = max(most, now)
+    return most
+
+
+def slot_gaps(entries, exits, slots):
+    """On one SM with `slots` CTAs resident at once: for each CTA past the first `slots`, the time
+    from the earliest exit that freed a slot to its entry (CTAs by entry)."""
+    order = np.argsort(entries)
+    free = sorted(exits[order[:slots]])
+    gaps = []
+    for i in order[slots:]:
+        t = heapq.heappop(free)
+        gaps.append(entries[i] - t)
+        heapq.heappush(free, exits[i])
+    return gaps
+
+
 def summarize(name, a):
     cta, sm, global_entry, entry, first_step, loop_end, exit_, steps = a.T[:8]
     ns = ns_per_cycle(sm, global_entry, entry)
@@ -60,20 +88,21 @@ def summarize(name, a):
     span = (t1 - t0) / 1000
     gaps, idle_tail, busy = [], [], 0.0
     sms = np.unique(sm)
+    per_sm = resident_ctas(sm, entry, exit_)
     for s in sms:
         on = np.where(sm == s)[0]
-        on = on[np.argsort(entry[on])]
-        gaps += [us(entry[on[i]] - exit_[on[i - 1]]) for i in range(1, len(on))]
+        gaps += [us(g) for g in slot_gaps(entry[on], exit_[on], per_sm)]
         busy += us((exit_[on] - entry[on]).sum())
-        idle_tail.append((t1 - global_exit[on[-1]]) / 1000)
+        idle_tail.append((t1 - global_exit[on].max()) / 1000)
     slope, intercept = np.polyfit(live_steps, loop, 1)
     durations = us(exit_ - entry)
     gap = float(np.median(gaps))
-    grid_order = list_schedule(durations[np.argsort(cta)], len(sms), gap)
-    longest_first = list_schedule(np.sort(durations)[::-1], len(sms), gap)
+    slots = len(sms) * per_sm
+    grid_order = list_schedule(durations[np.argsort(cta)], slots, gap)
+    longest_first = list_schedule(np.sort(durations)[::-1], slots, gap)
     total = prologue.sum() + loop.sum() + epilogue.sum() + sum(gaps)
-    print(f"== {name}: {len(a)} CTAs ({live.sum()} with steps) on {len(sms)} SMs, {1 / ns:.2f} GHz, span {span:.0f} us, "
-          f"busy {busy / len(sms) / span:.3f} of SM time")
+    print(f"== {name}: {len(a)} CTAs ({live.sum()} with steps) on {len(sms)} SMs, {per_sm} at once, {1 / ns:.2f} GHz, "
+          f"span {span:.0f} us, busy {busy / slots / span:.3f} of slot time")
     print(f"   steps mean {live_steps.mean():.1f}; a step {np.median(loop / np.maximum(live_steps, 1)):.2f} us (median), "
           f"prologue median {np.median(prologue):.1f} us (p90 {np.percentile(prologue, 90):.1f}), "
           f"epilogue median {np.median(epilogue):.1f} us (p90 {np.percentile(epilogue, 90):.1f})")
@@ -83,7 +112,7 @@ def summarize(name, a):
     print(f"   share: prologue {prologue.sum() / total:.3f} loop {loop.sum() / total:.3f} "
           f"epilogue {epilogue.sum() / total:.3f} gaps {sum(gaps) / total:.3f}")
     print(f"   list-scheduled from these durations: grid order {grid_order:.0f} us, longest first "
-          f"{longest_first:.0f} us, no tail (sum / SMs) {durations.sum() / len(sms):.0f} us; longest CTA "
+          f"{longest_first:.0f} us, no tail (sum / slots) {durations.sum() / slots:.0f} us; longest CTA "
           f"{durations.max():.0f} us")
 
 

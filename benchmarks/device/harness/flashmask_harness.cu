@@ -308,6 +308,7 @@ double unmasked_area(int s, bool causal, int cols, const std::vector<int32_t>& m
 namespace flashmask {
 namespace cuda {
 extern unsigned long long* g_exp_timeline __attribute__((weak));
+extern unsigned long long* g_exp_timeline_fwd __attribute__((weak));  // the FA2-class forward's
 }  // namespace cuda
 }  // namespace flashmask
 
@@ -742,34 +743,43 @@ int main(int argc, char** argv) {
   // 32K (D=128; the masks of --time-hd256); deterministic causal 16K.
   // --timeline: a build with -DFLASHMASK_EXP_TIMELINE (build_variant.sh with
   // EXTRA_NVCC_FLAGS and EXTRA_SM90_NVCC_FLAGS) records, for each CTA of the
-  // FA2-class staged backward and of the sm90 backward,
-  // its SM, globaltimer at entry and clock64 at entry, at its first step, after
-  // its loop and at exit, and its steps: printed as "tl," lines per case (the
-  // last of time_case's runs), for an offline look at where a CTA's time goes.
+  // FA2-class staged backward and of the sm90 backward, and of the FA2-class
+  // forward, its SM, globaltimer at entry and clock64 at entry, at its first
+  // step, after its loop and at exit, and its steps: printed as "tl," lines per
+  // case (the last of time_case's runs; the forward's as case "fa2fwd_<mask>"),
+  // for an offline look at where a CTA's time goes.
   if (mode == "--timeline") {
     if (&flashmask::cuda::g_exp_timeline == nullptr) {
       std::printf("--timeline: not a FLASHMASK_EXP_TIMELINE build\n");
       return 1;
     }
     constexpr size_t kRecords = size_t(1) << 20;
-    unsigned long long* records;
+    unsigned long long *records, *fwd_records;
     CHECK(cudaMalloc(&records, kRecords * 8 * sizeof(unsigned long long)));
+    CHECK(cudaMalloc(&fwd_records, kRecords * 8 * sizeof(unsigned long long)));
     std::vector<unsigned long long> host(kRecords * 8);
+    auto print_records = [&](const unsigned long long* device, const std::string& name) {
+      CHECK(cudaMemcpy(host.data(), device, host.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < kRecords; ++i) {
+        const unsigned long long* r = &host[i * 8];
+        if (r[1] == 0) continue;
+        std::printf("tl,%s,%zu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu\n", name.c_str(), i, r[0], r[1], r[2],
+                    r[3], r[4], r[5], r[6], r[7] >> 32, r[7] & 0xffffffffull);
+      }
+    };
     warm_up_gpu(300.f);
     print_time_header();
     auto run = [&](const char* name, int s, const std::vector<int32_t>& mask, GpuKernel kernel) {
       CHECK(cudaMemset(records, 0, kRecords * 8 * sizeof(unsigned long long)));
+      CHECK(cudaMemset(fwd_records, 0, kRecords * 8 * sizeof(unsigned long long)));
       flashmask::cuda::g_exp_timeline = records;
+      if (&flashmask::cuda::g_exp_timeline_fwd != nullptr) flashmask::cuda::g_exp_timeline_fwd = fwd_records;
       time_case(name, s, 32, 8, 128, kernel, rng, mask);
       flashmask::cuda::g_exp_timeline = nullptr;
-      CHECK(cudaMemcpy(host.data(), records, host.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
-      const char* family = kernel == GpuKernel::kSm90 ? "sm90" : "fa2";
-      for (size_t i = 0; i < kRecords; ++i) {
-        const unsigned long long* r = &host[i * 8];
-        if (r[1] == 0) continue;
-        std::printf("tl,%s_%s,%zu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu\n", family, name, i, r[0], r[1], r[2],
-                    r[3], r[4], r[5], r[6], r[7] >> 32, r[7] & 0xffffffffull);
-      }
+      if (&flashmask::cuda::g_exp_timeline_fwd != nullptr) flashmask::cuda::g_exp_timeline_fwd = nullptr;
+      const std::string family = kernel == GpuKernel::kSm90 ? "sm90" : "fa2";
+      print_records(records, family + "_" + name);
+      if (kernel == GpuKernel::kFA2) print_records(fwd_records, "fa2fwd_" + std::string(name));
     };
     for (GpuKernel kernel : {GpuKernel::kFA2, GpuKernel::kSm90}) {
       std::mt19937 mask_rng(8192);
@@ -777,10 +787,13 @@ int main(int argc, char** argv) {
       run("window1024", 16384, timing_window(16384, 1024), kernel);
       run("docs512", 16384, fixed_docs(16384, 512), kernel);
       run("causal", 16384, {}, kernel);
+      run("causal8k", 8192, {}, kernel);
+      run("window1024_8k", 8192, timing_window(8192, 1024), kernel);
       run("causal_document", 8192, timing_docs(8192, mask_rng), kernel);
       run("short_documents", 8192, timing_short_docs(8192, mask_rng), kernel);
     }
     CHECK(cudaFree(records));
+    CHECK(cudaFree(fwd_records));
     return 0;
   }
   // --time-list-sweep: what a CTA costs beyond its live steps. Sliding windows

@@ -1,6 +1,6 @@
 // Diagnostics, compiled only under -DFLASHMASK_EXP_TIMELINE (the harness's
 // --timeline; NOTES.md, "Where a masked step's time goes"): the main backward
-// kernels record, per CTA, its SM, globaltimer at entry, clock64 at entry, at
+// kernels and the FA2-class forward record, per CTA, its SM, globaltimer at entry, clock64 at entry, at
 // its first step, after its loop and at exit, its steps, head and key block,
 // into the buffer the harness sets here. Nothing of it exists otherwise.
 #pragma once
@@ -11,13 +11,19 @@ namespace cuda {
 
 // 8 words a CTA, indexed by the CTA's linear block index; null: no recording.
 inline unsigned long long* g_exp_timeline = nullptr;
+// The same for the FA2-class forward (its first step: its first live block's
+// first barrier passed, Q and K landed; its steps: live key blocks).
+inline unsigned long long* g_exp_timeline_fwd = nullptr;
 
 #if defined(__CUDACC__)
+// Trivially constructible, so that a kernel at its register limit can keep it in
+// shared memory, written by one thread (the FA2-class forward).
 struct ExpTimeline {
-  unsigned long long global_entry = 0, entry = 0, first_step = 0, loop_end = 0;
+  unsigned long long global_entry, entry, first_step, loop_end;
   __device__ __forceinline__ void start() {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(global_entry));
     entry = clock64();
+    first_step = loop_end = 0;
   }
   __device__ __forceinline__ void record(unsigned long long* timeline, int steps, int head, int n_block) const {
     if (timeline == nullptr) return;

@@ -14,6 +14,7 @@
 
 #include "../flashmask_params.h"
 #include "../mask_bounds.h"
+#include "exp_timeline.h"
 #include "fast_exp2.cuh"
 #include "kernel_traits.h"
 #include "mma_utils.cuh"
@@ -41,7 +42,16 @@ __device__ __forceinline__ void stage_masked_rows(MaskedRows* smem, const int32_
 
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kNThreads)
-    flashmask_fwd_kernel(const FwdParams p) {
+    flashmask_fwd_kernel(const FwdParams p
+#ifdef FLASHMASK_EXP_TIMELINE
+                         , unsigned long long* timeline
+#endif
+    ) {
+#ifdef FLASHMASK_EXP_TIMELINE
+  __shared__ ExpTimeline tl;  // thread 0's; in registers it would move the loop's schedule
+  if (threadIdx.x == 0) tl.start();
+  int tl_steps = 0;
+#endif
   using T = typename Traits::Element;
   constexpr int kDim = Traits::kHeadDim;
   constexpr int kBlockM = Traits::kBlockM;
@@ -173,6 +183,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     const int c0 = n * kBlockN;
     cp_async_wait<0>();  // Q and K[n]
     __syncthreads();
+#ifdef FLASHMASK_EXP_TIMELINE
+    if (tl_steps++ == 0 && tid == 0) tl.first_step = clock64();
+#endif
     load_kv(sV, v, p.v_row_stride, n);
     cp_async_commit();
     if (kind == TileKind::kPartial) {
@@ -334,6 +347,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     kind = kind_next;
   }
   cp_async_wait<0>();
+#ifdef FLASHMASK_EXP_TIMELINE
+  if (tid == 0) tl.loop_end = clock64();
+#endif
 
   // Normalise and write O and the LSE (natural log). Empty rows: O = 0, LSE = -inf.
   T* out = static_cast<T*>(p.out) + batch * p.o_batch_stride + head * p.o_head_stride;
@@ -358,6 +374,10 @@ __global__ void __launch_bounds__(Traits::kNThreads)
       }
     }
   }
+#ifdef FLASHMASK_EXP_TIMELINE
+  __syncthreads();
+  if (tid == 0) tl.record(timeline, tl_steps, head, m_block);
+#endif
 }
 
 }  // namespace cuda

@@ -98,8 +98,9 @@ void launch_grid(Kernel kernel, const Params& p, dim3 grid, cudaStream_t stream,
 // fastest but for its last key blocks: its CTAs add dQ into their head's fp32
 // accumulator rows, and every head's at once outgrow L2: head dim 256 lost
 // 12-37%; bwd_light_last below.)
-template <typename Traits, typename Kernel, typename Params>
-void launch_rows_heads_fastest(Kernel kernel, const Params& p, int seqlen, int block, cudaStream_t stream) {
+template <typename Traits, typename Kernel, typename Params, typename... Extra>
+void launch_rows_heads_fastest(Kernel kernel, const Params& p, int seqlen, int block, cudaStream_t stream,
+                               Extra... extra) {
   constexpr int kMaxGridY = 65535;  // validation.FA2_MAX_QUERY_BLOCKS checks it first in Python
   const int blocks = (seqlen + block - 1) / block;
   if (blocks > kMaxGridY) {
@@ -108,20 +109,27 @@ void launch_rows_heads_fastest(Kernel kernel, const Params& p, int seqlen, int b
                                 std::to_string(kMaxGridY) + " blocks of " + std::to_string(block) + "), got " +
                                 std::to_string(seqlen));
   }
-  launch_grid<Traits>(kernel, p, dim3(p.num_heads, blocks, p.batch), stream);
+  launch_grid<Traits>(kernel, p, dim3(p.num_heads, blocks, p.batch), stream, extra...);
+}
+
+// The forward on one set of tiles (with the timeline's buffer in a diagnostic build).
+template <typename Traits>
+void launch_fwd_tiles(const FwdParams& p, cudaStream_t stream) {
+#ifdef FLASHMASK_EXP_TIMELINE
+  launch_rows_heads_fastest<Traits>(flashmask_fwd_kernel<Traits>, p, p.seqlen_q, Traits::kBlockM, stream,
+                                    g_exp_timeline_fwd);
+#else
+  launch_rows_heads_fastest<Traits>(flashmask_fwd_kernel<Traits>, p, p.seqlen_q, Traits::kBlockM, stream);
+#endif
 }
 
 template <int kHeadDim, typename T>
 void launch_fwd(const FwdParams& p, cudaStream_t stream) {
   using Traits = FwdTraits<kHeadDim, T>;
   if constexpr (!fits_99k<Traits>()) {
-    if (take_99k_tiles<Traits>()) {
-      using Small = FwdTraits<kHeadDim, T, SmemClass::k99K>;
-      launch_rows_heads_fastest<Small>(flashmask_fwd_kernel<Small>, p, p.seqlen_q, Small::kBlockM, stream);
-      return;
-    }
+    if (take_99k_tiles<Traits>()) return launch_fwd_tiles<FwdTraits<kHeadDim, T, SmemClass::k99K>>(p, stream);
   }
-  launch_rows_heads_fastest<Traits>(flashmask_fwd_kernel<Traits>, p, p.seqlen_q, Traits::kBlockM, stream);
+  launch_fwd_tiles<Traits>(p, stream);
 }
 
 // How many of the last key blocks of every head the main backward defers to
