@@ -41,6 +41,16 @@ struct DQTileLayout {
     return block_offset(row_tile, step) + register_offset(t, e) + lane;
   }
 
+  // The conversion pass reads the floats in pairs: pair q (0 .. kFloats / 2)
+  // starts at the float of an even register e of its lane (128 pairs a
+  // 256-float block: lane q % 32, register 2 x (q / 32 % 4), i.e. n8 tile
+  // q / 64 % 2 and e = 2 x (q / 32 % 2)); register e + 1, 32 floats further
+  // on, holds the next column of the same row.
+  static constexpr int kPairs = kFloats / 2;
+  FLASHMASK_HOST_DEVICE static constexpr int pair_start(int q) {
+    return q / 128 * kBlockFloats + (q / 32 % 4) * 64 + q % 32;
+  }
+
   // The inverse: which tile element float i holds. Register e of a lane in
   // an m16n8 accumulator is row lane / 4 (+ 8 for e >= 2), column
   // (lane % 4) x 2 + e % 2 (the PTX ISA's mma.m16n8 C fragment).
@@ -89,6 +99,26 @@ constexpr bool dq_tile_layout_is_bijection() {
           }
   return true;
 }
+// Compile-time proof of what the conversion pass relies on: the pairs cover
+// every float once, each starting on an even column whose neighbour is the
+// float 32 further on.
+template <int kHeadDim>
+constexpr bool dq_tile_pairs_are_neighbours() {
+  using Layout = DQTileLayout<kHeadDim>;
+  bool seen[Layout::kFloats] = {};
+  for (int q = 0; q < Layout::kPairs; ++q) {
+    const int i = Layout::pair_start(q);
+    if (i < 0 || i + 32 >= Layout::kFloats || seen[i] || seen[i + 32]) return false;
+    seen[i] = seen[i + 32] = true;
+    const DQTileElement a = Layout::element(i), b = Layout::element(i + 32);
+    if (a.col % 2 != 0 || b.row != a.row || b.col != a.col + 1) return false;
+  }
+  return true;
+}
+static_assert(dq_tile_pairs_are_neighbours<32>() && dq_tile_pairs_are_neighbours<64>() &&
+                  dq_tile_pairs_are_neighbours<96>() && dq_tile_pairs_are_neighbours<128>() &&
+                  dq_tile_pairs_are_neighbours<256>(),
+              "the tiled dQ layout's pairs are neighbouring columns");
 static_assert(dq_tile_layout_is_bijection<32>() && dq_tile_layout_is_bijection<64>() &&
                   dq_tile_layout_is_bijection<96>() && dq_tile_layout_is_bijection<128>() &&
                   dq_tile_layout_is_bijection<256>(),

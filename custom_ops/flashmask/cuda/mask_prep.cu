@@ -158,27 +158,32 @@ __global__ void convert_grad_kernel(const float* src, T* dst, int64_t n, float s
 
 // dq = dq_accum x scale from the FA2-class backward's tiles
 // (BwdParams::dq_accum_tiled, dq_tile_layout.h). One CTA per (64-row tile,
-// head, batch): each warp reads 32 consecutive floats at a time (what one RED
-// of the kernel added) and places them through DQTileLayout::element into a
-// shared tile in the output dtype, which then leaves in 16-byte row chunks
-// (element-wise scattered stores made sm90's conversion twice as slow as the
-// bytes it moves; flashmask_bwd_sm90_kernel.cuh, dq_tiles_to_dq_kernel).
+// head, batch): each warp reads two runs of 32 consecutive floats at a time
+// (what two REDs of the kernel added: registers e and e + 1 of an m16n8
+// fragment, neighbouring columns of the same rows; DQTileLayout::pair_start)
+// and places each lane's pair into a shared tile in the output dtype with one
+// 4-byte store, which then leaves in 16-byte row chunks (element-wise
+// scattered stores made sm90's conversion twice as slow as the bytes it moves;
+// flashmask_bwd_sm90_kernel.cuh, dq_tiles_to_dq_kernel). A float a thread and
+// step, each with its own 2-byte store, kept the MIO pipe busy at 2.6 TB/s
+// (H200: the pairs took the pass from 0.212 to 0.197 ms at 8K; NOTES.md).
 constexpr int kDQConvertThreads = 256;
 template <typename T, int kDim>
 __global__ void __launch_bounds__(kDQConvertThreads) fa2_dq_tiles_to_dq_kernel(BwdParams p) {
   using Layout = DQTileLayout<kDim>;
   constexpr int kRowElems = dq_staging_row_elems(kDim);
-  static_assert(Layout::kFloats % kDQConvertThreads == 0, "whole passes over the tile");
+  static_assert(Layout::kPairs % kDQConvertThreads == 0, "whole passes over the tile");
   // 64 x (kDim + 8) x 2 bytes: 33792 at head dim 256, within the 48 KB of static shared memory.
   static_assert(Layout::kRows * kRowElems * sizeof(T) <= 48 * 1024, "static shared memory");
   __shared__ __align__(16) T rows[Layout::kRows * kRowElems];
   const int m = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const float* tile = p.dq_accum + dq_tile_offset(batch, head, m, p.num_heads, p.seqlen_q, kDim);
 #pragma unroll
-  for (int k = 0; k < Layout::kFloats / kDQConvertThreads; ++k) {
-    const int i = k * kDQConvertThreads + threadIdx.x;
-    const DQTileElement x = Layout::element(i);
-    rows[x.row * kRowElems + x.col] = from_float<T>(tile[i] * p.softmax_scale);
+  for (int k = 0; k < Layout::kPairs / kDQConvertThreads; ++k) {
+    const int i = Layout::pair_start(k * kDQConvertThreads + threadIdx.x);
+    const DQTileElement x = Layout::element(i);  // an even column; float i + 32 holds the next one
+    *reinterpret_cast<uint32_t*>(&rows[x.row * kRowElems + x.col]) =
+        pack2<T>(tile[i] * p.softmax_scale, tile[i + 32] * p.softmax_scale);
   }
   __syncthreads();
   T* dq = static_cast<T*>(p.dq) + batch * p.dq_batch_stride + head * p.dq_head_stride;
