@@ -42,13 +42,12 @@ struct DQTileLayout {
   }
 
   // The conversion pass reads the floats in pairs: pair q (0 .. kFloats / 2)
-  // starts at the float of an even register e of its lane (128 pairs a
-  // 256-float block: lane q % 32, register 2 x (q / 32 % 4), i.e. n8 tile
-  // q / 64 % 2 and e = 2 x (q / 32 % 2)); register e + 1, 32 floats further
-  // on, holds the next column of the same row.
+  // starts at the float of an even register of its lane (128 pairs a 256-float
+  // block: lane q % 32, n8 tile q / 64 % 2, e = 2 x (q / 32 % 2)); register
+  // e + 1, 32 floats further on, holds the next column of the same row.
   static constexpr int kPairs = kFloats / 2;
   FLASHMASK_HOST_DEVICE static constexpr int pair_start(int q) {
-    return q / 128 * kBlockFloats + (q / 32 % 4) * 64 + q % 32;
+    return q / 128 * kBlockFloats + register_offset(q / 64 % 2, q / 32 % 2 * 2) + q % 32;
   }
 
   // The inverse: which tile element float i holds. Register e of a lane in
