@@ -2,8 +2,10 @@
 with several CTAs resident on an SM (the FA2-class forward runs two) as well as one (the backwards)."""
 
 import gzip
+import lzma
 
 import numpy as np
+import pytest
 from script_loader import load_script
 
 
@@ -44,11 +46,12 @@ def test_slot_gaps_measure_from_the_exit_that_freed_the_slot():
     assert gaps == [70] * 6
 
 
-def test_read_and_summarize_a_two_per_sm_timeline(tmp_path, capsys):
+@pytest.mark.parametrize("suffix, opener", [(".gz", gzip.open), (".xz", lzma.open)])
+def test_read_and_summarize_a_two_per_sm_timeline(tmp_path, capsys, suffix, opener):
     summary = _summary()
     a = _timeline(sms=3, per_sm=2, ctas_per_slot=6)
-    path = tmp_path / "tl.txt.gz"
-    with gzip.open(path, "wt") as f:
+    path = tmp_path / ("tl.txt" + suffix)
+    with opener(path, "wt") as f:
         f.write("# header\n")
         for r in a:
             f.write("tl,fa2fwd_causal," + ",".join(str(x) for x in r) + "\n")

@@ -29,6 +29,9 @@
 # Carry .gpu_objs (benchmarks/device/harness/build.sh: the CUDA objects prebuilt on the
 # CPU machine, plus cutlass-include.tar.xz, the CuTe headers) to skip most of the build;
 # objects that do not match the sources are rebuilt here, in parallel.
+# Size: a call carries the tracked tree with a runtime half (46 MB) under the tool's 64 MiB, so the
+# tree must stay under ~18 MB: keep large raw results xz-compressed (the 2026-11-28 tree, 21.5 MB with
+# gzip'd profiles, was refused until they were; timeline_summary.py reads .xz).
 set -uo pipefail
 OUT=${OUT:-/tmp/pfm_out}; mkdir -p "$OUT"
 STAGES=${STAGES-"tests bench"}  # set but empty: none (only the runtime and the op build)

@@ -8,12 +8,13 @@ CTAs on an SM (between a CTA's exit and the next entry on the slot it freed, whe
 several at once: the FA2-class forward, two), the SMs' idle tail, and the kernel's span
 list-scheduled from the measured CTA durations in grid order (which reproduces the measured span)
 and longest first (what ordering the CTAs by their work would give). Usage: timeline_summary.py
-timeline.txt[.gz]
+timeline.txt[.gz|.xz]
 """
 import argparse
 import collections
 import gzip
 import heapq
+import lzma
 
 import numpy as np
 
@@ -22,7 +23,9 @@ def read_timeline(path):
     """{case: int64 array of rows (cta, sm, global_entry_ns, entry, first_step, loop_end, exit,
     steps, head, n_block)}, clocks in SM cycles."""
     cases = collections.defaultdict(list)
-    with (gzip.open if path.endswith(".gz") else open)(path, "rt") as f:
+    # The results keep large timelines xz-compressed (a device call carries the tracked tree).
+    opener = gzip.open if path.endswith(".gz") else lzma.open if path.endswith(".xz") else open
+    with opener(path, "rt") as f:
         for line in f:
             if line.startswith("tl,"):
                 fields = line.strip().split(",")
@@ -118,7 +121,7 @@ def summarize(name, a):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("timeline", help="the harness output (tl, lines), plain or gzip")
+    ap.add_argument("timeline", help="the harness output (tl, lines), plain, gzip or xz")
     args = ap.parse_args()
     for name, rows in read_timeline(args.timeline).items():
         summarize(name, rows)
