@@ -98,6 +98,8 @@ import paddle  # noqa: E402
 import paddle_flashmask as pfm  # noqa: E402
 from paddle_flashmask import masks  # noqa: E402
 
+import tile_geometry  # noqa: E402  (benchmarks/, this script's folder)
+
 logging.getLogger("paddle").setLevel(logging.WARNING)
 
 BLOCK_M = 64  # kBlockM in custom_ops/flashmask/cpu/tile_ops.h
@@ -153,47 +155,10 @@ def column_bounds(idx, causal, sq):
     return idx[..., 0], idx[..., 1], idx[..., 2], idx[..., 3]
 
 
-def classify_tiles(idx, causal, sq, sk):
-    """Boolean (skip, partial) arrays [B, Hm, row blocks, col blocks] for the BLOCK_M x BLOCK_N
-    tiles, classified with the rule of classify_tile (mask_bounds.h) over per-column-block
-    min/max bounds; tiles that are neither are full (no masking needed)."""
-    lts, lte, uts, ute = column_bounds(idx, causal, sq)
-    nc = -(-sk // BLOCK_N)
-    nr = -(-sq // BLOCK_M)
-    starts = np.arange(nc) * BLOCK_N
-
-    def bmin(x):
-        return np.minimum.reduceat(x, starts, axis=-1)[..., None, :]  # [B, Hm, 1, nc]
-
-    def bmax(x):
-        return np.maximum.reduceat(x, starts, axis=-1)[..., None, :]
-
-    lts_min, lts_max, lte_min, lte_max = bmin(lts), bmax(lts), bmin(lte), bmax(lte)
-    uts_min, uts_max, ute_min, ute_max = bmin(uts), bmax(uts), bmin(ute), bmax(ute)
-
-    r0 = (np.arange(nr) * BLOCK_M)[:, None]  # [nr, 1]
-    r1 = np.minimum(r0 + BLOCK_M, sq)  # the kernel passes r0 + rows
-    c0 = starts[None, :]  # [1, nc]
-    c1 = c0 + BLOCK_N  # the kernel passes c0 + kBlockN (unclamped)
-
-    partial = np.broadcast_to(c1 > sk, (nr, nc))
-    skip = np.zeros((nr, nc), dtype=bool)
-    if causal:
-        offset = sk - sq
-        skip = skip | (c0 > r1 - 1 + offset)
-        partial = partial | (c1 - 1 > r0 + offset)
-    skip = skip | ((r0 >= lts_max) & (r1 <= lte_min)) | ((r0 >= uts_max) & (r1 <= ute_min))
-    lower_clear = (r1 <= lts_min) | (r0 >= lte_max) | (lts_min >= lte_max)
-    upper_clear = (r1 <= uts_min) | (r0 >= ute_max) | (uts_min >= ute_max)
-    partial = partial | ~(lower_clear & upper_clear)
-    skip, partial = np.broadcast_arrays(skip, partial)
-    return skip, partial & ~skip
-
-
 def tile_stats(idx, causal, sq, sk):
-    """(skip fraction, partial fraction) of the tiles, over all (batch, mask head)."""
-    skip, partial = classify_tiles(idx, causal, sq, sk)
-    return skip.mean(), partial.mean()
+    """(skip fraction, partial fraction) of the CPU kernel's tiles, over all (batch, mask head)."""
+    kinds = tile_geometry.classify_tiles(idx, causal, sq, sk, BLOCK_M, BLOCK_N)
+    return (kinds == tile_geometry.SKIP).mean(), (kinds == tile_geometry.PARTIAL).mean()
 
 
 def unmasked_area(idx, causal, sq, sk):

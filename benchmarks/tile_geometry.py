@@ -1,0 +1,159 @@
+"""The tiles a kernel computes for a FlashMask, and the share of their area that is unmasked
+(numpy only): the ceiling a mask's TFLOP/s on the unmasked area can reach against plain causal's
+with the same tiles, before any cost a kernel adds per tile or per CTA.
+
+A tile is skipped, computed whole, or computed with elementwise masking, by the rule of
+`classify_tile` over per-column-block bounds (custom_ops/flashmask/mask_bounds.h): the kernels
+summarise each block of `summary_cols` key columns by the min/max of its columns' bounds, and a
+tile of several such blocks combines its parts' kinds (`classify_tile_parts`).
+
+    python3 benchmarks/tile_geometry.py [--lengths 8192 32768] [--masks causal_document ...]
+
+prints, for the benchmark's mask instances (mask_area.bench_mask, the ones bench_gpu.py times),
+each kernel tile's unmasked share of the computed area over plain causal's (the ratio issue 15's
+and 16's mask targets are read against) and the share of computed tiles that need masking.
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from mask_area import BENCH_MASKS, column_bounds, unmasked_area  # noqa: E402
+
+SUMMARY_COLS = 64  # kMaskBlockN (custom_ops/flashmask/cuda/kernel_traits.h): one BlockBounds a block
+
+# (query rows, key columns) of the kernels' tiles at head dim 128 (kernel_traits.h,
+# sm90/sm90_kernel_traits.h): the FA2-class forward 4 warps x 32 rows over 64 keys, its backward
+# 64-row steps over 128 keys; the Hopper forward two warpgroups of 64 rows over 128 keys, its
+# backward 64-row steps over 128 keys.
+KERNEL_TILES = {
+    "fa2 fwd": (128, 64),
+    "fa2 bwd": (64, 128),
+    "sm90 fwd": (128, 128),
+    "sm90 bwd": (64, 128),
+}
+
+SKIP, FULL, PARTIAL = 0, 1, 2
+
+
+def _part_kinds(indices, causal, seqlen_q, seqlen_k, block_m, part_cols):
+    """Kinds [B, Hm, row blocks, parts] of the block_m x part_cols tiles (classify_tile)."""
+    if indices is None:
+        shape = (1, 1)
+        lts = lte = uts = ute = None
+    else:
+        lts, lte, uts, ute = column_bounds(indices, causal, seqlen_q)
+        shape = lts.shape[:2]
+    n_rows = -(-seqlen_q // block_m)
+    n_parts = -(-seqlen_k // part_cols)
+    r0 = (np.arange(n_rows) * block_m)[:, None]
+    r1 = np.minimum(r0 + block_m, seqlen_q)  # the kernels pass the tile's last row + 1
+    c0 = (np.arange(n_parts) * part_cols)[None, :]
+    c1 = c0 + part_cols  # unclamped: a ragged last block masks its overhang
+    partial = np.broadcast_to(c1 > seqlen_k, (n_rows, n_parts))
+    skip = np.zeros((n_rows, n_parts), dtype=bool)
+    if causal:  # bottom-right aligned: row i sees keys j <= i + (seqlen_k - seqlen_q)
+        offset = seqlen_k - seqlen_q
+        skip = skip | (c0 > r1 - 1 + offset)
+        partial = partial | (c1 - 1 > r0 + offset)
+    if lts is not None:
+        starts = np.arange(n_parts) * part_cols
+
+        def lo(x):
+            return np.minimum.reduceat(x, starts, axis=-1)[..., None, :]
+
+        def hi(x):
+            return np.maximum.reduceat(x, starts, axis=-1)[..., None, :]
+
+        skip = skip | ((r0 >= hi(lts)) & (r1 <= lo(lte))) | ((r0 >= hi(uts)) & (r1 <= lo(ute)))
+        lower_clear = (r1 <= lo(lts)) | (r0 >= hi(lte)) | (lo(lts) >= hi(lte))
+        upper_clear = (r1 <= lo(uts)) | (r0 >= hi(ute)) | (lo(uts) >= hi(ute))
+        partial = partial | ~(lower_clear & upper_clear)
+    skip, partial = np.broadcast_arrays(skip, partial)
+    kinds = np.where(skip, SKIP, np.where(partial, PARTIAL, FULL))
+    return np.broadcast_to(kinds, shape + kinds.shape[-2:])
+
+
+def classify_tiles(indices, causal, seqlen_q, seqlen_k, block_m, block_n, summary_cols=SUMMARY_COLS):
+    """Kinds [B, Hm, row blocks, key blocks] (SKIP, FULL, PARTIAL) of the block_m x block_n tiles.
+
+    `indices` is startend_row_indices [B, Hm, Sk, C] (None: no column mask). Key tiles wider
+    than a summary block combine their parts' kinds: skipped or whole where every part is,
+    masked elementwise otherwise."""
+    if block_n % summary_cols and summary_cols % block_n:
+        raise ValueError(f"block_n {block_n} and summary_cols {summary_cols}: one must divide the other")
+    part_cols = min(block_n, summary_cols)
+    parts = _part_kinds(indices, causal, seqlen_q, seqlen_k, block_m, part_cols)
+    per_tile = block_n // part_cols
+    n_tiles = -(-seqlen_k // block_n)
+    pad = n_tiles * per_tile - parts.shape[-1]
+    if pad:  # parts wholly past the keys' end: skipped, so they combine as nothing
+        parts = np.concatenate([parts, np.full(parts.shape[:-1] + (pad,), SKIP)], axis=-1)
+    grouped = parts.reshape(parts.shape[:-1] + (n_tiles, per_tile))
+    # combine_tile_kinds: the parts' common kind, else elementwise (a missing part beside a live
+    # one counts as skipped, so the tile masks the overhang).
+    same = (grouped == grouped[..., :1]).all(-1)
+    return np.where(same, grouped[..., 0], PARTIAL)
+
+
+def computed_area(kinds, seqlen_q, seqlen_k, block_m, block_n):
+    """Elements of the tiles computed (skipped ones excluded), [B, Hm]: a tile's rows and
+    columns are clipped to the sequences, as the kernels' loads are."""
+    rows = np.minimum(block_m, seqlen_q - np.arange(kinds.shape[-2]) * block_m)
+    cols = np.minimum(block_n, seqlen_k - np.arange(kinds.shape[-1]) * block_n)
+    return ((kinds != SKIP) * rows[:, None] * cols[None, :]).sum((-2, -1))
+
+
+def tile_geometry(indices, causal, seqlen_q, seqlen_k, block_m, block_n):
+    """(unmasked share of the computed area, share of computed tiles masked elementwise), each
+    over every (batch, mask head)."""
+    kinds = classify_tiles(indices, causal, seqlen_q, seqlen_k, block_m, block_n)
+    batch, heads = kinds.shape[:2]
+    area = unmasked_area(indices, causal, seqlen_q, seqlen_k, batch, heads)
+    computed = computed_area(kinds, seqlen_q, seqlen_k, block_m, block_n)
+    n_live = (kinds != SKIP).sum()
+    return float(area.sum() / max(computed.sum(), 1)), float((kinds == PARTIAL).sum() / max(n_live, 1))
+
+
+def geometry_table(masks_module, names, lengths, tiles=KERNEL_TILES, heads_k=8):
+    """Markdown rows: each mask's unmasked share per kernel tile over plain causal's."""
+    from mask_area import bench_mask
+
+    head = ["mask", "S"] + [f"{k} {m}x{n}" for k, (m, n) in tiles.items()] + ["masked tiles (fa2 fwd)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for seqlen in lengths:
+        causal_share = {k: tile_geometry(None, True, seqlen, seqlen, m, n)[0] for k, (m, n) in tiles.items()}
+        for name in names:
+            idx, causal = bench_mask(masks_module, name, seqlen, heads_k)
+            cells, masked = [], None
+            for k, (m, n) in tiles.items():
+                share, partial = tile_geometry(idx, causal, seqlen, seqlen, m, n)
+                cells.append(f"{share / causal_share[k]:.2f}")
+                masked = partial if masked is None else masked
+            lines.append(f"| {name} | {seqlen // 1024}K | " + " | ".join(cells) + f" | {masked:.2f} |")
+    return lines
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lengths", type=int, nargs="+", default=[8192, 32768])
+    ap.add_argument("--masks", nargs="+", default=[m for m in BENCH_MASKS if m not in ("full", "causal")],
+                    choices=BENCH_MASKS)
+    args = ap.parse_args(argv)
+    sys.path.insert(0, os.path.dirname(HERE))
+    from paddle_flashmask import masks
+
+    print("Unmasked share of the computed tiles' area, over plain causal's with the same tiles "
+          "(the ceiling of a mask's TFLOP/s against causal's, before per-tile and per-CTA costs); "
+          "last column: computed tiles masked elementwise.\n")
+    print("\n".join(geometry_table(masks, args.masks, args.lengths)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
