@@ -120,22 +120,25 @@ def tile_geometry(indices, causal, seqlen_q, seqlen_k, block_m, block_n):
     return float(area.sum() / max(computed.sum(), 1)), float((kinds == PARTIAL).sum() / max(n_live, 1))
 
 
+def _length(seqlen):
+    return f"{seqlen // 1024}K" if seqlen % 1024 == 0 else str(seqlen)
+
+
 def geometry_table(masks_module, names, lengths, tiles=KERNEL_TILES, heads_k=8):
-    """Markdown rows: each mask's unmasked share per kernel tile over plain causal's."""
+    """Markdown rows: each mask's unmasked share per kernel tile over plain causal's, and the
+    share of the first kernel tile's computed tiles that are masked elementwise."""
     from mask_area import bench_mask
 
-    head = ["mask", "S"] + [f"{k} {m}x{n}" for k, (m, n) in tiles.items()] + ["masked tiles (fa2 fwd)"]
+    first = next(iter(tiles))
+    head = ["mask", "S"] + [f"{k} {m}x{n}" for k, (m, n) in tiles.items()] + [f"masked tiles ({first})"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for seqlen in lengths:
         causal_share = {k: tile_geometry(None, True, seqlen, seqlen, m, n)[0] for k, (m, n) in tiles.items()}
         for name in names:
             idx, causal = bench_mask(masks_module, name, seqlen, heads_k)
-            cells, masked = [], None
-            for k, (m, n) in tiles.items():
-                share, partial = tile_geometry(idx, causal, seqlen, seqlen, m, n)
-                cells.append(f"{share / causal_share[k]:.2f}")
-                masked = partial if masked is None else masked
-            lines.append(f"| {name} | {seqlen // 1024}K | " + " | ".join(cells) + f" | {masked:.2f} |")
+            geo = {k: tile_geometry(idx, causal, seqlen, seqlen, m, n) for k, (m, n) in tiles.items()}
+            cells = [f"{geo[k][0] / causal_share[k]:.2f}" for k in tiles]
+            lines.append(f"| {name} | {_length(seqlen)} | " + " | ".join(cells) + f" | {geo[first][1]:.2f} |")
     return lines
 
 
