@@ -77,7 +77,6 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
 os.environ.setdefault("GLOG_minloglevel", "2")
 
 import contextlib  # noqa: E402
-import functools  # noqa: E402
 import gc  # noqa: E402
 import logging  # noqa: E402
 import resource  # noqa: E402
@@ -99,6 +98,7 @@ import paddle_flashmask as pfm  # noqa: E402
 from paddle_flashmask import masks  # noqa: E402
 
 import tile_geometry  # noqa: E402  (benchmarks/, this script's folder)
+from mask_area import unmasked_area  # noqa: E402
 
 logging.getLogger("paddle").setLevel(logging.WARNING)
 
@@ -140,46 +140,10 @@ def build_mask(name, S, B, args):
     return masks.share_question_mask(groups, seqlen=S, batch_size=B), True
 
 
-def column_bounds(idx, causal, sq):
-    """Mirror of load_column_bounds (mask_bounds.h): int64 (lts, lte, uts, ute), each [B, Hm, Sk]."""
-    idx = idx.astype(np.int64)
-    C = idx.shape[-1]
-    zero = np.zeros(idx.shape[:-1], dtype=np.int64)
-    full = np.full(idx.shape[:-1], sq, dtype=np.int64)
-    if C == 1:
-        return idx[..., 0], full, zero, zero
-    if C == 2 and causal:
-        return idx[..., 0], idx[..., 1], zero, zero
-    if C == 2:
-        return idx[..., 0], full, zero, idx[..., 1]
-    return idx[..., 0], idx[..., 1], idx[..., 2], idx[..., 3]
-
-
 def tile_stats(idx, causal, sq, sk):
     """(skip fraction, partial fraction) of the CPU kernel's tiles, over all (batch, mask head)."""
     kinds = tile_geometry.classify_tiles(idx, causal, sq, sk, BLOCK_M, BLOCK_N)
     return (kinds == tile_geometry.SKIP).mean(), (kinds == tile_geometry.PARTIAL).mean()
-
-
-def unmasked_area(idx, causal, sq, sk):
-    """Exact number of attended (query, key) pairs per (batch, mask head), as [B, Hm], in
-    O(Sk): per key column, |base rows| - |base & I1| - |base & I2| + |base & I1 & I2|."""
-    lts, lte, uts, ute = column_bounds(idx, causal, sq)
-    j = np.arange(sk, dtype=np.int64)
-    lo = np.maximum(j - (sk - sq), 0) if causal else np.zeros(sk, dtype=np.int64)
-    lo = np.minimum(lo, sq)
-    hi = np.full(sk, sq, dtype=np.int64)
-
-    def inter(*iv):
-        s = functools.reduce(np.maximum, [a for a, _ in iv])
-        e = functools.reduce(np.minimum, [b for _, b in iv])
-        return np.maximum(e - s, 0)
-
-    base = (lo, hi)
-    i1 = (np.clip(lts, 0, sq), np.clip(lte, 0, sq))
-    i2 = (np.clip(uts, 0, sq), np.clip(ute, 0, sq))
-    kept = (hi - lo) - inter(base, i1) - inter(base, i2) + inter(base, i1, i2)
-    return kept.sum(axis=-1)
 
 
 # ----------------------------------------------------------------------------------------

@@ -92,7 +92,7 @@ def classify_tiles(indices, causal, seqlen_q, seqlen_k, block_m, block_n, summar
     per_tile = block_n // part_cols
     n_tiles = -(-seqlen_k // block_n)
     pad = n_tiles * per_tile - parts.shape[-1]
-    if pad:  # parts wholly past the keys' end: skipped, so they combine as nothing
+    if pad:  # parts wholly past the keys' end count as skipped (combined below)
         parts = np.concatenate([parts, np.full(parts.shape[:-1] + (pad,), SKIP)], axis=-1)
     grouped = parts.reshape(parts.shape[:-1] + (n_tiles, per_tile))
     # combine_tile_kinds: the parts' common kind, else elementwise (a missing part beside a live
