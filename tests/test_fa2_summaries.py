@@ -55,3 +55,19 @@ def test_masks_summary_sets_each_side_against_its_own_causal(tmp_path):
     # ours 240 / FA2 200 back to back; ours 240/320 and FA2 200/300 of their causal
     assert cells[4] == "1.20" and cells[8] == "0.75, 0.69" and cells[9] == "0.67, 0.66"
     assert "FAILED: sm90 causal 8192 (exit 1)" in text
+
+
+def test_masks_ab_summary_sets_each_variant_against_the_first(tmp_path):
+    ab = _load("masks_ab_summary")
+    row = "{v} | {p} | fa2 | sliding_window | 8192 | 32:8 | 128/128 | 1/0 | 0.485 | 266.1 | {bwd} | 222.1 | 233.1 | {prep} |"
+    lines = [row.format(v="main", p=1, bwd="1.452", prep="0.198"), "main | 1 | sm90 | x | 8192 | NO ROW",
+             row.format(v="new", p=1, bwd="1.400", prep="0.150"), row.format(v="main", p=2, bwd="1.455", prep="0.199"),
+             row.format(v="new", p=2, bwd="1.390", prep="0.149")]
+    rows = ab.parse(lines)
+    assert [r["variant"] for r in rows] == ["main", "new", "main", "new"]
+    table = ab.summarise(rows).splitlines()
+    assert len(table) == 3
+    cells = [c.strip() for c in table[2].strip("|").split("|")]
+    assert cells[:3] == ["fa2", "sliding_window", "8K"]
+    assert cells[3] == "1.452/1.455" and cells[4] == "0.198/0.199"
+    assert cells[-1] == f"{1.452 / 1.390:.3f}"

@@ -252,6 +252,11 @@ bool check_case(const Case& c, GpuKernel kernel, bool deterministic, int head_gr
     CHECK(cudaMalloc(&dk_acc, nk_acc * 4));
     CHECK(cudaMalloc(&dv_acc, nv_acc * 4));
   }
+  // Poison the fp32 accumulators (NaN unless written): the op allocates them
+  // uninitialised, so whatever the backward adds into it must zero itself.
+  CHECK(cudaMemset(dq_acc, 0xff, flashmask::bwd_dq_accum_elems(b) * 4));
+  if (dk_acc) CHECK(cudaMemset(dk_acc, 0xff, nk_acc * 4));
+  if (dv_acc) CHECK(cudaMemset(dv_acc, 0xff, nv_acc * 4));
   CHECK(cudaMalloc(&delta, ref_lse.size() * 4));
   float* row_stats = nullptr;
   if (const int64_t n = flashmask::bwd_row_stats_elems(b)) CHECK(cudaMalloc(&row_stats, n * 4));

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One device call: harness variants (.gpu_variants, harness/build_variant.sh) on the Paddle benchmark's
+# own mask instances (.gpu_masks: dump_bench_masks.py writes the files and args.txt, one
+# "--time-mask-file FILE S B H NAME" line each), both kernel families, passes interleaved (v1, v2, v1,
+# v2: clock drift falls on all alike); first each variant's default check list (the Hopper and
+# FA2-class kernels against the CPU reference). No Paddle: a cold machine will do.
+#   device call (run tool): command "VARIANTS='main new' bash benchmarks/device/masks_ab.sh",
+#                           carry [".gpu_variants", ".gpu_masks"]
+#   VARIANTS (required)  FAMILIES="fa2 sm90"  PASSES=2  BUDGET_S=330 (stages that would start later are
+#   skipped)  CHECK=1 (0: no default check)
+# $OUT: masks_ab.log (the rows, "variant | pass | <harness row>"), check_<variant>.log,
+# masks_ab_summary.md (masks_ab_summary.py: backward and prep+finish ms per mask, family and variant).
+# Time on an H200: the check ~15 s a variant; a pass of 10 masks x 2 families ~60 s a variant.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || { echo "FATAL: cd to the repo root"; exit 1; }
+OUT=${OUT:-/tmp/pfm_out}; mkdir -p "$OUT"
+read -ra V <<< "${VARIANTS:?VARIANTS='base new' (directories of .gpu_variants)}"
+FAMILIES=${FAMILIES:-"fa2 sm90"} PASSES=${PASSES:-2} BUDGET_S=${BUDGET_S:-330} CHECK=${CHECK:-1}
+ARGS=.gpu_masks/args.txt
+[ -f "$ARGS" ] || { echo "FATAL: $ARGS missing (dump_bench_masks.py; carry [\".gpu_masks\"])"; exit 1; }
+for v in "${V[@]}"; do
+  [ -f ".gpu_variants/$v/flashmask_harness" ] || { echo "FATAL: .gpu_variants/$v/flashmask_harness missing"; exit 1; }
+  chmod +x ".gpu_variants/$v/flashmask_harness"
+done
+T0=$(date +%s)
+LOG=$OUT/masks_ab.log
+: > "$LOG"
+stamp() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "$LOG"; }
+left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader >> "$LOG" 2>&1
+
+if [ "$CHECK" = 1 ]; then
+  for v in "${V[@]}"; do
+    timeout -k 5 120 ".gpu_variants/$v/flashmask_harness" > "$OUT/check_$v.log" 2>&1
+    stamp "$v default check exit $?: $(grep -E '^[0-9]+ failures$' "$OUT/check_$v.log" | tail -1)"
+    grep -E " FAIL$|NOT-IDENTICAL|error|what\(\)" "$OUT/check_$v.log" | head -5
+  done
+fi
+
+for pass in $(seq 1 "$PASSES"); do
+  for v in "${V[@]}"; do
+    if (( $(left) < 30 )); then stamp "SKIPPED: $v pass $pass (budget)"; continue; fi
+    while read -r _ file s b h name; do
+      for fam in $FAMILIES; do
+        row=$(timeout -k 5 60 ".gpu_variants/$v/flashmask_harness" --time-mask-file "$file" "$s" "$b" "$h" "$name" "$fam" 2>&1 \
+              | grep -E "^\| $fam " | tail -1)
+        echo "$v | $pass $row" >> "$LOG"
+        [ -n "$row" ] || echo "$v | $pass | $fam | $name | $s | NO ROW" | tee -a "$LOG"
+      done
+    done < "$ARGS"
+    stamp "$v pass $pass done"
+  done
+done
+python3 benchmarks/device/masks_ab_summary.py "$LOG" > "$OUT/masks_ab_summary.md" && cat "$OUT/masks_ab_summary.md"
