@@ -18,9 +18,22 @@ read -ra V <<< "${VARIANTS:?VARIANTS='base new' (directories of .gpu_variants)}"
 FAMILIES=${FAMILIES:-"fa2 sm90"} PASSES=${PASSES:-2} BUDGET_S=${BUDGET_S:-330} CHECK=${CHECK:-1}
 ARGS=.gpu_masks/args.txt
 [ -f "$ARGS" ] || { echo "FATAL: $ARGS missing (dump_bench_masks.py; carry [\".gpu_masks\"])"; exit 1; }
+# A variant directory holds its binary, or `binary_of` (the variant whose binary it runs) and `env`
+# (KEY=VALUE lines exported for its runs), as fa2_steps.sh reads them: one build, several settings.
+harness_of() {
+  local of=$1
+  [ -f ".gpu_variants/$1/binary_of" ] && of=$(tr -d '[:space:]' < ".gpu_variants/$1/binary_of")
+  echo ".gpu_variants/$of/flashmask_harness"
+}
+run_variant() {  # run_variant VARIANT SECONDS ARGS...
+  local v=$1 t=$2; shift 2
+  ( if [ -f ".gpu_variants/$v/env" ]; then set -a; source ".gpu_variants/$v/env"; set +a; fi
+    exec timeout -k 5 "$t" "$(harness_of "$v")" "$@" )
+}
 for v in "${V[@]}"; do
-  [ -f ".gpu_variants/$v/flashmask_harness" ] || { echo "FATAL: .gpu_variants/$v/flashmask_harness missing"; exit 1; }
-  chmod +x ".gpu_variants/$v/flashmask_harness"
+  h=$(harness_of "$v")
+  [ -f "$h" ] || { echo "FATAL: $h missing (variant $v)"; exit 1; }
+  chmod +x "$h"
 done
 T0=$(date +%s)
 LOG=$OUT/masks_ab.log
@@ -31,7 +44,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw -
 
 if [ "$CHECK" = 1 ]; then
   for v in "${V[@]}"; do
-    timeout -k 5 120 ".gpu_variants/$v/flashmask_harness" > "$OUT/check_$v.log" 2>&1
+    run_variant "$v" 120 > "$OUT/check_$v.log" 2>&1
     stamp "$v default check exit $?: $(grep -E '^[0-9]+ failures$' "$OUT/check_$v.log" | tail -1)"
     grep -E " FAIL$|NOT-IDENTICAL|error|what\(\)" "$OUT/check_$v.log" | head -5
   done
@@ -42,7 +55,7 @@ for pass in $(seq 1 "$PASSES"); do
     if (( $(left) < 30 )); then stamp "SKIPPED: $v pass $pass (budget)"; continue; fi
     while read -r _ file s b h name; do
       for fam in $FAMILIES; do
-        row=$(timeout -k 5 60 ".gpu_variants/$v/flashmask_harness" --time-mask-file "$file" "$s" "$b" "$h" "$name" "$fam" 2>&1 \
+        row=$(run_variant "$v" 60 --time-mask-file "$file" "$s" "$b" "$h" "$name" "$fam" 2>&1 \
               | grep -E "^\| $fam " | tail -1)
         echo "$v | $pass $row" >> "$LOG"
         [ -n "$row" ] || echo "$v | $pass | $fam | $name | $s | NO ROW" | tee -a "$LOG"
