@@ -51,22 +51,8 @@ else
 fi
 (( ${#V[@]} >= 1 && ${#V[@]} <= 6 )) \
   || { echo "FATAL: ${#V[@]} variants (${V[*]}); 1 to 6 fit the 8 files of \$OUT"; exit 1; }
-# The binary a variant runs (its own, or binary_of's) and its run with its env file's settings.
-harness_of() {
-  local of=$1
-  [ -f ".gpu_variants/$1/binary_of" ] && of=$(tr -d '[:space:]' < ".gpu_variants/$1/binary_of")
-  echo ".gpu_variants/$of/flashmask_harness"
-}
-run_variant() {  # run_variant VARIANT SECONDS ARGS...
-  local v=$1 t=$2; shift 2
-  ( if [ -f ".gpu_variants/$v/env" ]; then set -a; source ".gpu_variants/$v/env"; set +a; fi
-    exec timeout -k 10 "$t" "$(harness_of "$v")" "$@" )
-}
-for v in "${V[@]}"; do
-  bin=$(harness_of "$v")
-  [ -f "$bin" ] || { echo "FATAL: $bin missing (variant $v)"; exit 1; }
-  chmod +x "$bin" 2>/dev/null
-done
+source benchmarks/device/variants.sh  # harness_of, run_variant, check_variants
+check_variants "${V[@]}"
 : > "$LOG"
 stamp "variants: ${V[*]}"
 smi before

@@ -18,23 +18,8 @@ read -ra V <<< "${VARIANTS:?VARIANTS='base new' (directories of .gpu_variants)}"
 FAMILIES=${FAMILIES:-"fa2 sm90"} PASSES=${PASSES:-2} BUDGET_S=${BUDGET_S:-330} CHECK=${CHECK:-1}
 ARGS=.gpu_masks/args.txt
 [ -f "$ARGS" ] || { echo "FATAL: $ARGS missing (dump_bench_masks.py; carry [\".gpu_masks\"])"; exit 1; }
-# A variant directory holds its binary, or `binary_of` (the variant whose binary it runs) and `env`
-# (KEY=VALUE lines exported for its runs), as fa2_steps.sh reads them: one build, several settings.
-harness_of() {
-  local of=$1
-  [ -f ".gpu_variants/$1/binary_of" ] && of=$(tr -d '[:space:]' < ".gpu_variants/$1/binary_of")
-  echo ".gpu_variants/$of/flashmask_harness"
-}
-run_variant() {  # run_variant VARIANT SECONDS ARGS...
-  local v=$1 t=$2; shift 2
-  ( if [ -f ".gpu_variants/$v/env" ]; then set -a; source ".gpu_variants/$v/env"; set +a; fi
-    exec timeout -k 5 "$t" "$(harness_of "$v")" "$@" )
-}
-for v in "${V[@]}"; do
-  h=$(harness_of "$v")
-  [ -f "$h" ] || { echo "FATAL: $h missing (variant $v)"; exit 1; }
-  chmod +x "$h"
-done
+source benchmarks/device/variants.sh  # harness_of, run_variant, check_variants (env variants too)
+check_variants "${V[@]}"
 T0=$(date +%s)
 LOG=$OUT/masks_ab.log
 : > "$LOG"
