@@ -57,7 +57,7 @@ def test_masks_summary_sets_each_side_against_its_own_causal(tmp_path):
     assert "FAILED: sm90 causal 8192 (exit 1)" in text
 
 
-def test_masks_ab_summary_sets_each_variant_against_the_first(tmp_path):
+def test_masks_ab_summary_sets_each_variant_against_the_first():
     ab = _load("masks_ab_summary")
     row = "{v} | {p} | fa2 | sliding_window | 8192 | 32:8 | 128/128 | 1/0 | 0.485 | 266.1 | {bwd} | 222.1 | 233.1 | {prep} |"
     lines = [row.format(v="main", p=1, bwd="1.452", prep="0.198"), "main | 1 | sm90 | x | 8192 | NO ROW",

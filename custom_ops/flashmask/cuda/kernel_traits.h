@@ -92,7 +92,7 @@ struct BwdStagedTraits {
   // dQ's warps along the rows: 2 (kBlockM / 2 rows x D / 4 each) where D / 4
   // is whole m16n16 blocks (128, 256, and 64 in 64-row steps), else 4
   // (kBlockM / 4 rows x D / 2; head dim 64's 128-row steps too, as FlashAttention-2
-  // splits them: 32 rows x 32 dims a warp read a quarter less of dS and K than 64 x 16).
+  // splits them: 32 rows x 32 dims a warp read a fifth less of dS and K than 64 x 16).
   static constexpr int kDQWarpsM = !kTallSteps && (kHeadDim / 4) % 16 == 0 ? 2 : 4;
   static constexpr int kQStages = kWide ? 1 : 2;
   static constexpr int kSmemQ = kBlockM * kHeadDim;   // elements, Q (each buffer) or dO
