@@ -519,9 +519,35 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     // (dK scaled) as FlashAttention-2 does; zeros where no query block was
     // live (the accumulators stayed zero). Without GQA into dk/dv, else
     // into this head's rows of dk_heads/dv_heads, which bwd_finish sums per kv head.
+    // Four columns a lane where the rows allow 8-byte stores (the op's own
+    // outputs do): one 16-byte shared load and one 8-byte store, a warp
+    // covering kRowsAtOnce rows of kLanesPerRow lanes (at most 32 x 4 columns
+    // a pass), instead of one element a lane: +1-3% on the H200's MHA mask
+    // backwards (NOTES.md, twenty-ninth session). Not at head dim 256, whose
+    // backward it slowed by 1-1.5% (its schedule moved).
+    constexpr bool kWideStores = kDim <= 128;
+    constexpr int kLanesPerRow = kDim / 4 < 32 ? kDim / 4 : 32;
+    constexpr int kRowsAtOnce = 32 % kLanesPerRow == 0 ? 32 / kLanesPerRow : 1;
+    static_assert(kStageStride % 4 == 0, "16-byte aligned staged rows");
     auto store_gradient = [&](const float (&acc)[kVMTiles][kVTiles][4], T* out, int64_t row_stride,
                               float scale) {
       stage_gradient(acc);
+      if constexpr (kWideStores) {
+        if (row_stride % 4 == 0 && reinterpret_cast<uintptr_t>(out) % 8 == 0) {
+          const int sub = lane / kLanesPerRow, col = 4 * (lane % kLanesPerRow);
+          // (At head dim 96 a row takes 24 lanes: the other 8 have no row.)
+          for (int r = warp * kRowsAtOnce + sub; sub < kRowsAtOnce && r < kBlockN && c0 + r < seqlen_k;
+               r += Traits::kNWarps * kRowsAtOnce) {
+#pragma unroll
+            for (int c = col; c < kDim; c += 4 * kLanesPerRow) {
+              const float4 x = *reinterpret_cast<const float4*>(stage + r * kStageStride + c);
+              *reinterpret_cast<uint2*>(out + int64_t(c0 + r) * row_stride + c) =
+                  make_uint2(pack2<T>(x.x * scale, x.y * scale), pack2<T>(x.z * scale, x.w * scale));
+            }
+          }
+          return;
+        }
+      }
       for (int r = warp; r < kBlockN && c0 + r < seqlen_k; r += Traits::kNWarps) {
 #pragma unroll
         for (int c = lane; c < kDim; c += 32) {
