@@ -22,26 +22,17 @@ BASE=${BASE:?old variant}
 NEW=${NEW:?new variant}
 PASSES=${PASSES:-2}
 read -ra NEWS <<< "$NEW"
-harness_of() {  # a variant's binary: its own, or binary_of's
-  local of=$1
-  [ -f ".gpu_variants/$1/binary_of" ] && of=$(tr -d '[:space:]' < ".gpu_variants/$1/binary_of")
-  chmod +x ".gpu_variants/$of/flashmask_harness" 2>/dev/null
-  echo ".gpu_variants/$of/flashmask_harness"
-}
-run_variant() {  # run_variant VARIANT ARGS...: with the variant's env file's settings
-  local v=$1; shift
-  ( if [ -f ".gpu_variants/$v/env" ]; then set -a; source ".gpu_variants/$v/env"; set +a; fi
-    exec timeout -k 10 "${RUN_TIMEOUT_S:-240}" "$(harness_of "$v")" "$@" )
-}
+source benchmarks/device/variants.sh  # harness_of, run_variant, check_variants (env variants too)
+check_variants "$BASE" "${NEWS[@]}"
 mkdir -p "$OUT"
 SUMMARY=$OUT/ab_${BASE}_${NEWS[0]}.txt
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader | tee "$SUMMARY"
 
-check() {  # label, variant, env..., then the harness arguments
+check() {  # label, variant, env..., then the harness arguments (the variant's env file in a subshell)
   local label=$1 v=$2; shift 2
   local log=$OUT/check_$label.log
-  if [ -f ".gpu_variants/$v/env" ]; then set -a; source ".gpu_variants/$v/env"; set +a; fi
-  timeout -k 10 "${RUN_TIMEOUT_S:-240}" env "$@" > "$log" 2>&1
+  ( if [ -f ".gpu_variants/$v/env" ]; then set -a; source ".gpu_variants/$v/env"; set +a; fi
+    exec timeout -k 10 "${RUN_TIMEOUT_S:-240}" env "$@" ) > "$log" 2>&1
   echo "check $label ($v): exit $? | $(grep -E '^[0-9]+ failures' "$log" | tail -1)" | tee -a "$SUMMARY"
 }
 H_NEW=$(harness_of "${NEWS[0]}")
@@ -51,8 +42,8 @@ check serial "${NEWS[0]}" PADDLE_FLASHMASK_SM90_FWD_OVERLAP=0 "$H_NEW"
 check pingpong "${NEWS[0]}" PADDLE_FLASHMASK_SM90_FWD_PINGPONG=1 "$H_NEW" --check-hd96
 check hd96 "${NEWS[0]}" "$H_NEW" --check-hd96
 elif [ "${CHECKS:-1}" = 1 ]; then
-( check default "${NEWS[0]}" "$H_NEW"
-  for d in 256 192 96; do check hd$d "${NEWS[0]}" "$H_NEW" --check-hd$d; done )
+check default "${NEWS[0]}" "$H_NEW"
+for d in 256 192 96; do check hd$d "${NEWS[0]}" "$H_NEW" --check-hd$d; done
 fi
 if [ "$PART" = fwd ]; then TIME_MODE=--time-fwd-masks FIELDS=3-4,6,8-9; KERNELS=flashmask_fwd_sm90
 elif [ "$PART" = split ]; then TIME_MODE=--time-split-bwd FIELDS=3-4,6,8-11,13; KERNELS=flashmask_bwd_sm90
@@ -61,7 +52,7 @@ else TIME_MODE=--time-bwd-masks FIELDS=3-4,6,8-11; KERNELS=flashmask_bwd_sm90; f
 for pass in $(seq "$PASSES"); do  # PASSES=0 with SANITIZE=1: the sanitizer call
   for v in "$BASE" "${NEWS[@]}"; do
     echo "== $v pass $pass" >> "$SUMMARY"
-    run_variant "$v" $TIME_MODE 2>&1 | grep -E "^\| sm90" | cut -d'|' -f$FIELDS >> "$SUMMARY"
+    run_variant "$v" "${RUN_TIMEOUT_S:-240}" $TIME_MODE 2>&1 | grep -E "^\| sm90" | cut -d'|' -f$FIELDS >> "$SUMMARY"
   done
 done
 

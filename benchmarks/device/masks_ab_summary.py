@@ -6,7 +6,6 @@ ms, and each later variant's backward speedup over the first (best pass against 
 """
 
 import sys
-from collections import OrderedDict
 
 # A row: "variant | pass | kernel | mask | S | H:Hk | D/Dv | heads/CTA | fwd ms | fwd TFLOP/s |
 # bwd ms | bwd TFLOP/s | fwd+bwd TFLOP/s | bwd prep+finish ms |" (the harness's time table).
@@ -31,8 +30,8 @@ def parse(lines):
 
 
 def summarise(rows):
-    variants = list(OrderedDict.fromkeys(r["variant"] for r in rows))
-    cases = OrderedDict()
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    cases = {}
     for r in rows:
         cases.setdefault((r["kernel"], r["mask"], int(r["s"])), {}).setdefault(r["variant"], []).append(r)
     head = ["kernel", "mask", "S"]

@@ -1,7 +1,7 @@
-# Sourced by the device scripts that run harness variants (fa2_steps.sh, masks_ab.sh). A variant
-# is a directory of .gpu_variants (harness/build_variant.sh) holding its binary, or `binary_of`
-# (the variant whose binary it runs) and `env` (KEY=VALUE lines exported for its runs): one build,
-# several settings.
+# Sourced by the device scripts that run harness variants (fa2_steps.sh, masks_ab.sh, ab_sm90.sh).
+# A variant is a directory of .gpu_variants (harness/build_variant.sh) holding its binary, or
+# `binary_of` (the variant whose binary it runs) and `env` (KEY=VALUE lines exported for its runs):
+# one build, several settings.
 # The binary a variant runs.
 harness_of() {
   local of=$1
