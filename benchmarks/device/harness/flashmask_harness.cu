@@ -897,10 +897,10 @@ int main(int argc, char** argv) {
     // BwdTraits::kSplitHeadDim): causal, causal document and sliding window at
     // 8K and 32K (sm90, bf16, 32:8), forward and backward.
     // FLASHMASK_HARNESS_SPLIT_DIM=256 or 192: that head dim alone.
-    const char* only = std::getenv("FLASHMASK_HARNESS_SPLIT_DIM");
+    const int only = harness_env_int("FLASHMASK_HARNESS_SPLIT_DIM", -1);  // -1: unset, both
     print_time_header();
     for (int d : {256, 192}) {
-      if (only == nullptr || *only == '\0' || std::atoi(only) == d) time_head_dim_masks(d, /*short_docs=*/false, rng);
+      if (only == -1 || only == d) time_head_dim_masks(d, /*short_docs=*/false, rng);
     }
     return 0;
   }
