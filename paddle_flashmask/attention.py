@@ -194,8 +194,8 @@ def flashmask_attention(
 
     Args:
         query (Tensor): ``[batch, seqlen_q, num_heads, head_dim]``, float32, float16 or bfloat16.
-            The CPU kernel takes any head_dim; on GPU float16/bfloat16 with head_dim 32, 64, 96,
-            128 or 256, and 192 (with value head_dim 128) on the Hopper (sm90) kernels only (a
+            The CPU kernel takes any head_dim; on GPU float16/bfloat16 with head_dim 32, 64, 80,
+            96, 128 or 256, and 192 (with value head_dim 128) on the Hopper (sm90) kernels only (a
             compute capability 9.0 GPU, a build with them, gpu_kernel not ``"fa2"``) and not with
             ``deterministic``.
         key (Tensor): ``[batch, seqlen_k, num_heads_k, head_dim]``; ``num_heads`` must be a

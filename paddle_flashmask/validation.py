@@ -256,9 +256,10 @@ def _choices(allowed):
     return ", ".join(repr(a) for a in allowed)
 
 
-# Query/key head dims the CUDA kernels take; 32 runs on the FA2-class kernels only, 192 on the Hopper
-# ones only (SM90_ONLY_HEAD_DIMS), the others on both.
-GPU_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
+# Query/key head dims the CUDA kernels take; 32 and 80 run on the FA2-class kernels only (80 on head dim
+# 96's tiles, its last 16 columns zero-filled, as FlashAttention-2 runs it), 192 on the Hopper ones only
+# (SM90_ONLY_HEAD_DIMS), the others on both.
+GPU_HEAD_DIMS = (32, 64, 80, 96, 128, 192, 256)
 
 # The value head dim the CUDA kernels take with each of GPU_HEAD_DIMS: the same, except 192,
 # which they take with value head dim 128 only (MLA-style, as DeepSeek's q/k 192 and v 128).
@@ -340,7 +341,7 @@ def check_gpu_value_head_dim(head_dim, value_head_dim):
 
 
 def check_device_support(query, head_dim, value_head_dim=None, gpu_kernel_name="auto", gpu=None):
-    """The CUDA kernels take fp16/bf16 with head_dim 32, 64, 96, 128, 256 or (on the Hopper kernels
+    """The CUDA kernels take fp16/bf16 with head_dim 32, 64, 80, 96, 128, 256 or (on the Hopper kernels
     only) 192, value's head dim that of GPU_VALUE_HEAD_DIMS (None: value's equals
     head_dim); the CPU kernel takes any. ``gpu_kernel_name`` is the call's kernel family
     (attention.get_gpu_kernel()). The other device checks (deterministic, sm90 forced, length)

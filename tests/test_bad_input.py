@@ -924,7 +924,7 @@ def test_hopper_only_head_dims_taken_on_hopper(fake_gpu, kernel, sm90_built, dim
     validation.check_sm90_only_length(q, dim, 1 << 18, 1 << 18, "query/key")
 
 
-@pytest.mark.parametrize("dim", [32, 64, 96, 128, 256])
+@pytest.mark.parametrize("dim", [32, 64, 80, 96, 128, 256])
 def test_other_head_dims_keep_their_kernels_anywhere(fake_gpu, dim):
     # the FA2-class kernels take these on every GPU, whatever the family and build, deterministic
     # included; no length limit of theirs (256 included: the FA2-class kernels take it beyond 2^18)
@@ -954,15 +954,15 @@ def test_other_head_dims_take_value_head_dim_equal_only(fake_gpu, dim, dim_v):
 
 
 def test_gpu_value_head_dims_table():
-    assert validation.GPU_VALUE_HEAD_DIMS == {32: 32, 64: 64, 96: 96, 128: 128, 192: 128, 256: 256}
+    assert validation.GPU_VALUE_HEAD_DIMS == {32: 32, 64: 64, 80: 80, 96: 96, 128: 128, 192: 128, 256: 256}
     assert [validation.gpu_value_head_dim(d) for d in (192, 256, 64, 160)] == [128, 256, 64, None]
     assert set(validation.SM90_ONLY_HEAD_DIMS) <= set(validation.SM90_HEAD_DIMS) <= set(validation.GPU_HEAD_DIMS)
     assert validation.SM90_ONLY_HEAD_DIMS == (192,)
 
 
-@pytest.mark.parametrize("dim", [160, 512])
+@pytest.mark.parametrize("dim", [72, 88, 160, 512])
 def test_gpu_head_dim_list_names_192_and_256(fake_gpu, dim):
-    with pytest.raises(ValueError, match=rf"head_dim on GPU must be one of \(32, 64, 96, 128, 192, 256\), got {dim}"):
+    with pytest.raises(ValueError, match=rf"head_dim on GPU must be one of \(32, 64, 80, 96, 128, 192, 256\), got {dim}"):
         validation.check_device_support(fake_gpu(), dim, dim, "auto")
 
 
@@ -1102,10 +1102,10 @@ def test_head_dims_beyond_99k_of_shared_memory_are_refused(fake_gpu, capability)
     q = fake_gpu(capability=capability)
     major, minor = capability
     where = rf"head_dim 256 on a compute capability {major}\.{minor} GPU: its backward kernel needs more than the 99 KB"
-    for dim in (32, 64, 96, 128):
+    for dim in (32, 64, 80, 96, 128):
         validation.check_shared_memory(q, dim, backward=True)
     validation.check_shared_memory(q, 256, backward=False)  # the forward fits
-    with pytest.raises(ValueError, match=where + r".*take head_dim \[32, 64, 96, 128\] with "
+    with pytest.raises(ValueError, match=where + r".*take head_dim \[32, 64, 80, 96, 128\] with "
                                          r"gradients and \[256\] without \(stop_gradient=True"):
         validation.check_shared_memory(q, 256, backward=True)
 
@@ -1113,7 +1113,7 @@ def test_head_dims_beyond_99k_of_shared_memory_are_refused(fake_gpu, capability)
 @pytest.mark.parametrize("capability", [(8, 0), (9, 0)])
 def test_every_fa2_class_kernel_fits_a100_and_hopper_shared_memory(fake_gpu, capability):
     q = fake_gpu(capability=capability)
-    for dim in (32, 64, 96, 128, 256):
+    for dim in (32, 64, 80, 96, 128, 256):
         validation.check_shared_memory(q, dim, backward=True)
 
 

@@ -33,11 +33,11 @@ FORMS = [(True, 0), (True, 1), (True, 2), (False, 0), (False, 2), (False, 4)]
 # Head dims the sm90 kernels take (flashmask_api_cuda.cu refuses others when forced); 192
 # with value head dim 128 only.
 SM90_HEAD_DIMS = (64, 96, 128, 192, 256)
-# Head dims of the tests run per family (32: the FA2-class kernels only, skipped for
-# "sm90"). 256 runs on both families (the FA2-class kernels on every GPU, deterministic included)
+# Head dims of the tests run per family (32 and 80: the FA2-class kernels only, skipped for
+# "sm90"; 80 runs on 96's tiles padded). 256 runs on both families (the FA2-class kernels on every GPU, deterministic included)
 # and has more tests of its own below; 192/128 (the Hopper kernels only, no deterministic
 # backward) has its own.
-DIMS = [d for d in (32, 64, 96, 128, 256) if d in validation.GPU_HEAD_DIMS]
+DIMS = [d for d in (32, 64, 80, 96, 128, 256) if d in validation.GPU_HEAD_DIMS]
 HD256 = 256
 # MLA's head dims (DeepSeek: q/k 192, v 128), the one pair with a value head dim of its own
 MLA_DIM, MLA_DIM_V = 192, 128
@@ -225,7 +225,7 @@ def test_fully_masked_rows(gpu_kernel):
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dim,dtype", [c for c in [(32, "float16"), (64, "bfloat16"), (96, "float16"),
+@pytest.mark.parametrize("dim,dtype", [c for c in [(32, "float16"), (64, "bfloat16"), (80, "bfloat16"), (96, "float16"),
                                                   (128, "bfloat16"), (128, "float16"), (256, "float16")]
                                          if c[0] in DIMS])  # 256 in bf16: the deterministic tests below
 @pytest.mark.parametrize("heads_k", [1, 2])
@@ -290,7 +290,7 @@ def fa2_99k_tiles(monkeypatch, fa2_kernel):
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
-@pytest.mark.parametrize("dim", [64, 96, 128, HD256])
+@pytest.mark.parametrize("dim", [64, 80, 96, 128, HD256])  # 80: on 96's 99 KB tiles, padded
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("causal,cols", FORMS)
 @pytest.mark.parametrize("seqlen", [77, 1000])
@@ -332,7 +332,7 @@ def test_fa2_99k_tiles_fully_masked_rows(fa2_99k_tiles, deterministic, dim):
                  fully_masked_rows_indices(), deterministic=deterministic)
 
 
-@pytest.mark.parametrize("dim", [64, 96, 128])
+@pytest.mark.parametrize("dim", [64, 80, 96, 128])
 def test_fa2_99k_tiles_long(fa2_99k_tiles, dim):
     idx, causal = masks.example_mask("causal_document", 4097, batch_size=1, num_heads=1, seed=3,
                                      place=paddle.CPUPlace())
@@ -654,6 +654,20 @@ def test_auto_takes_head_dim_96(causal, cols):
     try:
         idx = None if cols == 0 else random_indices(np.random.default_rng(96), 2, 2, 333, 333, causal, cols)
         run_gpu_case(seed_of("auto96", causal, cols), 2, 333, 333, 8, 2, 96, causal, idx)
+    finally:
+        pfm.set_gpu_kernel(old)
+
+
+@pytest.mark.parametrize("causal,cols", [(True, 0), (True, 1), (False, 4)])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_auto_takes_head_dim_80(causal, cols, deterministic):
+    # "auto" on any GPU, a Hopper included: the FA2-class kernels on head dim 96's tiles, the
+    # last 16 columns zero-filled on load and never stored (GQA 8:2, ragged length).
+    old = pfm.set_gpu_kernel("auto")
+    try:
+        idx = None if cols == 0 else random_indices(np.random.default_rng(80), 2, 2, 333, 333, causal, cols)
+        run_gpu_case(seed_of("auto80", causal, cols, deterministic), 2, 333, 333, 8, 2, 80, causal, idx,
+                     deterministic=deterministic)
     finally:
         pfm.set_gpu_kernel(old)
 

@@ -21,7 +21,7 @@
 # variant (30 checks; the CPU reference takes ~10 s on 2 cores here, 16 there), --time-fa2 ~3-5 s a
 # pass (GPU ~2 s, 7 runs of each: causal 8K/16K at D 64/96/128 ~0.95 s, their 16K D=128 fwd 9.4 +
 # bwd 35 ms; D=256 about twice D=128's; the masks ~0.6 s, at 32K mostly causal_document; det 16K
-# ~0.4 s), --mma-peak ~1 s, the peer ~80 s (4 python3 processes: D 64/96/128/256, torch import
+# ~0.4 s), --mma-peak ~1 s, the peer ~100 s (5 python3 processes: D 64/80/96/128/256, torch import
 # each): ~10 + N x 10 + 2N x 6 + 80 s, 5 variants ~3.5 min; BUDGET_S and the per-stage timeouts
 # bound a hang. --check-fa2 has 8 more checks with head dim 256 (4 cases x 2 modes).
 set -uo pipefail
@@ -100,7 +100,7 @@ rm -f "$PEER_JSON"
 # SKIP_PEER=1 leaves it out (an A/B of our variants only; the peer's figures from an earlier call).
 # PEER_KV_HEADS="8 32" also times it without GQA (32:32; the summary's table takes 32:8 only, the
 # log's '| fa2_gqa_causal |' rows have both).
-PEER_SPECS=("64:8192 16384" "96:8192 16384" "128:8192 16384 32768" "256:8192 16384")
+PEER_SPECS=("64:8192 16384" "80:8192 16384" "96:8192 16384" "128:8192 16384 32768" "256:8192 16384")
 [ "${SKIP_PEER:-0}" = 1 ] && PEER_SPECS=() && echo "SKIPPED: FA2 peer (SKIP_PEER=1)" | tee -a "$LOG"
 for spec in "${PEER_SPECS[@]}"; do
   dim=${spec%%:*} lengths=${spec#*:}

@@ -743,8 +743,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   // --time-fa2: the FA2-class kernels' timings (bf16, 32:8 heads), nothing
-  // checked (--check-fa2 does that): causal at 8K and 16K for head dims 64, 96,
-  // 128 and 256; causal document, sliding window and short documents at 8K and
+  // checked (--check-fa2 does that): causal at 8K and 16K for head dims 64, 80,
+  // 96, 128 and 256; causal document, sliding window and short documents at 8K and
   // 32K (D=128; the masks of --time-hd256); deterministic causal 16K.
   // --timeline: a build with -DFLASHMASK_EXP_TIMELINE (build_variant.sh with
   // EXTRA_NVCC_FLAGS and EXTRA_SM90_NVCC_FLAGS) records, for each CTA of the
@@ -826,8 +826,8 @@ int main(int argc, char** argv) {
     }
     warm_up_gpu(300.f);
     print_time_header();
-    for (int d : {64, 96, 128, 256}) {
-      if (d > kSplitBwdMaxHeadDim && split_bwd_requested()) continue;  // as --check-fa2
+    for (int d : {64, 80, 96, 128, 256}) {
+      if ((d > kSplitBwdMaxHeadDim || d == 80) && split_bwd_requested()) continue;  // as --check-fa2
       for (int s : {8192, 16384}) time_case("causal", s, 32, hk, d, GpuKernel::kFA2, rng);
     }
     for (int s : {8192, 32768}) {
@@ -1014,6 +1014,16 @@ int main(int argc, char** argv) {
       {"causal_doc", 1, 777, 777, 2, 1, 32, true, 1, doc_mask},
       {"random4+empty", 1, 333, 333, 4, 4, 32, false, 4, random4_mask},
   };
+  // Head dim 80: the FA2-class kernels only, on 96's tiles padded (--check-fa2):
+  // GQA, ragged lengths, Sq < Sk, fully masked rows, a window.
+  const Case fa2_hd80_cases[] = {
+      {"causal", 1, 1000, 1000, 4, 2, 80, true, 0, nullptr},
+      {"causal_sq<sk", 1, 300, 517, 4, 1, 80, true, 0, nullptr},
+      {"none", 2, 77, 77, 2, 2, 80, false, 0, nullptr},
+      {"causal_doc", 1, 777, 777, 2, 1, 80, true, 1, doc_mask},
+      {"window128", 1, 1000, 1000, 4, 2, 80, true, 2, window_mask},
+      {"random4+empty", 1, 333, 333, 4, 4, 80, false, 4, random4_mask},
+  };
   // Head dim 256 on the FA2-class kernels (--check-fa2 and the default run;
   // both backward modes, the deterministic one included): 64-key backward CTAs
   // and 32-key dQ-pass blocks, GQA, fully masked rows, ragged lengths.
@@ -1029,10 +1039,13 @@ int main(int argc, char** argv) {
   // PADDLE_FLASHMASK_FA2_BWD=split the head dims past 128 are skipped (the op
   // refuses them: the split kernel stops at 128).
   if (mode == "--check-fa2") {
+    // FLASHMASK_HARNESS_DIM=d: only the cases of head dim d (a sanitizer run on one head dim).
+    const int only_dim = harness_env_int("FLASHMASK_HARNESS_DIM", 0);
     auto check_fa2 = [&](const Case& c) {
-      if (c.d > kSplitBwdMaxHeadDim && split_bwd_requested()) {
-        std::printf("fa2        skipped %s D%d: PADDLE_FLASHMASK_FA2_BWD=split stops at head dim %d\n",
-                    c.name.c_str(), c.d, kSplitBwdMaxHeadDim);
+      if (only_dim > 0 && c.d != only_dim) return;
+      if ((c.d > kSplitBwdMaxHeadDim || c.d == 80) && split_bwd_requested()) {
+        std::printf("fa2        skipped %s D%d: PADDLE_FLASHMASK_FA2_BWD=split takes head dims 32, 64, 96, 128\n",
+                    c.name.c_str(), c.d);
         return;
       }
       for (bool det : {false, true}) failures += !check_case(c, GpuKernel::kFA2, det, 1, 0, rng);
@@ -1041,6 +1054,7 @@ int main(int argc, char** argv) {
     for (const Case& c : cases) check_fa2(c);
     for (const Case& c : fa2_only_cases) check_fa2(c);
     for (const Case& c : fa2_hd32_cases) check_fa2(c);
+    for (const Case& c : fa2_hd80_cases) check_fa2(c);
     for (const Case& c : fa2_hd256_cases) check_fa2(c);
     std::printf("%d failures\n", failures);
     return failures ? 1 : 0;

@@ -43,6 +43,7 @@ void dispatch(const Params& p, const Launcher& launcher) {
       return bf16 ? launcher.template run<32, __nv_bfloat16>() : launcher.template run<32, __half>();
     case 64:
       return bf16 ? launcher.template run<64, __nv_bfloat16>() : launcher.template run<64, __half>();
+    case 80:  // on 96's tiles, padded (fa2_kernel_head_dim)
     case 96:
       return bf16 ? launcher.template run<96, __nv_bfloat16>() : launcher.template run<96, __half>();
     case 128:
@@ -53,7 +54,7 @@ void dispatch(const Params& p, const Launcher& launcher) {
                   : launcher.template run<256, __half>();
     default:
       throw std::invalid_argument(
-          "flashmask_attention: the FA2-class GPU kernels take head_dim 32, 64, 96, 128 or 256, got " +
+          "flashmask_attention: the FA2-class GPU kernels take head_dim 32, 64, 80, 96, 128 or 256, got " +
           std::to_string(p.head_dim) + (p.head_dim == 192 ? hopper_only_note : ""));
   }
 }
@@ -111,15 +112,15 @@ bool use_sm90(const Params& p, bool kernel_available) {
 }  // namespace
 
 // The (q/k, v) head dims the op takes on GPU (Python's validation alike): 32,
-// 64, 96, 128 and 256 with v alike, and 192 with v 128 (MLA). 32 and 96 run on
-// the FA2-class kernels only (NOTES.md, "Head dim 96"), 192/128 on the Hopper
+// 64, 80, 96, 128 and 256 with v alike, and 192 with v 128 (MLA). 32 and 80 run on
+// the FA2-class kernels only (80 on 96's tiles: fa2_kernel_head_dim), 192/128 on the Hopper
 // ones only (dispatch says so where a call cannot take them); 64, 128 and 256
 // on either. A deterministic backward at 256 runs the FA2-class kernels (the
 // Hopper backward has no deterministic mode there: sm90::bwd_supported), after
 // the Hopper forward where that takes the call.
 bool cuda_supports(DType dtype, int head_dim, int head_dim_v) {
-  const bool alike = head_dim_v == head_dim && (head_dim == 32 || head_dim == 64 || head_dim == 96 ||
-                                                head_dim == 128 || head_dim == 256);
+  const bool alike = head_dim_v == head_dim && (head_dim == 32 || head_dim == 64 || head_dim == 80 ||
+                                                head_dim == 96 || head_dim == 128 || head_dim == 256);
   return dtype != DType::kFloat32 && (alike || (head_dim == 192 && head_dim_v == 128));
 }
 
@@ -163,8 +164,10 @@ void plan_bwd_cuda(BwdParams& params, int head_group, int group_max_steps) {
 }
 
 int64_t bwd_dq_accum_elems(const BwdParams& params) {
-  const int64_t rows = params.dq_accum_tiled ? cuda::bwd_padded_rows(params.seqlen_q) : params.seqlen_q;
-  return int64_t(params.batch) * rows * params.num_heads * params.head_dim;
+  // Tiles have the kernel's head dim (80's are 96's: fa2_kernel_head_dim); the deterministic pass's rows the call's.
+  if (!params.dq_accum_tiled) return int64_t(params.batch) * params.seqlen_q * params.num_heads * params.head_dim;
+  return int64_t(params.batch) * cuda::bwd_padded_rows(params.seqlen_q) * params.num_heads *
+         cuda::fa2_kernel_head_dim(params.head_dim);
 }
 
 // Both main kernels (sm90 and FA2-class, either mode) read row_stats.

@@ -32,7 +32,8 @@
 namespace flashmask {
 namespace cuda {
 
-template <typename Traits>
+// kPadded: p.head_dim is narrower than the tiles' (fa2_kernel_head_dim).
+template <typename Traits, bool kPadded = false>
 __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSM)
     flashmask_bwd_dq_kernel(const BwdParams p) {
   using T = typename Traits::Element;
@@ -45,6 +46,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSM)
   constexpr int kMTiles = Traits::kMTiles;
   constexpr int kWarpRows = 16 * kMTiles;
   using Tile = SwizzledTile<kDim>;
+  // The columns loaded and written (dq_accum's rows are [.., dim]): the tiles' past them are zeros.
+  const int dim = kPadded ? p.head_dim : kDim;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
@@ -115,19 +118,19 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSM)
 
   // Groups: {Q, dO, V[n]} then {K[n]}; every later iteration commits one V and
   // one K group, so "all but the newest group" is always the one needed next.
-  load_tile_async<kBlockM, kDim, kThreads>(sQ, q + int64_t(r0) * p.q_row_stride, p.q_row_stride,
-                                           r1 - r0, tid);
-  load_tile_async<kBlockM, kDim, kThreads>(sdO, dout + int64_t(r0) * p.do_row_stride,
-                                           p.do_row_stride, r1 - r0, tid);
+  load_tile_async<kBlockM, kDim, kThreads, kPadded>(sQ, q + int64_t(r0) * p.q_row_stride, p.q_row_stride,
+                                           r1 - r0, tid, dim);
+  load_tile_async<kBlockM, kDim, kThreads, kPadded>(sdO, dout + int64_t(r0) * p.do_row_stride,
+                                           p.do_row_stride, r1 - r0, tid, dim);
   int n = next_live_block(0);
   if (n < n_end) {
-    load_tile_async<kBlockN, kDim, kThreads>(sV, v + int64_t(n) * kBlockN * p.v_row_stride,
-                                             p.v_row_stride, seqlen_k - n * kBlockN, tid);
+    load_tile_async<kBlockN, kDim, kThreads, kPadded>(sV, v + int64_t(n) * kBlockN * p.v_row_stride,
+                                             p.v_row_stride, seqlen_k - n * kBlockN, tid, dim);
   }
   cp_async_commit();
   if (n < n_end) {
-    load_tile_async<kBlockN, kDim, kThreads>(sK, k + int64_t(n) * kBlockN * p.k_row_stride,
-                                             p.k_row_stride, seqlen_k - n * kBlockN, tid);
+    load_tile_async<kBlockN, kDim, kThreads, kPadded>(sK, k + int64_t(n) * kBlockN * p.k_row_stride,
+                                             p.k_row_stride, seqlen_k - n * kBlockN, tid, dim);
   }
   cp_async_commit();
 
@@ -210,8 +213,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSM)
     __syncthreads();  // every warp is done with sV
     const int n_next = next_live_block(n + 1);
     if (n_next < n_end) {
-      load_tile_async<kBlockN, kDim, kThreads>(sV, v + int64_t(n_next) * kBlockN * p.v_row_stride,
-                                               p.v_row_stride, seqlen_k - n_next * kBlockN, tid);
+      load_tile_async<kBlockN, kDim, kThreads, kPadded>(sV, v + int64_t(n_next) * kBlockN * p.v_row_stride,
+                                               p.v_row_stride, seqlen_k - n_next * kBlockN, tid, dim);
     }
     cp_async_commit();
     cp_async_wait<1>();  // K[n] has landed
@@ -269,8 +272,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSM)
 
     __syncthreads();  // every warp is done with sK and sCol
     if (n_next < n_end) {
-      load_tile_async<kBlockN, kDim, kThreads>(sK, k + int64_t(n_next) * kBlockN * p.k_row_stride,
-                                               p.k_row_stride, seqlen_k - n_next * kBlockN, tid);
+      load_tile_async<kBlockN, kDim, kThreads, kPadded>(sK, k + int64_t(n_next) * kBlockN * p.k_row_stride,
+                                               p.k_row_stride, seqlen_k - n_next * kBlockN, tid, dim);
     }
     cp_async_commit();
     n = n_next;
@@ -279,8 +282,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSM)
 
   // Every row of the block is written, also those whose keys were all skipped
   // (dQ = 0 there), so dq_accum needs no zeroing beforehand.
-  float* dq_accum = p.dq_accum + (int64_t(batch) * seqlen_q * p.num_heads + head) * kDim;
-  const int64_t dq_row_stride = int64_t(p.num_heads) * kDim;
+  float* dq_accum = p.dq_accum + (int64_t(batch) * seqlen_q * p.num_heads + head) * dim;
+  const int64_t dq_row_stride = int64_t(p.num_heads) * dim;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -290,6 +293,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSM)
       float* dst = dq_accum + row * dq_row_stride + (lane % 4) * 2;
 #pragma unroll
       for (int j = 0; j < kDTiles; ++j) {
+        if (kPadded && j * 8 >= dim) break;
         *reinterpret_cast<float2*>(dst + j * 8) =
             make_float2(acc_dq[mt][j][2 * h], acc_dq[mt][j][2 * h + 1]);
       }

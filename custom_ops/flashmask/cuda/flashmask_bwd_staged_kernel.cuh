@@ -94,7 +94,8 @@ struct ColumnBoundsTest {
   }
 };
 
-template <typename Traits>
+// kPadded: p.head_dim is narrower than the tiles' (fa2_kernel_head_dim).
+template <typename Traits, bool kPadded = false>
 __global__ void __launch_bounds__(Traits::kNThreads)
     flashmask_bwd_staged_kernel(const BwdParams p
 #ifdef FLASHMASK_EXP_TIMELINE
@@ -130,6 +131,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   static_assert(kVKeys == 16 || kVKeys == 32, "one or two m16 tiles of keys per warp in dV and dK");
   static_assert(kVDims % 16 == 0 && kQDims % 16 == 0 && kQRows % 16 == 0, "whole m16n16 blocks");
   using DimTile = SwizzledTile<kDim>;      // Q, dO, K, V rows
+  // The columns loaded and stored (dk/dv, their per-head rows and slots are
+  // [.., dim] rows): the tiles' past them are zeros. dQ's tiles keep kDim.
+  const int dim = kPadded ? p.head_dim : kDim;
   using KeyTile = SwizzledTile<kBlockN>;   // P, dS rows (one query row: the block's keys)
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -195,10 +199,10 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const float* lse = p.row_stats + (int64_t(batch) * p.num_heads + head) * stats_rows;
   const int64_t delta_plane = int64_t(p.batch) * p.num_heads * stats_rows;
 
-  load_tile_async<kBlockN, kDim, kThreads>(sK, k + int64_t(c0) * p.k_row_stride, p.k_row_stride, seqlen_k - c0,
-                                           tid);
-  load_tile_async<kBlockN, kDim, kThreads>(sV, v + int64_t(c0) * p.v_row_stride, p.v_row_stride, seqlen_k - c0,
-                                           tid);
+  load_tile_async<kBlockN, kDim, kThreads, kPadded>(sK, k + int64_t(c0) * p.k_row_stride, p.k_row_stride, seqlen_k - c0,
+                                           tid, dim);
+  load_tile_async<kBlockN, kDim, kThreads, kPadded>(sV, v + int64_t(c0) * p.v_row_stride, p.v_row_stride, seqlen_k - c0,
+                                           tid, dim);
   if (tid < kBlockN) {  // the key columns' masked rows, read at the first top barrier
     const int col = c0 + tid;
     if (one_visible) {
@@ -241,14 +245,15 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   auto rows_of = [&](int m) { return min(kBlockM, seqlen_q - m * kBlockM); };
   // Q/dO copies step their first address (copy_tile_async).
   auto load_q = [&](int m, int buf) {
-    copy_tile_async<kBlockM, kDim, kThreads>(
-        sQbuf + buf * Traits::kSmemQ, q + int64_t(m) * kBlockM * p.q_row_stride, p.q_row_stride, rows_of(m), tid);
+    copy_tile_async<kBlockM, kDim, kThreads, false, kPadded>(
+        sQbuf + buf * Traits::kSmemQ, q + int64_t(m) * kBlockM * p.q_row_stride, p.q_row_stride, rows_of(m), tid,
+        dim);
     load_row_stats_async<kBlockM>(sStatsBuf + buf * 2 * kBlockM, lse + m * kBlockM,
                                   lse + delta_plane + m * kBlockM, int(stats_rows - int64_t(m) * kBlockM), tid);
   };
   auto load_do = [&](int m) {
-    copy_tile_async<kBlockM, kDim, kThreads>(
-        sdO, dout + int64_t(m) * kBlockM * p.do_row_stride, p.do_row_stride, rows_of(m), tid);
+    copy_tile_async<kBlockM, kDim, kThreads, false, kPadded>(
+        sdO, dout + int64_t(m) * kBlockM * p.do_row_stride, p.do_row_stride, rows_of(m), tid, dim);
   };
 
   // dV and dK of the warp's keys x head-dim slice, over all query blocks.
@@ -540,6 +545,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
                r += Traits::kNWarps * kRowsAtOnce) {
 #pragma unroll
             for (int c = col; c < kDim; c += 4 * kLanesPerRow) {
+              if (kPadded && c >= dim) break;
               const float4 x = *reinterpret_cast<const float4*>(stage + r * kStageStride + c);
               *reinterpret_cast<uint2*>(out + int64_t(c0 + r) * row_stride + c) =
                   make_uint2(pack2<T>(x.x * scale, x.y * scale), pack2<T>(x.z * scale, x.w * scale));
@@ -551,13 +557,14 @@ __global__ void __launch_bounds__(Traits::kNThreads)
       for (int r = warp; r < kBlockN && c0 + r < seqlen_k; r += Traits::kNWarps) {
 #pragma unroll
         for (int c = lane; c < kDim; c += 32) {
+          if (kPadded && c >= dim) break;
           out[int64_t(c0 + r) * row_stride + c] = from_float<T>(stage[r * kStageStride + c] * scale);
         }
       }
     };
     if (p.dkv_heads_expanded()) {
-      const int64_t first = (int64_t(batch) * seqlen_k * p.num_heads + head) * kDim;
-      const int64_t row_stride = int64_t(p.num_heads) * kDim;
+      const int64_t first = (int64_t(batch) * seqlen_k * p.num_heads + head) * dim;
+      const int64_t row_stride = int64_t(p.num_heads) * dim;
       store_gradient(acc_dk, static_cast<T*>(p.dk_heads) + first, row_stride, p.softmax_scale);
       store_gradient(acc_dv, static_cast<T*>(p.dv_heads) + first, row_stride, 1.f);
     } else {
@@ -575,14 +582,17 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   // Else into the kv head's slot, where the query heads of a GQA group add
   // up, or (deterministic) into this head's own slot.
   const int slot = p.accum_heads_k == p.num_heads ? head : head_k;
-  const int64_t kv_row_stride = int64_t(p.accum_heads_k) * kDim;
-  float* dk_accum = p.dk_accum + (int64_t(batch) * seqlen_k * p.accum_heads_k + slot) * kDim;
-  float* dv_accum = p.dv_accum + (int64_t(batch) * seqlen_k * p.accum_heads_k + slot) * kDim;
+  const int64_t kv_row_stride = int64_t(p.accum_heads_k) * dim;
+  float* dk_accum = p.dk_accum + (int64_t(batch) * seqlen_k * p.accum_heads_k + slot) * dim;
+  float* dv_accum = p.dv_accum + (int64_t(batch) * seqlen_k * p.accum_heads_k + slot) * dim;
   auto add_gradient = [&](const float (&acc)[kVMTiles][kVTiles][4], float* accum) {
     stage_gradient(acc);
     for (int r = warp; r < kBlockN && c0 + r < seqlen_k; r += Traits::kNWarps) {
 #pragma unroll
-      for (int c = lane; c < kDim; c += 32) atomicAdd(accum + int64_t(c0 + r) * kv_row_stride + c, stage[r * kStageStride + c]);
+      for (int c = lane; c < kDim; c += 32) {
+        if (kPadded && c >= dim) break;
+        atomicAdd(accum + int64_t(c0 + r) * kv_row_stride + c, stage[r * kStageStride + c]);
+      }
     }
   };
   add_gradient(acc_dk, dk_accum);

@@ -40,7 +40,8 @@ __device__ __forceinline__ void stage_masked_rows(MaskedRows* smem, const int32_
   }
 }
 
-template <typename Traits>
+// kPadded: p.head_dim is narrower than the tiles' (fa2_kernel_head_dim).
+template <typename Traits, bool kPadded = false>
 __global__ void __launch_bounds__(Traits::kNThreads)
     flashmask_fwd_kernel(const FwdParams p
 #ifdef FLASHMASK_EXP_TIMELINE
@@ -64,6 +65,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   constexpr int kMTiles = Traits::kMTiles;
   constexpr int kWarpRows = 16 * kMTiles;
   using Tile = SwizzledTile<kDim>;
+  // The columns loaded and stored: the tiles' past them are zeros.
+  const int dim = kPadded ? p.head_dim : kDim;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
@@ -136,14 +139,14 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   // instead of being hoisted out of the loop into live (or spilled) registers;
   // whole blocks step one source address (copy_tile_async's kWholeTileFast).
   auto load_kv = [&](T* smem, const T* gmem, int64_t row_stride, int n) {
-    copy_tile_async<kBlockN, kDim, kThreads, /*kWholeTileFast=*/true>(
+    copy_tile_async<kBlockN, kDim, kThreads, /*kWholeTileFast=*/true, kPadded>(
         smem, gmem + int64_t(n) * kBlockN * row_stride, row_stride, seqlen_k - n * kBlockN,
-        int(opaque(uint32_t(tid))));
+        int(opaque(uint32_t(tid))), dim);
   };
   auto load_k = [&](int n) { load_kv(sK, k, p.k_row_stride, n); };
 
-  load_tile_async<kBlockM, kDim, kThreads>(sQ, q + int64_t(r0) * p.q_row_stride, p.q_row_stride,
-                                           r1 - r0, tid);
+  load_tile_async<kBlockM, kDim, kThreads, kPadded>(sQ, q + int64_t(r0) * p.q_row_stride, p.q_row_stride,
+                                           r1 - r0, tid, dim);
   TileKind kind = TileKind::kSkip;
   int n = next_live_block(0, kind);
   if (n < n_end) load_k(n);
@@ -366,6 +369,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
       T* out_row = out + int64_t(row) * p.o_row_stride + (lane % 4) * 2;
 #pragma unroll
       for (int j = 0; j < kDTiles; ++j) {
+        if (kPadded && j * 8 >= dim) break;
         *reinterpret_cast<uint32_t*>(out_row + j * 8) =
             pack2<T>(acc_o[mt][j][2 * h] * inv, acc_o[mt][j][2 * h + 1] * inv);
       }

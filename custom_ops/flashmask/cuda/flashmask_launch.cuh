@@ -112,14 +112,43 @@ void launch_rows_heads_fastest(Kernel kernel, const Params& p, int seqlen, int b
   launch_grid<Traits>(kernel, p, dim3(p.num_heads, blocks, p.batch), stream, extra...);
 }
 
+// A kernel's instantiation for the call's head dim: its own, or, where the
+// call's head dim runs on these tiles padded (fa2_kernel_head_dim), the one
+// that loads and stores p.head_dim columns.
+template <template <typename, bool> class KernelOf, typename Traits, typename Params>
+auto kernel_for_head_dim(const Params& p) {
+  if constexpr (takes_padded_head_dims<Traits::kHeadDim>()) {
+    if (p.head_dim != Traits::kHeadDim) {
+      if (fa2_kernel_head_dim(p.head_dim) != Traits::kHeadDim) {
+        throw std::logic_error("flashmask FA2-class kernels: head_dim " + std::to_string(p.head_dim) +
+                               " reached the " + std::to_string(Traits::kHeadDim) + " kernel");
+      }
+      return KernelOf<Traits, true>::kernel;
+    }
+  }
+  return KernelOf<Traits, false>::kernel;
+}
+template <typename Traits, bool kPadded>
+struct FwdKernelOf {
+  static constexpr auto kernel = flashmask_fwd_kernel<Traits, kPadded>;
+};
+template <typename Traits, bool kPadded>
+struct BwdStagedKernelOf {
+  static constexpr auto kernel = flashmask_bwd_staged_kernel<Traits, kPadded>;
+};
+template <typename Traits, bool kPadded>
+struct BwdDQKernelOf {
+  static constexpr auto kernel = flashmask_bwd_dq_kernel<Traits, kPadded>;
+};
+
 // The forward on one set of tiles (with the timeline's buffer in a diagnostic build).
 template <typename Traits>
 void launch_fwd_tiles(const FwdParams& p, cudaStream_t stream) {
+  const auto kernel = kernel_for_head_dim<FwdKernelOf, Traits>(p);
 #ifdef FLASHMASK_EXP_TIMELINE
-  launch_rows_heads_fastest<Traits>(flashmask_fwd_kernel<Traits>, p, p.seqlen_q, Traits::kBlockM, stream,
-                                    g_exp_timeline_fwd);
+  launch_rows_heads_fastest<Traits>(kernel, p, p.seqlen_q, Traits::kBlockM, stream, g_exp_timeline_fwd);
 #else
-  launch_rows_heads_fastest<Traits>(flashmask_fwd_kernel<Traits>, p, p.seqlen_q, Traits::kBlockM, stream);
+  launch_rows_heads_fastest<Traits>(kernel, p, p.seqlen_q, Traits::kBlockM, stream);
 #endif
 }
 
@@ -184,14 +213,18 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
     using Small = BwdStagedTraits<kHeadDim, T, SmemClass::k99K>;
     if constexpr (!fits_99k<Traits>() && fits_99k<Small>()) {
       if (take_99k_tiles<Traits>()) {
-        launch_bwd_rows<Small>(flashmask_bwd_staged_kernel<Small>, p, stream);
+        launch_bwd_rows<Small>(kernel_for_head_dim<BwdStagedKernelOf, Small>(p), p, stream);
         return;
       }
     }
-    launch_bwd_rows<Traits>(flashmask_bwd_staged_kernel<Traits>, p, stream);
+    launch_bwd_rows<Traits>(kernel_for_head_dim<BwdStagedKernelOf, Traits>(p), p, stream);
   } else if constexpr (kHeadDim <= kSplitBwdMaxHeadDim) {
     if (p.dkv_direct) {  // planned while PADDLE_FLASHMASK_FA2_BWD said otherwise
       throw std::invalid_argument("flashmask FA2-class backward: dkv_direct is planned for the staged kernel only");
+    }
+    if (p.head_dim != kHeadDim) {  // Python's check_env_switches refuses it first
+      throw std::invalid_argument("PADDLE_FLASHMASK_FA2_BWD=split takes head_dim 32, 64, 96 or 128, got " +
+                                  std::to_string(p.head_dim) + "; unset it (or set 'staged') at this head_dim");
     }
     using Traits = BwdTraits<kHeadDim, T>;
     launch_bwd_rows<Traits>(flashmask_bwd_kernel<Traits>, p, stream);
@@ -204,7 +237,8 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
 template <int kHeadDim, typename T>
 void launch_bwd_dq(const BwdParams& p, cudaStream_t stream) {
   using Traits = BwdDQTraits<kHeadDim, T>;
-  launch_rows_heads_fastest<Traits>(flashmask_bwd_dq_kernel<Traits>, p, p.seqlen_q, Traits::kBlockM, stream);
+  launch_rows_heads_fastest<Traits>(kernel_for_head_dim<BwdDQKernelOf, Traits>(p), p, p.seqlen_q, Traits::kBlockM,
+                                    stream);
 }
 
 }  // namespace cuda

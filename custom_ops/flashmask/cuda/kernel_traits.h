@@ -8,6 +8,17 @@ namespace cuda {
 // the preprocessing kernel writes (one BlockBounds per kBlockN columns).
 constexpr int kMaskBlockN = 64;
 
+// Head dims that run on a wider instantiation's tiles, as FlashAttention-2
+// runs head dims between its instantiated ones (!Is_even_K): 80 on 96's. The
+// columns past 80 are zero-filled on load, so they add nothing to Q K^T and
+// give columns of O, dQ, dK and dV that are never stored; the work is 96's.
+constexpr int fa2_kernel_head_dim(int head_dim) { return head_dim == 80 ? 96 : head_dim; }
+// Whether an instantiation has the padded kernels beside its own (kPadded).
+template <int kKernelHeadDim>
+constexpr bool takes_padded_head_dims() {
+  return kKernelHeadDim == 96;
+}
+
 // The shared memory a block may opt into decides some tiles: kDefault fits the
 // A100 class (163 KB; the Hopper GPUs allow 227 KB), k99K the 99 KB of compute
 // capability 8.6/8.9 (RTX 30x0/40x0, A10, A40, L4, L40). A kernel has k99K tiles

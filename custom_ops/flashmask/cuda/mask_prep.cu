@@ -187,7 +187,9 @@ __global__ void __launch_bounds__(kDQConvertThreads) fa2_dq_tiles_to_dq_kernel(B
   }
   __syncthreads();
   T* dq = static_cast<T*>(p.dq) + batch * p.dq_batch_stride + head * p.dq_head_stride;
-  write_staged_dq_rows<Layout::kRows, kDim>(dq, p.dq_row_stride, rows, m, p.seqlen_q);
+  // The columns dq has: fewer than the tiles' where the call's head dim runs on them padded.
+  const int cols = takes_padded_head_dims<kDim>() ? p.head_dim : kDim;
+  write_staged_dq_rows<Layout::kRows, kDim>(dq, p.dq_row_stride, rows, m, p.seqlen_q, cols);
 }
 
 // dK/dV from several head slots per kv head: src [rows, Hk * group, D] (fp32
@@ -280,11 +282,12 @@ void launch_convert(const float* src, void* dst, int64_t n, float scale, cudaStr
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }
 
-// dq from the FA2-class backward's dQ tiles, one CTA per tile.
+// dq from the FA2-class backward's dQ tiles, one CTA per tile; the tiles have
+// the kernel's head dim (fa2_kernel_head_dim), dq the call's.
 template <typename T>
 void launch_fa2_dq_tiles_to_dq(const BwdParams& p, cudaStream_t stream) {
   const dim3 grid(unsigned(bwd_padded_rows(p.seqlen_q) / kBwdRowBlock), p.num_heads, p.batch);
-  switch (p.head_dim) {
+  switch (fa2_kernel_head_dim(p.head_dim)) {
     case 32: fa2_dq_tiles_to_dq_kernel<T, 32><<<grid, kDQConvertThreads, 0, stream>>>(p); break;
     case 64: fa2_dq_tiles_to_dq_kernel<T, 64><<<grid, kDQConvertThreads, 0, stream>>>(p); break;
     case 96: fa2_dq_tiles_to_dq_kernel<T, 96><<<grid, kDQConvertThreads, 0, stream>>>(p); break;

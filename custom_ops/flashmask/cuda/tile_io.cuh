@@ -10,18 +10,26 @@ namespace flashmask {
 namespace cuda {
 
 // Copies rows [0, kRows) of a [*, kDim] matrix (row stride `stride`
-// elements) into a swizzled tile; rows >= rows_valid become zeros.
-template <int kRows, int kDim, int kThreads, typename T>
+// elements) into a swizzled tile; rows >= rows_valid become zeros, and so do
+// columns >= cols_valid (a multiple of 8: a head dim run on a wider kernel's
+// tiles, kernel_traits.h's fa2_kernel_head_dim).
+template <int kRows, int kDim, int kThreads, bool kPaddedCols = false, typename T>
 __device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t stride,
-                                                int rows_valid, int tid) {
+                                                int rows_valid, int tid, int cols_valid = kDim) {
   constexpr int kChunks = kDim / 8;
   for (int i = tid; i < kRows * kChunks; i += kThreads) {
     const int r = i / kChunks;
     const int c = (i % kChunks) * 8;
-    const bool valid = r < rows_valid;
-    // Point at a valid row even when copying zero bytes.
-    const T* src = gmem + int64_t(valid ? r : 0) * stride + c;
-    cp_async_16(smem + SwizzledTile<kDim>::offset(r, c), src, valid);
+    if constexpr (kPaddedCols) {
+      const bool valid = r < rows_valid && c < cols_valid;
+      // Point at the tile's first element when copying zero bytes.
+      cp_async_16(smem + SwizzledTile<kDim>::offset(r, c), valid ? gmem + int64_t(r) * stride + c : gmem, valid);
+    } else {
+      const bool valid = r < rows_valid;
+      // Point at a valid row even when copying zero bytes.
+      const T* src = gmem + int64_t(valid ? r : 0) * stride + c;
+      cp_async_16(smem + SwizzledTile<kDim>::offset(r, c), src, valid);
+    }
   }
 }
 
@@ -37,7 +45,8 @@ __device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t 
 //   kThreads / 4 x pass; the swizzle repeats every 4 chunks and every 8 rows
 //   (SwizzledTile::phases_hold), so the groups are +64 bytes and the passes
 //   +kThreads / 4 rows.
-// Other shapes keep the loop.
+// Other shapes keep the loop. kPaddedCols (a head dim run on a wider
+// kernel's tiles): columns >= cols_valid become zeros, in the stepped form.
 //
 // In the first form the thread takes its first source address once and steps
 // it by a fixed pass stride, a 64-bit add a copy, where the per-row form costs
@@ -50,11 +59,12 @@ __device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t 
 //   block) branch to a form with no validity test at all. The forward's K/V
 //   copies take it (+1-3%); around the backward's Q/dO copies the branch cost
 //   1-2%, so those run the stepped form for every tile.
-template <int kRows, int kDim, int kThreads, bool kWholeTileFast = false, typename T>
-__device__ __forceinline__ void copy_tile_async(T* smem, const T* gmem, int64_t stride, int rows_valid, int tid) {
+template <int kRows, int kDim, int kThreads, bool kWholeTileFast = false, bool kPaddedCols = false, typename T>
+__device__ __forceinline__ void copy_tile_async(T* smem, const T* gmem, int64_t stride, int rows_valid, int tid,
+                                                int cols_valid = kDim) {
   using Tile = SwizzledTile<kDim>;
   constexpr int kChunks = kDim / 8;
-  if constexpr (kThreads % kChunks == 0 && kRows % (kThreads / kChunks) == 0) {
+  if constexpr (!kPaddedCols && kThreads % kChunks == 0 && kRows % (kThreads / kChunks) == 0) {
     constexpr int kRowsPerPass = kThreads / kChunks;
     // Where a pass is a whole number of swizzle periods (8 rows) down, each pass's shared-memory
     // address is the first one's plus an immediate (SwizzledTile::phases_hold); computed per
@@ -100,11 +110,14 @@ __device__ __forceinline__ void copy_tile_async(T* smem, const T* gmem, int64_t 
       const T* src = gmem + int64_t(valid ? r : 0) * stride + c0;
 #pragma unroll
       for (int g = 0; g < kChunks / 4; ++g) {
-        cp_async_16(first + pass * kRowsPerPass * kDim + g * 32, src + g * 32, valid);
+        // A padded column copies zero bytes from the row's first chunk.
+        const bool col_valid = !kPaddedCols || c0 + g * 32 < cols_valid;
+        cp_async_16(first + pass * kRowsPerPass * kDim + g * 32, col_valid ? src + g * 32 : src,
+                    valid && col_valid);
       }
     }
   } else {
-    load_tile_async<kRows, kDim, kThreads>(smem, gmem, stride, rows_valid, tid);
+    load_tile_async<kRows, kDim, kThreads, kPaddedCols>(smem, gmem, stride, rows_valid, tid, cols_valid);
   }
 }
 

@@ -76,10 +76,11 @@ FLASHMASK_HOST_DEVICE constexpr int dq_staging_row_elems(int head_dim) { return 
 #if defined(__CUDACC__)
 // Rows [0, kRows) staged in `rows` to dq's rows from m * kRows (rows past
 // seqlen_q left out), in 16-byte chunks row by row over the block's threads;
-// element by element where dq's rows are not 16-byte aligned.
+// element by element where dq's rows are not 16-byte aligned. Columns from
+// `cols` on (a multiple of 8: a head dim run on kDim's tiles) are left out.
 template <int kRows, int kDim, typename T>
 __device__ __forceinline__ void write_staged_dq_rows(T* dq, int64_t row_stride, const T* rows, int m,
-                                                     int seqlen_q) {
+                                                     int seqlen_q, int cols = kDim) {
   constexpr int kRowElems = dq_staging_row_elems(kDim);
   constexpr int kChunks = kDim / 8;  // 16-byte chunks per row
   const bool vector_rows = reinterpret_cast<uintptr_t>(dq) % 16 == 0 && row_stride % 8 == 0;
@@ -87,6 +88,7 @@ __device__ __forceinline__ void write_staged_dq_rows(T* dq, int64_t row_stride, 
     const int r = c / kChunks, col = c % kChunks * 8;
     const int row = m * kRows + r;
     if (row >= seqlen_q) break;  // chunks go row by row
+    if (col >= cols) continue;
     T* dst = dq + row * row_stride + col;
     const T* src = rows + r * kRowElems + col;
     if (vector_rows) {
