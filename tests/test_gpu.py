@@ -649,7 +649,7 @@ def test_auto_takes_head_dim_256(causal, cols, deterministic):
 
 @pytest.mark.parametrize("causal,cols", [(True, 0), (True, 1), (False, 4)])
 def test_auto_takes_head_dim_96(causal, cols):
-    # "auto" on any GPU: the FA2-class kernels (the Hopper ones take 64, 128 and 256 only).
+    # "auto": the Hopper kernels on a compute capability 9.0 GPU (they take 96 too), the FA2-class ones elsewhere.
     old = pfm.set_gpu_kernel("auto")
     try:
         idx = None if cols == 0 else random_indices(np.random.default_rng(96), 2, 2, 333, 333, causal, cols)

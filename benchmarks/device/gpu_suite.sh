@@ -13,6 +13,7 @@
 #   BENCH_KERNELS="sm90 fa2"  (peers: benchmarks/device/peers.sh in the same call, outside the
 #   Paddle runtime's environment: ours and FlexAttention measured in one call)
 #   BENCH_LENGTHS="8192"  (the sweep's lengths, default 8192 32768; peers.sh takes it too)
+#   BENCH_KV_HEADS="32"  (the sweep's kv heads of the 32 query heads, default 8; peers.sh: PEER_KV_HEADS)
 #   BENCH_REPEATS=3  (timed calls per cell of that sweep, the median kept; peers.sh too). Default 9:
 #   with 3, one slow sample moved two 32K cells of an H100 call by 0.1x Flex (RESULTS_H100.md)
 #   BENCH_DIM=256 BENCH_MASKS="causal causal_document"  (one head dim / fewer masks: the 8K/32K
@@ -132,11 +133,11 @@ if [[ -n "${CLOCK_LOG_MS:-}" && ( " $STAGES " == *" bench "* || " $STAGES " == *
 fi
 
 if [[ " $STAGES " == *" bench "* ]]; then
-  python3 benchmarks/bench_gpu.py --lengths ${BENCH_LENGTHS:-8192 32768} --kv-heads 8 --repeats ${BENCH_REPEATS:-9} --gpu-kernels ${BENCH_KERNELS:-sm90 fa2} \
+  python3 benchmarks/bench_gpu.py --lengths ${BENCH_LENGTHS:-8192 32768} --kv-heads ${BENCH_KV_HEADS:-8} --repeats ${BENCH_REPEATS:-9} --gpu-kernels ${BENCH_KERNELS:-sm90 fa2} \
     --dim "${BENCH_DIM:-128}" ${BENCH_DIM_V:+--dim-v $BENCH_DIM_V} ${BENCH_MASKS:+--masks $BENCH_MASKS} \
     --budget-s "${BENCH_BUDGET_S:-300}" --out "$OUT/gpu_results.jsonl" 2>&1 | grep -v -E "^W|^I[0-9]" | tee "$OUT/bench_ours.log" | grep "^| sm90"
 fi
-if [[ " $STAGES " == *" bench "* && -z "${BENCH_DIM:-}${BENCH_DIM_V:-}${BENCH_MASKS:-}${BENCH_LENGTHS:-}" ]]; then
+if [[ " $STAGES " == *" bench "* && -z "${BENCH_DIM:-}${BENCH_DIM_V:-}${BENCH_MASKS:-}${BENCH_LENGTHS:-}${BENCH_KV_HEADS:-}" ]]; then
   python3 benchmarks/bench_gpu.py --lengths 16384 --kv-heads 8 32 --masks causal --repeats 5 --gpu-kernels ${BENCH_KERNELS:-sm90 fa2} \
     --out "$OUT/gpu_results.jsonl" 2>&1 | grep "^|" | tail -4
   python3 benchmarks/bench_gpu.py --lengths 131072 --kv-heads 8 --masks causal_document share_question sliding_window \

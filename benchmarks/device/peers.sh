@@ -17,7 +17,7 @@ python3 benchmarks/bench_gpu_peers.py --lengths ${BENCH_LENGTHS:-8192 32768} --k
   --impls ${PEER_IMPLS:-flex_attention sdpa_dense_mask sdpa_flash_causal} \
   --dim "${BENCH_DIM:-128}" ${BENCH_DIM_V:+--dim-v $BENCH_DIM_V} ${BENCH_MASKS:+--masks $BENCH_MASKS} \
   --budget-s "${PEER_BUDGET_S:-330}" --out "$OUT/peer_results.jsonl" 2>&1 | tee -a "$OUT/bench_peers.log" | grep "^|"
-[[ -n "${BENCH_DIM:-}${BENCH_DIM_V:-}${BENCH_MASKS:-}${BENCH_LENGTHS:-}" ]] && exit 0
+[[ -n "${BENCH_DIM:-}${BENCH_DIM_V:-}${BENCH_MASKS:-}${BENCH_LENGTHS:-}${BENCH_KV_HEADS:-}" ]] && exit 0
 python3 benchmarks/bench_gpu_peers.py --lengths 16384 --kv-heads 8 32 --masks causal --repeats 5 \
   --out "$OUT/peer_results.jsonl" 2>&1 | grep "^|" | tail -4
 python3 benchmarks/bench_gpu_peers.py --lengths 131072 --kv-heads 8 --impls flex_attention \
