@@ -119,18 +119,18 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSM)
   // Groups: {Q, dO, V[n]} then {K[n]}; every later iteration commits one V and
   // one K group, so "all but the newest group" is always the one needed next.
   load_tile_async<kBlockM, kDim, kThreads, kPadded>(sQ, q + int64_t(r0) * p.q_row_stride, p.q_row_stride,
-                                           r1 - r0, tid, dim);
+                                                    r1 - r0, tid, dim);
   load_tile_async<kBlockM, kDim, kThreads, kPadded>(sdO, dout + int64_t(r0) * p.do_row_stride,
-                                           p.do_row_stride, r1 - r0, tid, dim);
+                                                    p.do_row_stride, r1 - r0, tid, dim);
   int n = next_live_block(0);
   if (n < n_end) {
     load_tile_async<kBlockN, kDim, kThreads, kPadded>(sV, v + int64_t(n) * kBlockN * p.v_row_stride,
-                                             p.v_row_stride, seqlen_k - n * kBlockN, tid, dim);
+                                                      p.v_row_stride, seqlen_k - n * kBlockN, tid, dim);
   }
   cp_async_commit();
   if (n < n_end) {
     load_tile_async<kBlockN, kDim, kThreads, kPadded>(sK, k + int64_t(n) * kBlockN * p.k_row_stride,
-                                             p.k_row_stride, seqlen_k - n * kBlockN, tid, dim);
+                                                      p.k_row_stride, seqlen_k - n * kBlockN, tid, dim);
   }
   cp_async_commit();
 
@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSM)
     const int n_next = next_live_block(n + 1);
     if (n_next < n_end) {
       load_tile_async<kBlockN, kDim, kThreads, kPadded>(sV, v + int64_t(n_next) * kBlockN * p.v_row_stride,
-                                               p.v_row_stride, seqlen_k - n_next * kBlockN, tid, dim);
+                                                        p.v_row_stride, seqlen_k - n_next * kBlockN, tid, dim);
     }
     cp_async_commit();
     cp_async_wait<1>();  // K[n] has landed
@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSM)
     __syncthreads();  // every warp is done with sK and sCol
     if (n_next < n_end) {
       load_tile_async<kBlockN, kDim, kThreads, kPadded>(sK, k + int64_t(n_next) * kBlockN * p.k_row_stride,
-                                               p.k_row_stride, seqlen_k - n_next * kBlockN, tid, dim);
+                                                        p.k_row_stride, seqlen_k - n_next * kBlockN, tid, dim);
     }
     cp_async_commit();
     n = n_next;

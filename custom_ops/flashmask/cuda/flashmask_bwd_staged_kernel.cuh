@@ -200,9 +200,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const int64_t delta_plane = int64_t(p.batch) * p.num_heads * stats_rows;
 
   load_tile_async<kBlockN, kDim, kThreads, kPadded>(sK, k + int64_t(c0) * p.k_row_stride, p.k_row_stride, seqlen_k - c0,
-                                           tid, dim);
+                                                    tid, dim);
   load_tile_async<kBlockN, kDim, kThreads, kPadded>(sV, v + int64_t(c0) * p.v_row_stride, p.v_row_stride, seqlen_k - c0,
-                                           tid, dim);
+                                                    tid, dim);
   if (tid < kBlockN) {  // the key columns' masked rows, read at the first top barrier
     const int col = c0 + tid;
     if (one_visible) {

@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   auto load_k = [&](int n) { load_kv(sK, k, p.k_row_stride, n); };
 
   load_tile_async<kBlockM, kDim, kThreads, kPadded>(sQ, q + int64_t(r0) * p.q_row_stride, p.q_row_stride,
-                                           r1 - r0, tid, dim);
+                                                    r1 - r0, tid, dim);
   TileKind kind = TileKind::kSkip;
   int n = next_live_block(0, kind);
   if (n < n_end) load_k(n);
