@@ -988,7 +988,7 @@ def test_hopper_only_head_dims_at_most_2_18_rows_and_keys_per_call(fake_gpu, dim
 @pytest.mark.parametrize("capability,sm90_built,dim,why", [
     ((8, 0), True, 192, "needs a compute capability 9.0 GPU"),
     ((9, 0), False, 192, "this build of the op has no sm90 kernels"),
-    ((9, 0), True, 32, r"takes head_dim \(64, 96, 128, 192, 256\), got 32"),
+    ((9, 0), True, 32, r"takes head_dim \(64, 80, 96, 128, 192, 256\), got 32"),
 ])
 def test_forced_sm90_where_it_cannot_run(fake_gpu, capability, sm90_built, dim, why):
     with pytest.raises(ValueError, match=rf"gpu_kernel 'sm90'.*{why}"):

@@ -695,7 +695,7 @@ int main(int argc, char** argv) {
   // and 32K timed (bf16, 32:8 heads), and the backward's head grouping.
   const std::string mode = argc > 1 ? argv[1] : "";
   auto mode_head_dim = [&](const char* prefix) {
-    for (int d : {96, 192, 256}) {
+    for (int d : {80, 96, 192, 256}) {
       if (mode == prefix + std::to_string(d)) return d;
     }
     return 0;
@@ -989,6 +989,13 @@ int main(int argc, char** argv) {
   // deterministic backward, and a deterministic 256 runs the FA2-class one
   // (fa2_hd256_cases). The D=128 cases of the list above, causal_doc with GQA.
   const Case sm90_only_cases[] = {
+      // 80: the Hopper forward on 96's tiles (TMA fills the columns past 80), the FA2-class backward.
+      {"causal", 1, 1000, 1000, 4, 2, 80, true, 0, nullptr},
+      {"causal_sq<sk", 1, 300, 517, 4, 1, 80, true, 0, nullptr},
+      {"causal_doc", 2, 1000, 1000, 4, 2, 80, true, 1, doc_mask},
+      {"window128", 1, 1000, 1000, 4, 2, 80, true, 2, window_mask},
+      {"random4+empty", 1, 333, 333, 4, 4, 80, false, 4, random4_mask},
+      {"none", 2, 77, 77, 2, 2, 80, false, 0, nullptr},
       {"causal", 1, 1000, 1000, 4, 2, 96, true, 0, nullptr},
       {"causal_sq<sk", 1, 300, 517, 4, 1, 96, true, 0, nullptr},
       {"causal_doc", 2, 1000, 1000, 4, 2, 96, true, 1, doc_mask},
@@ -1063,8 +1070,8 @@ int main(int argc, char** argv) {
     for (const Case& c : sm90_only_cases) {
       if (c.d != check_hd) continue;
       failures += !check_case(c, GpuKernel::kSm90, false, 0, -1, rng);
-      // 96 has the deterministic backward too (sm90 dK/dV, the FA2-class dQ pass).
-      if (c.d == 96) failures += !check_case(c, GpuKernel::kSm90, true, 1, 0, rng);
+      // 96 has the deterministic backward too (sm90 dK/dV, the FA2-class dQ pass); 80's is FA2-class.
+      if (c.d == 96 || c.d == 80) failures += !check_case(c, GpuKernel::kSm90, true, 1, 0, rng);
     }
     failures += !check_case({"causal_doc", 2, 2048, 2048, 16, 4, check_hd, true, 1, doc_mask, paired_value_dim(check_hd)},
                             GpuKernel::kSm90, false, 4, -1, rng);

@@ -43,7 +43,7 @@ void dispatch(const Params& p, const Launcher& launcher) {
       return bf16 ? launcher.template run<32, __nv_bfloat16>() : launcher.template run<32, __half>();
     case 64:
       return bf16 ? launcher.template run<64, __nv_bfloat16>() : launcher.template run<64, __half>();
-    case 80:  // on 96's tiles, padded (fa2_kernel_head_dim)
+    case 80:  // on 96's tiles, padded (tile_head_dim)
     case 96:
       return bf16 ? launcher.template run<96, __nv_bfloat16>() : launcher.template run<96, __half>();
     case 128:
@@ -103,7 +103,7 @@ bool use_sm90(const Params& p, bool kernel_available) {
     throw std::invalid_argument(
         "flashmask_attention: gpu_kernel='sm90' needs a compute capability 9.0 GPU, a build with "
         "sm_90a (PADDLE_FLASHMASK_CUDA_ARCHS containing 90a, CUTLASS headers installed), "
-        "head_dim 64, 96, 128 or 256 (value alike) or 192 with value 128, float16/bfloat16 and 16-byte aligned "
+        "head_dim 64, 80 (forward), 96, 128 or 256 (value alike) or 192 with value 128, float16/bfloat16 and 16-byte aligned "
         "strides");
   }
   return takes && kernel_available;
@@ -112,10 +112,10 @@ bool use_sm90(const Params& p, bool kernel_available) {
 }  // namespace
 
 // The (q/k, v) head dims the op takes on GPU (Python's validation alike): 32,
-// 64, 80, 96, 128 and 256 with v alike, and 192 with v 128 (MLA). 32 and 80 run on
-// the FA2-class kernels only (80 on 96's tiles: fa2_kernel_head_dim), 192/128 on the Hopper
-// ones only (dispatch says so where a call cannot take them); 64, 128 and 256
-// on either. A deterministic backward at 256 runs the FA2-class kernels (the
+// 64, 80, 96, 128 and 256 with v alike, and 192 with v 128 (MLA). 32 runs on
+// the FA2-class kernels only, 192/128 on the Hopper ones only (dispatch says so
+// where a call cannot take them); the others on either, 80 on 96's tiles
+// (tile_head_dim) and with the FA2-class backward (sm90::bwd_supported). A deterministic backward at 256 runs the FA2-class kernels (the
 // Hopper backward has no deterministic mode there: sm90::bwd_supported), after
 // the Hopper forward where that takes the call.
 bool cuda_supports(DType dtype, int head_dim, int head_dim_v) {
@@ -164,10 +164,10 @@ void plan_bwd_cuda(BwdParams& params, int head_group, int group_max_steps) {
 }
 
 int64_t bwd_dq_accum_elems(const BwdParams& params) {
-  // Tiles have the kernel's head dim (80's are 96's: fa2_kernel_head_dim); the deterministic pass's rows the call's.
+  // Tiles have the kernel's head dim (80's are 96's: tile_head_dim); the deterministic pass's rows the call's.
   if (!params.dq_accum_tiled) return int64_t(params.batch) * params.seqlen_q * params.num_heads * params.head_dim;
   return int64_t(params.batch) * cuda::bwd_padded_rows(params.seqlen_q) * params.num_heads *
-         cuda::fa2_kernel_head_dim(params.head_dim);
+         cuda::tile_head_dim(params.head_dim);
 }
 
 // Both main kernels (sm90 and FA2-class, either mode) read row_stats.

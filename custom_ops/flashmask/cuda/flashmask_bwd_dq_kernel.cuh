@@ -32,7 +32,7 @@
 namespace flashmask {
 namespace cuda {
 
-// kPadded: p.head_dim is narrower than the tiles' (fa2_kernel_head_dim).
+// kPadded: p.head_dim is narrower than the tiles' (tile_head_dim).
 template <typename Traits, bool kPadded = false>
 __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSM)
     flashmask_bwd_dq_kernel(const BwdParams p) {

@@ -94,7 +94,7 @@ struct ColumnBoundsTest {
   }
 };
 
-// kPadded: p.head_dim is narrower than the tiles' (fa2_kernel_head_dim).
+// kPadded: p.head_dim is narrower than the tiles' (tile_head_dim).
 template <typename Traits, bool kPadded = false>
 __global__ void __launch_bounds__(Traits::kNThreads)
     flashmask_bwd_staged_kernel(const BwdParams p

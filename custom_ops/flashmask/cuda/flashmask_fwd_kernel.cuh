@@ -40,7 +40,7 @@ __device__ __forceinline__ void stage_masked_rows(MaskedRows* smem, const int32_
   }
 }
 
-// kPadded: p.head_dim is narrower than the tiles' (fa2_kernel_head_dim).
+// kPadded: p.head_dim is narrower than the tiles' (tile_head_dim).
 template <typename Traits, bool kPadded = false>
 __global__ void __launch_bounds__(Traits::kNThreads)
     flashmask_fwd_kernel(const FwdParams p

@@ -113,13 +113,13 @@ void launch_rows_heads_fastest(Kernel kernel, const Params& p, int seqlen, int b
 }
 
 // A kernel's instantiation for the call's head dim: its own, or, where the
-// call's head dim runs on these tiles padded (fa2_kernel_head_dim), the one
+// call's head dim runs on these tiles padded (tile_head_dim), the one
 // that loads and stores p.head_dim columns.
 template <template <typename, bool> class KernelOf, typename Traits, typename Params>
 auto kernel_for_head_dim(const Params& p) {
   if constexpr (takes_padded_head_dims<Traits::kHeadDim>()) {
     if (p.head_dim != Traits::kHeadDim) {
-      if (fa2_kernel_head_dim(p.head_dim) != Traits::kHeadDim) {
+      if (tile_head_dim(p.head_dim) != Traits::kHeadDim) {
         throw std::logic_error("flashmask FA2-class kernels: head_dim " + std::to_string(p.head_dim) +
                                " reached the " + std::to_string(Traits::kHeadDim) + " kernel");
       }

@@ -8,11 +8,13 @@ namespace cuda {
 // the preprocessing kernel writes (one BlockBounds per kBlockN columns).
 constexpr int kMaskBlockN = 64;
 
-// Head dims that run on a wider instantiation's tiles, as FlashAttention-2
-// runs head dims between its instantiated ones (!Is_even_K): 80 on 96's. The
-// columns past 80 are zero-filled on load, so they add nothing to Q K^T and
-// give columns of O, dQ, dK and dV that are never stored; the work is 96's.
-constexpr int fa2_kernel_head_dim(int head_dim) { return head_dim == 80 ? 96 : head_dim; }
+// The head dim of the tiles a call's head dim runs on, in either kernel family:
+// its own, or a wider instantiation's, as FlashAttention-2 and -3 run head dims
+// between their instantiated ones: 80 on 96's. The columns past 80 are zero on
+// load (the FA2-class copies zero-fill them, TMA fills what lies outside the
+// tensor), so they add nothing to Q K^T and give columns of O, dQ, dK and dV
+// that are never stored; the work is 96's.
+constexpr int tile_head_dim(int head_dim) { return head_dim == 80 ? 96 : head_dim; }
 // Whether an instantiation has the padded kernels beside its own (kPadded).
 template <int kKernelHeadDim>
 constexpr bool takes_padded_head_dims() {

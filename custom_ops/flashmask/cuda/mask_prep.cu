@@ -283,11 +283,11 @@ void launch_convert(const float* src, void* dst, int64_t n, float scale, cudaStr
 }
 
 // dq from the FA2-class backward's dQ tiles, one CTA per tile; the tiles have
-// the kernel's head dim (fa2_kernel_head_dim), dq the call's.
+// the kernel's head dim (tile_head_dim), dq the call's.
 template <typename T>
 void launch_fa2_dq_tiles_to_dq(const BwdParams& p, cudaStream_t stream) {
   const dim3 grid(unsigned(bwd_padded_rows(p.seqlen_q) / kBwdRowBlock), p.num_heads, p.batch);
-  switch (fa2_kernel_head_dim(p.head_dim)) {
+  switch (tile_head_dim(p.head_dim)) {
     case 32: fa2_dq_tiles_to_dq_kernel<T, 32><<<grid, kDQConvertThreads, 0, stream>>>(p); break;
     case 64: fa2_dq_tiles_to_dq_kernel<T, 64><<<grid, kDQConvertThreads, 0, stream>>>(p); break;
     case 96: fa2_dq_tiles_to_dq_kernel<T, 96><<<grid, kDQConvertThreads, 0, stream>>>(p); break;

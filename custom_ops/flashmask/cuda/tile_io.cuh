@@ -12,7 +12,7 @@ namespace cuda {
 // Copies rows [0, kRows) of a [*, kDim] matrix (row stride `stride`
 // elements) into a swizzled tile; rows >= rows_valid become zeros, and so do
 // columns >= cols_valid (a multiple of 8: a head dim run on a wider kernel's
-// tiles, kernel_traits.h's fa2_kernel_head_dim).
+// tiles, kernel_traits.h's tile_head_dim).
 template <int kRows, int kDim, int kThreads, bool kPaddedCols = false, typename T>
 __device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t stride,
                                                 int rows_valid, int tid, int cols_valid = kDim) {

@@ -318,7 +318,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     const auto shape_q = make_shape(p.seqlen_q, p.head_dim, p.num_heads, p.batch);
     const auto shape_k = make_shape(p.seqlen_k, p.head_dim, p.num_heads_k, p.batch);
     constexpr int kDimV = Traits::kHeadDimV;
-    const auto shape_v = make_shape(p.seqlen_k, kDimV, p.num_heads_k, p.batch);
+    // The tensors' own head dims: narrower than the tiles' where the call runs padded (TMA fills zeros).
+    const auto shape_v = make_shape(p.seqlen_k, p.value_head_dim(), p.num_heads_k, p.batch);
     Tensor mQ = kp.tma_q.get_tma_tensor(shape_q);
     Tensor mK = kp.tma_k.get_tma_tensor(shape_k);
     Tensor mV = kp.tma_v.get_tma_tensor(shape_v);
@@ -515,7 +516,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       cutlass::arch::fence_view_async_shared();  // the TMA unit reads it next
       asm volatile("bar.sync %0, 128;\n" ::"r"(int(FwdBarrier::kOutStagedWG0) + wg) : "memory");
       if (out_issuer) {
-        Tensor mO = kp.tma_o.get_tma_tensor(make_shape(p.seqlen_q, int(Traits::kHeadDimV), p.num_heads, p.batch));
+        Tensor mO = kp.tma_o.get_tma_tensor(make_shape(p.seqlen_q, p.value_head_dim(), p.num_heads, p.batch));
         constexpr int kPanelCols = Traits::kPanelCols;
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < Traits::kHeadDimV / kPanelCols; ++j) {

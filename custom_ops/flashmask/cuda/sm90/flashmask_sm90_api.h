@@ -19,8 +19,9 @@ bool compiled();
 constexpr int value_head_dim_for(int head_dim) { return head_dim == 192 ? 128 : head_dim; }
 
 // True when the Hopper kernels take this call (dtype, head dims 64, 96, 128 or
-// 256 with value alike or 192 with value 128, strides, length; the backward
-// past head dim 128 not in deterministic mode).
+// 256 with value alike or 192 with value 128, and the forward 80 on 96's tiles;
+// strides, length; the backward not at 80, nor past head dim 128 in
+// deterministic mode).
 bool fwd_supported(const FwdParams& p);
 bool bwd_supported(const BwdParams& p);
 // Query heads per backward CTA (BwdParams::bwd_head_group): a divisor of the

@@ -16,6 +16,7 @@
 
 #include "../cuda_check.h"
 #include "../env_settings.h"
+#include "../kernel_traits.h"
 #include "../workspace.h"
 #include "flashmask_bwd_sm90_kernel.cuh"
 #include "flashmask_fwd_sm90_kernel.cuh"
@@ -69,10 +70,15 @@ inline bool fwd_gqa_tiles() { return cuda::env_switch("PADDLE_FLASHMASK_SM90_FWD
 // kernel instead (the same kernel and work).
 inline bool bwd_finish_overlap() { return cuda::env_switch("PADDLE_FLASHMASK_SM90_BWD_FINISH_OVERLAP", true); }
 
-// The kernels' head dims are compile-time: the call's must be the instantiation's.
-template <typename Traits>
+// The kernels' head dims are compile-time: the call's must be the instantiation's,
+// or (kPaddedOk: the forward, whose TMA loads fill the columns past the tensor's
+// head dim with zeros and whose TMA stores drop them) run on its tiles
+// (cuda::tile_head_dim: 80 on 96's).
+template <typename Traits, bool kPaddedOk = false>
 void check_head_dims(const FwdParams& p) {
-  if (p.head_dim != Traits::kHeadDim || p.value_head_dim() != Traits::kHeadDimV) {
+  const bool padded = kPaddedOk && cuda::tile_head_dim(p.head_dim) == Traits::kHeadDim &&
+                      cuda::tile_head_dim(p.value_head_dim()) == Traits::kHeadDimV;
+  if (!padded && (p.head_dim != Traits::kHeadDim || p.value_head_dim() != Traits::kHeadDimV)) {
     throw std::invalid_argument("flashmask sm90: head dims " + std::to_string(p.head_dim) + "/" +
                                 std::to_string(p.value_head_dim()) + " reached the " +
                                 std::to_string(Traits::kHeadDim) + "/" + std::to_string(Traits::kHeadDimV) +
@@ -121,14 +127,15 @@ bool fwd_takes_wide_keys(const FwdParams& p, bool pingpong, bool overlap) {
 template <typename Traits>
 void launch_fwd_kernel(const FwdParams& p, FwdKernel<Traits> kernel, cudaStream_t stream) {
   using Element = typename Traits::Element;
-  check_head_dims<Traits>(p);
+  check_head_dims<Traits, /*kPaddedOk=*/true>(p);
   FwdKernelParams<Traits> kp{};
   kp.p = p;
   auto mQ = gmem_view<Element>(p.q, p.seqlen_q, p.head_dim, p.num_heads, p.batch, p.q_row_stride,
                                p.q_head_stride, p.q_batch_stride);
   auto mK = gmem_view<Element>(p.k, p.seqlen_k, p.head_dim, p.num_heads_k, p.batch, p.k_row_stride,
                                p.k_head_stride, p.k_batch_stride);
-  auto mV = gmem_view<Element>(p.v, p.seqlen_k, Traits::kHeadDimV, p.num_heads_k, p.batch, p.v_row_stride,
+  // The tensors' own head dims (narrower than the tiles' where padded: tile_head_dim).
+  auto mV = gmem_view<Element>(p.v, p.seqlen_k, p.value_head_dim(), p.num_heads_k, p.batch, p.v_row_stride,
                                p.v_head_stride, p.v_batch_stride);
   kp.tma_q = make_tma_copy(SM90_TMA_LOAD{}, mQ, take<0, 2>(typename Traits::SmemLayoutQ{}),
                            select<0, 2>(typename Traits::TileShape{}), _1{});
@@ -138,7 +145,7 @@ void launch_fwd_kernel(const FwdParams& p, FwdKernel<Traits> kernel, cudaStream_
                            make_shape(Int<Traits::kBlockN>{}, Int<Traits::kHeadDimV>{}), _1{});
   if constexpr (Traits::kTmaStoreO) {
     auto mO = make_tensor(make_gmem_ptr(static_cast<Element*>(p.out)),
-                          make_shape(p.seqlen_q, int(Traits::kHeadDimV), p.num_heads, p.batch),
+                          make_shape(p.seqlen_q, p.value_head_dim(), p.num_heads, p.batch),
                           make_stride(p.o_row_stride, _1{}, p.o_head_stride, p.o_batch_stride));
     kp.tma_o = make_tma_copy(SM90_TMA_STORE{}, mO, typename Traits::SmemLayoutOPanel{},
                              Shape<Int<Traits::kOutRows>, Int<Traits::kPanelCols>>{}, _1{});
