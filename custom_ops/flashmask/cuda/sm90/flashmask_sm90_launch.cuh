@@ -73,11 +73,15 @@ inline bool bwd_finish_overlap() { return cuda::env_switch("PADDLE_FLASHMASK_SM9
 // The kernels' head dims are compile-time: the call's must be the instantiation's,
 // or (kPaddedOk: the forward, whose TMA loads fill the columns past the tensor's
 // head dim with zeros and whose TMA stores drop them) run on its tiles
-// (cuda::tile_head_dim: 80 on 96's).
+// (cuda::tile_head_dim: 80 on 96's). Only where O leaves by TMA: the register
+// epilogue (192/128, 256) writes all kHeadDimV columns.
 template <typename Traits, bool kPaddedOk = false>
 void check_head_dims(const FwdParams& p) {
-  const bool padded = kPaddedOk && cuda::tile_head_dim(p.head_dim) == Traits::kHeadDim &&
-                      cuda::tile_head_dim(p.value_head_dim()) == Traits::kHeadDimV;
+  bool padded = false;
+  if constexpr (kPaddedOk) {
+    padded = Traits::kTmaStoreO && cuda::tile_head_dim(p.head_dim) == Traits::kHeadDim &&
+             cuda::tile_head_dim(p.value_head_dim()) == Traits::kHeadDimV;
+  }
   if (!padded && (p.head_dim != Traits::kHeadDim || p.value_head_dim() != Traits::kHeadDimV)) {
     throw std::invalid_argument("flashmask sm90: head dims " + std::to_string(p.head_dim) + "/" +
                                 std::to_string(p.value_head_dim()) + " reached the " +
