@@ -38,12 +38,11 @@ void dispatch(const Params& p, const Launcher& launcher) {
         std::to_string(p.head_dim) + "/" + std::to_string(p.value_head_dim()) + hopper_only_note);
   }
   const bool bf16 = p.dtype == DType::kBFloat16;
-  switch (p.head_dim) {
+  switch (cuda::tile_head_dim(p.head_dim)) {  // 80 on 96's tiles, padded
     case 32:
       return bf16 ? launcher.template run<32, __nv_bfloat16>() : launcher.template run<32, __half>();
     case 64:
       return bf16 ? launcher.template run<64, __nv_bfloat16>() : launcher.template run<64, __half>();
-    case 80:  // on 96's tiles, padded (tile_head_dim)
     case 96:
       return bf16 ? launcher.template run<96, __nv_bfloat16>() : launcher.template run<96, __half>();
     case 128:

@@ -14,11 +14,12 @@ constexpr int kMaskBlockN = 64;
 // load (the FA2-class copies zero-fill them, TMA fills what lies outside the
 // tensor), so they add nothing to Q K^T and give columns of O, dQ, dK and dV
 // that are never stored; the work is 96's.
-constexpr int tile_head_dim(int head_dim) { return head_dim == 80 ? 96 : head_dim; }
+constexpr int kPaddedHeadDim = 80;
+constexpr int tile_head_dim(int head_dim) { return head_dim == kPaddedHeadDim ? 96 : head_dim; }
 // Whether an instantiation has the padded kernels beside its own (kPadded).
 template <int kKernelHeadDim>
 constexpr bool takes_padded_head_dims() {
-  return kKernelHeadDim == 96;
+  return tile_head_dim(kPaddedHeadDim) == kKernelHeadDim;
 }
 
 // The shared memory a block may opt into decides some tiles: kDefault fits the

@@ -158,19 +158,20 @@ bool bwd_supported(const BwdParams& p) {
 void run_fwd(const FwdParams& p, cudaStream_t stream) {
 #if defined(FLASHMASK_WITH_SM90)
   const bool bf16 = p.dtype == DType::kBFloat16;
-  if (p.head_dim == 64) {
+  const int tiles = cuda::tile_head_dim(p.head_dim);  // 80 runs on 96's
+  if (tiles == 64) {
     return bf16 ? run_fwd_<64, __nv_bfloat16>(p, stream) : run_fwd_<64, __half>(p, stream);
   }
-  if (cuda::tile_head_dim(p.head_dim) == 96) {  // 96, and 80 on its tiles
+  if (tiles == 96) {
     return bf16 ? run_fwd_<96, __nv_bfloat16>(p, stream) : run_fwd_<96, __half>(p, stream);
   }
-  if (p.head_dim == 128) {
+  if (tiles == 128) {
     return bf16 ? run_fwd_<128, __nv_bfloat16>(p, stream) : run_fwd_<128, __half>(p, stream);
   }
-  if (p.head_dim == 192) {  // value head dim 128 (fwd_supported)
+  if (tiles == 192) {  // value head dim 128 (fwd_supported)
     return bf16 ? run_fwd_<192, __nv_bfloat16>(p, stream) : run_fwd_<192, __half>(p, stream);
   }
-  if (p.head_dim == 256) {
+  if (tiles == 256) {
     return bf16 ? run_fwd_<256, __nv_bfloat16>(p, stream) : run_fwd_<256, __half>(p, stream);
   }
 #endif
