@@ -258,16 +258,14 @@ def _choices(allowed):
 
 # Query/key head dims the CUDA kernels take; 32 runs on the FA2-class kernels only, 192 on the Hopper ones
 # only (SM90_ONLY_HEAD_DIMS), the others on both. 80 runs on head dim 96's tiles, its last 16 columns zero,
-# as FlashAttention-2 and -3 run it: in both families forward, the FA2-class backward (the Hopper
-# backward has no 80).
+# as FlashAttention-2 and -3 run it, in both families, forward and backward.
 GPU_HEAD_DIMS = (32, 64, 80, 96, 128, 192, 256)
 
 # The value head dim the CUDA kernels take with each of GPU_HEAD_DIMS: the same, except 192,
 # which they take with value head dim 128 only (MLA-style, as DeepSeek's q/k 192 and v 128).
 GPU_VALUE_HEAD_DIMS = {**{d: d for d in GPU_HEAD_DIMS}, 192: 128}
 
-# What the Hopper kernels take (custom_ops/flashmask/cuda/sm90), value head dims as above; 80 forward
-# only (its backward runs the FA2-class kernels, as a deterministic 256's does).
+# What the Hopper kernels take (custom_ops/flashmask/cuda/sm90), value head dims as above.
 SM90_HEAD_DIMS = (64, 80, 96, 128, 192, 256)
 
 # Head dims with no FA2-class kernel: on GPU they need the Hopper kernels (compute capability

@@ -31,10 +31,11 @@ FORMS = [(True, 0), (True, 1), (True, 2), (False, 0), (False, 2), (False, 4)]
 
 
 # Head dims the sm90 kernels take (flashmask_api_cuda.cu refuses others when forced); 192
-# with value head dim 128 only; 80 forward only (on 96's tiles; its backward is FA2-class).
+# with value head dim 128 only; 80 on 96's tiles.
 SM90_HEAD_DIMS = (64, 80, 96, 128, 192, 256)
 # Head dims of the tests run per family (32: the FA2-class kernels only, skipped for "sm90";
-# 80 runs on 96's tiles padded, the Hopper forward with the FA2-class backward). 256 runs on both families (the FA2-class kernels on every GPU, deterministic included)
+# 80 runs on 96's tiles padded, in both families). 256 runs on both families (the FA2-class kernels
+# on every GPU, deterministic included)
 # and has more tests of its own below; 192/128 (the Hopper kernels only, no deterministic
 # backward) has its own.
 DIMS = [d for d in (32, 64, 80, 96, 128, 256) if d in validation.GPU_HEAD_DIMS]
@@ -661,9 +662,9 @@ def test_auto_takes_head_dim_96(causal, cols):
 @pytest.mark.parametrize("causal,cols", [(True, 0), (True, 1), (False, 4)])
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_auto_takes_head_dim_80(causal, cols, deterministic):
-    # "auto": on a Hopper the Hopper forward and the FA2-class backward, elsewhere the FA2-class
-    # kernels, all on head dim 96's tiles with the last 16 columns zero on load and never
-    # stored (GQA 8:2, ragged length).
+    # "auto": on a Hopper the Hopper kernels (deterministic: the Hopper backward with the FA2-class
+    # dQ pass), elsewhere the FA2-class ones, all on head dim 96's tiles with the last 16 columns
+    # zero on load and never stored (GQA 8:2, ragged length).
     old = pfm.set_gpu_kernel("auto")
     try:
         idx = None if cols == 0 else random_indices(np.random.default_rng(80), 2, 2, 333, 333, causal, cols)

@@ -102,7 +102,7 @@ bool use_sm90(const Params& p, bool kernel_available) {
     throw std::invalid_argument(
         "flashmask_attention: gpu_kernel='sm90' needs a compute capability 9.0 GPU, a build with "
         "sm_90a (PADDLE_FLASHMASK_CUDA_ARCHS containing 90a, CUTLASS headers installed), "
-        "head_dim 64, 80 (forward), 96, 128 or 256 (value alike) or 192 with value 128, float16/bfloat16 and 16-byte aligned "
+        "head_dim 64, 80, 96, 128 or 256 (value alike) or 192 with value 128, float16/bfloat16 and 16-byte aligned "
         "strides");
   }
   return takes && kernel_available;
@@ -114,9 +114,9 @@ bool use_sm90(const Params& p, bool kernel_available) {
 // 64, 80, 96, 128 and 256 with v alike, and 192 with v 128 (MLA). 32 runs on
 // the FA2-class kernels only, 192/128 on the Hopper ones only (dispatch says so
 // where a call cannot take them); the others on either, 80 on 96's tiles
-// (tile_head_dim) and with the FA2-class backward (sm90::bwd_supported). A deterministic backward at 256 runs the FA2-class kernels (the
-// Hopper backward has no deterministic mode there: sm90::bwd_supported), after
-// the Hopper forward where that takes the call.
+// (tile_head_dim). A deterministic backward at 256 runs the FA2-class kernels
+// (the Hopper backward has no deterministic mode there: sm90::bwd_supported),
+// after the Hopper forward where that takes the call.
 bool cuda_supports(DType dtype, int head_dim, int head_dim_v) {
   const bool alike = head_dim_v == head_dim && (head_dim == 32 || head_dim == 64 || head_dim == 80 ||
                                                 head_dim == 96 || head_dim == 128 || head_dim == 256);

@@ -45,6 +45,7 @@
 #include "../../flashmask_params.h"
 #include "../../mask_bounds.h"
 #include "../fast_exp2.cuh"
+#include "../kernel_traits.h"
 #include "../exp_timeline.h"
 #include "../workspace.h"
 #include "bwd_cta_order.cuh"
@@ -176,6 +177,19 @@ __device__ __forceinline__ void store_pair(Element* dst, float a, float b) {
   *reinterpret_cast<uint32_t*>(dst) = bits;
 }
 
+// The columns of a gradient whose tiles have kCols: the call's head dim where a
+// narrower one runs on these tiles (cuda::takes_padded_head_dims: 80 on 96's),
+// else kCols itself, a constant, so that the other instantiations' stores keep
+// no column test.
+template <int kCols>
+__device__ __forceinline__ int padded_cols(int head_dim, Int<kCols>) {
+  if constexpr (cuda::takes_padded_head_dims<kCols>()) {
+    return head_dim;
+  } else {
+    return kCols;
+  }
+}
+
 // The tiles of (batch, head) in the tiled dq_accum (BwdParams::dq_accum_tiled):
 // ceil(seqlen_q / kBlockM) consecutive tiles of kTileFloats floats.
 template <int kTileFloats, int kBlockM>
@@ -203,12 +217,13 @@ __device__ __forceinline__ int fitted_head_count(int head_group, int num_live, i
 // list first, 15% of the backward's stall samples on 128-512-token documents).
 // The live query blocks themselves go to `live` (alike indexed) where the
 // CTAs are ordered by their work (bwd_cta_order_kernel); else it is null.
-// It also zeroes the key block's dK/dV slot rows (kDim / kDimV floats a row)
+// It also zeroes the key block's dK/dV slot rows (head_dim / value head dim
+// floats a row: the tensors', not the tiles', where 80 runs on 96's)
 // where the backward's CTAs will add into them: not where one CTA covers the
 // whole GQA group and stores dK/dV straight to dk/dv (write_dkv), so that
 // masks of short live lists (most key blocks grouped whole) skip most of
 // the accumulators' zeroing, which bwd_prepare leaves to this pass.
-template <int kBlockM, int kBlockN, int kThreads, int kDim, int kDimV>
+template <int kBlockM, int kBlockN, int kThreads>
 __global__ void __launch_bounds__(kThreads)
     bwd_fitted_heads_kernel(BwdParams p, int32_t* counts, int32_t* live_blocks) {
   const int n_block = blockIdx.x, group = blockIdx.y, batch = blockIdx.z;
@@ -238,15 +253,16 @@ __global__ void __launch_bounds__(kThreads)
   const int head_k = head / (p.num_heads / p.num_heads_k);
   const int rows = min(kBlockN, p.seqlen_k - n_block * kBlockN);
   const int64_t first_row = int64_t(batch) * p.seqlen_k + int64_t(n_block) * kBlockN;
-  auto zero_rows = [&](float* accum, int dim) {  // whole float4s: dim is a multiple of 32
-    for (int i = threadIdx.x; i < rows * dim / 4; i += kThreads) {
-      const int r = i / (dim / 4), c = i % (dim / 4) * 4;
+  auto zero_rows = [&](float* accum, int dim) {  // whole float4s: head dims are multiples of 16
+    const int vectors = dim / 4;
+    for (int i = threadIdx.x; i < rows * vectors; i += kThreads) {
+      const int r = i / vectors, c = i % vectors * 4;
       *reinterpret_cast<float4*>(accum + ((first_row + r) * p.accum_heads_k + head_k) * dim + c) =
           make_float4(0.f, 0.f, 0.f, 0.f);
     }
   };
-  zero_rows(p.dk_accum, kDim);
-  zero_rows(p.dv_accum, kDimV);
+  zero_rows(p.dk_accum, p.head_dim);
+  zero_rows(p.dv_accum, p.value_head_dim());
 }
 
 // kOneVisible: the column mask leaves each key one visible interval of
@@ -413,8 +429,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     if (warp != 0 || num_live == 0) return;
     const auto shape_q = make_shape(p.seqlen_q, p.head_dim, p.num_heads, p.batch);
     const auto shape_k = make_shape(p.seqlen_k, p.head_dim, p.num_heads_k, p.batch);
-    const auto shape_do = make_shape(p.seqlen_q, kDimV, p.num_heads, p.batch);
-    const auto shape_v = make_shape(p.seqlen_k, kDimV, p.num_heads_k, p.batch);
+    const auto shape_do = make_shape(p.seqlen_q, p.value_head_dim(), p.num_heads, p.batch);
+    const auto shape_v = make_shape(p.seqlen_k, p.value_head_dim(), p.num_heads_k, p.batch);
     const auto tile_q = make_shape(Int<kBlockM>{}, Int<kDim>{});
     const auto tile_do = make_shape(Int<kBlockM>{}, Int<kDimV>{});
     Tensor gK = local_tile(kp.tma_k.get_tma_tensor(shape_k)(_, _, head_k, batch),
@@ -478,8 +494,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   // accumulators `acc` of its GEMM (`thr`: either layout, the coordinates come
   // from the partition): `direct`, to the gradient in the output dtype
   // (scaled by `scale`); else added to (stored, for the slot's sole writer)
-  // the plan's fp32 slot, unscaled.
-  auto write_grad = [&](auto const& acc, auto const& thr, auto cols, void* grad, int64_t row_stride,
+  // the plan's fp32 slot, unscaled. `dim`: the gradient's (and slot rows')
+  // columns, kCols but where a head dim runs on wider tiles (80 on 96's),
+  // whose columns past it (zero: Q, K, V, dO were loaded zero-filled) stay out.
+  auto write_grad = [&](auto const& acc, auto const& thr, auto cols, int dim, void* grad, int64_t row_stride,
                         int64_t head_stride, int64_t batch_stride, float* accum, float scale, bool direct,
                         int slot, bool sole_writer) FLASHMASK_INLINE {
     constexpr int kCols = decltype(cols)::value;
@@ -497,12 +515,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
                        head_k * head_stride + col0;
         CUTLASS_PRAGMA_UNROLL
         for (int c = 0; c < size<1>(a_rc); c += 2) {
+          if (col0 + acc_col_offset(c) >= dim) continue;  // pairs start at even columns, dim is even
           store_pair(dst + acc_col_offset(c), a_rc(r, c) * scale, a_rc(r, c + 1) * scale);
         }
       } else {
-        float* dst = accum + ((int64_t(batch) * p.seqlen_k + key) * p.accum_heads_k + slot) * kCols + col0;
+        float* dst = accum + ((int64_t(batch) * p.seqlen_k + key) * p.accum_heads_k + slot) * dim + col0;
         CUTLASS_PRAGMA_UNROLL
         for (int c = 0; c < size<1>(a_rc); c += 2) {
+          if (col0 + acc_col_offset(c) >= dim) continue;
           accumulate_pair(dst + acc_col_offset(c), a_rc(r, c), a_rc(r, c + 1), sole_writer);
         }
       }
@@ -521,10 +541,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       kp.dkv_written[(int64_t(batch) * p.num_heads_k + head_k) * key_blocks + n_block] = direct;
     }
     const int slot = first_head / (p.num_heads / p.accum_heads_k);
-    write_grad(tdKrdK, thr_dk, Int<kDim>{}, p.dk, p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride,
-               p.dk_accum, p.softmax_scale, direct, slot, sole_writer);
-    write_grad(tdVrdV, thr_dv, Int<kDimV>{}, p.dv, p.dv_row_stride, p.dv_head_stride, p.dv_batch_stride,
-               p.dv_accum, 1.f, direct, slot, sole_writer);
+    write_grad(tdKrdK, thr_dk, Int<kDim>{}, padded_cols(p.head_dim, Int<kDim>{}), p.dk, p.dk_row_stride,
+               p.dk_head_stride, p.dk_batch_stride, p.dk_accum, p.softmax_scale, direct, slot, sole_writer);
+    write_grad(tdVrdV, thr_dv, Int<kDimV>{}, padded_cols(p.value_head_dim(), Int<kDimV>{}), p.dv, p.dv_row_stride,
+               p.dv_head_stride, p.dv_batch_stride, p.dv_accum, 1.f, direct, slot, sole_writer);
   };
 
   // This warpgroup's half of a step's dQ to shared memory in accumulator
@@ -853,7 +873,8 @@ __device__ __forceinline__ void convert_dq_tile(const BwdParams& p, int batch, i
   }
   __syncthreads();
   Element* dq = static_cast<Element*>(p.dq) + batch * p.dq_batch_stride + head * p.dq_head_stride;
-  cuda::write_staged_dq_rows<kBlockM, kDim>(dq, p.dq_row_stride, rows, m, p.seqlen_q);
+  cuda::write_staged_dq_rows<kBlockM, kDim>(dq, p.dq_row_stride, rows, m, p.seqlen_q,
+                                            padded_cols(p.head_dim, Int<kDim>{}));
 }
 
 // A key block's dK (scaled) and dV from its kv-head slot to dk/dv, unless the
@@ -892,9 +913,10 @@ __device__ __forceinline__ void convert_dkv_block(const BwdParams& p, const int3
       }
     }
   };
-  convert(p.dk_accum, p.dk, Traits::kHeadDim, p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride,
+  // The slots' rows have the tensors' head dims (bwd_fitted_heads_kernel).
+  convert(p.dk_accum, p.dk, padded_cols(p.head_dim, Int<Traits::kHeadDim>{}), p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride,
           p.softmax_scale);
-  convert(p.dv_accum, p.dv, Traits::kHeadDimV, p.dv_row_stride, p.dv_head_stride, p.dv_batch_stride, 1.f);
+  convert(p.dv_accum, p.dv, padded_cols(p.value_head_dim(), Int<Traits::kHeadDimV>{}), p.dv_row_stride, p.dv_head_stride, p.dv_batch_stride, 1.f);
 }
 
 // Launched as the main kernel's programmatic dependent, so its CTAs start on

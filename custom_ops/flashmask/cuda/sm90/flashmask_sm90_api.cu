@@ -40,14 +40,12 @@ bool tma_friendly(const void* ptr, int64_t row, int64_t head, int64_t batch) {
 int max_seqlen(int head_dim) { return head_dim > 128 ? 1 << 18 : 1 << 19; }
 
 // The (q/k, v) head dims instantiated: 64, 96, 128 and 256 with v alike, and
-// MLA's 192 with 128; and, for the forward, 80 on 96's tiles (cuda::tile_head_dim).
+// MLA's 192 with 128; and 80 on 96's tiles (cuda::tile_head_dim).
 bool head_dims_built(int head_dim, int head_dim_v) {
   const int tiles = cuda::tile_head_dim(head_dim);
   const bool built = tiles == 64 || tiles == 96 || tiles == 128 || tiles == 192 || tiles == 256;
   return built && head_dim_v == value_head_dim_for(head_dim);
 }
-// The backward has no padded instantiation: 80's runs the FA2-class one.
-bool runs_on_own_tiles(int head_dim) { return cuda::tile_head_dim(head_dim) == head_dim; }
 // Tiles of a persistent forward (query blocks of 128 x heads x batch): int
 // indices handed out by an int counter.
 constexpr int64_t kMaxTiles = int64_t(1) << 30;
@@ -150,7 +148,8 @@ bool bwd_supported(const BwdParams& p) {
   // No deterministic mode past head dim 128: 192 has no deterministic dQ pass
   // (the FA2-class dQ kernel takes no value head dim of its own), and a
   // deterministic 256 runs the FA2-class backward (main kernel and dQ pass).
-  return fwd_supported(p) && runs_on_own_tiles(p.head_dim) && !(p.deterministic && p.head_dim > 128) && tma_friendly(p.dout, p.do_row_stride, p.do_head_stride, p.do_batch_stride) &&
+  return fwd_supported(p) && !(p.deterministic && p.head_dim > 128) &&
+         tma_friendly(p.dout, p.do_row_stride, p.do_head_stride, p.do_batch_stride) &&
          pair_stores_aligned(p.dk, p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride) &&
          pair_stores_aligned(p.dv, p.dv_row_stride, p.dv_head_stride, p.dv_batch_stride);
 }
@@ -182,19 +181,20 @@ void run_fwd(const FwdParams& p, cudaStream_t stream) {
 void run_bwd(const BwdParams& p, cudaStream_t stream) {
 #if defined(FLASHMASK_WITH_SM90)
   const bool bf16 = p.dtype == DType::kBFloat16;
-  if (p.head_dim == 64) {
+  const int tiles = cuda::tile_head_dim(p.head_dim);  // 80 runs on 96's
+  if (tiles == 64) {
     return bf16 ? run_bwd_<64, __nv_bfloat16>(p, stream) : run_bwd_<64, __half>(p, stream);
   }
-  if (p.head_dim == 96) {
+  if (tiles == 96) {
     return bf16 ? run_bwd_<96, __nv_bfloat16>(p, stream) : run_bwd_<96, __half>(p, stream);
   }
-  if (p.head_dim == 128) {
+  if (tiles == 128) {
     return bf16 ? run_bwd_<128, __nv_bfloat16>(p, stream) : run_bwd_<128, __half>(p, stream);
   }
-  if (p.head_dim == 192) {  // value head dim 128 (fwd_supported)
+  if (tiles == 192) {  // value head dim 128 (fwd_supported)
     return bf16 ? run_bwd_<192, __nv_bfloat16>(p, stream) : run_bwd_<192, __half>(p, stream);
   }
-  if (p.head_dim == 256) {
+  if (tiles == 256) {
     return bf16 ? run_bwd_<256, __nv_bfloat16>(p, stream) : run_bwd_<256, __half>(p, stream);
   }
 #endif

@@ -71,17 +71,15 @@ inline bool fwd_gqa_tiles() { return cuda::env_switch("PADDLE_FLASHMASK_SM90_FWD
 inline bool bwd_finish_overlap() { return cuda::env_switch("PADDLE_FLASHMASK_SM90_BWD_FINISH_OVERLAP", true); }
 
 // The kernels' head dims are compile-time: the call's must be the instantiation's,
-// or (kPaddedOk: the forward, whose TMA loads fill the columns past the tensor's
-// head dim with zeros and whose TMA stores drop them) run on its tiles
-// (cuda::tile_head_dim: 80 on 96's). Only where O leaves by TMA: the register
-// epilogue (192/128, 256) writes all kHeadDimV columns.
-template <typename Traits, bool kPaddedOk = false>
+// or (kPaddedOk) run on its tiles (cuda::tile_head_dim: 80 on 96's), where the
+// kernel's TMA loads fill the columns past the tensors' head dims with zeros and
+// its stores leave those columns out: the forward where O leaves by TMA (the
+// register epilogue of 192/128 and 256 writes all kHeadDimV columns), the
+// backward always (write_grad, the finish's conversions).
+template <typename Traits, bool kPaddedOk>
 void check_head_dims(const FwdParams& p) {
-  bool padded = false;
-  if constexpr (kPaddedOk) {
-    padded = Traits::kTmaStoreO && cuda::tile_head_dim(p.head_dim) == Traits::kHeadDim &&
-             cuda::tile_head_dim(p.value_head_dim()) == Traits::kHeadDimV;
-  }
+  const bool padded = kPaddedOk && cuda::tile_head_dim(p.head_dim) == Traits::kHeadDim &&
+                      cuda::tile_head_dim(p.value_head_dim()) == Traits::kHeadDimV;
   if (!padded && (p.head_dim != Traits::kHeadDim || p.value_head_dim() != Traits::kHeadDimV)) {
     throw std::invalid_argument("flashmask sm90: head dims " + std::to_string(p.head_dim) + "/" +
                                 std::to_string(p.value_head_dim()) + " reached the " +
@@ -131,7 +129,7 @@ bool fwd_takes_wide_keys(const FwdParams& p, bool pingpong, bool overlap) {
 template <typename Traits>
 void launch_fwd_kernel(const FwdParams& p, FwdKernel<Traits> kernel, cudaStream_t stream) {
   using Element = typename Traits::Element;
-  check_head_dims<Traits, /*kPaddedOk=*/true>(p);
+  check_head_dims<Traits, /*kPaddedOk=*/Traits::kTmaStoreO>(p);
   FwdKernelParams<Traits> kp{};
   kp.p = p;
   auto mQ = gmem_view<Element>(p.q, p.seqlen_q, p.head_dim, p.num_heads, p.batch, p.q_row_stride,
@@ -236,7 +234,7 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
   using Element = typename CutlassElement<T>::type;
   using Traits = BwdTraits<kHeadDim, Element>;
   constexpr int kHeadDimV = Traits::kHeadDimV;
-  check_head_dims<Traits>(p);
+  check_head_dims<Traits, /*kPaddedOk=*/true>(p);
   BwdKernelParams<Traits> kp{};
   kp.p = p;
   kp.dkv_written = cuda::dkv_written_flags(p);
@@ -253,11 +251,11 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
 #endif
   auto mQ = gmem_view<Element>(p.q, p.seqlen_q, p.head_dim, p.num_heads, p.batch, p.q_row_stride,
                                p.q_head_stride, p.q_batch_stride);
-  auto mdO = gmem_view<Element>(p.dout, p.seqlen_q, kHeadDimV, p.num_heads, p.batch, p.do_row_stride,
+  auto mdO = gmem_view<Element>(p.dout, p.seqlen_q, p.value_head_dim(), p.num_heads, p.batch, p.do_row_stride,
                                 p.do_head_stride, p.do_batch_stride);
   auto mK = gmem_view<Element>(p.k, p.seqlen_k, p.head_dim, p.num_heads_k, p.batch, p.k_row_stride,
                                p.k_head_stride, p.k_batch_stride);
-  auto mV = gmem_view<Element>(p.v, p.seqlen_k, kHeadDimV, p.num_heads_k, p.batch, p.v_row_stride,
+  auto mV = gmem_view<Element>(p.v, p.seqlen_k, p.value_head_dim(), p.num_heads_k, p.batch, p.v_row_stride,
                                p.v_head_stride, p.v_batch_stride);
   const auto tile_q = make_shape(Int<Traits::kBlockM>{}, Int<kHeadDim>{});
   const auto tile_do = make_shape(Int<Traits::kBlockM>{}, Int<kHeadDimV>{});
@@ -303,7 +301,7 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
     const bool ordered = bwd_cta_ordered(p);
     int32_t* const live_blocks = ordered ? cuda::bwd_live_block_counts(p) : nullptr;
     constexpr int kCountThreads = 128;
-    bwd_fitted_heads_kernel<Traits::kBlockM, Traits::kBlockN, kCountThreads, kHeadDim, kHeadDimV>
+    bwd_fitted_heads_kernel<Traits::kBlockM, Traits::kBlockN, kCountThreads>
         <<<dim3(grid.x, p.num_heads / p.bwd_head_group, p.batch), kCountThreads, 0, stream>>>(
             p, fitted_heads, live_blocks);
     FLASHMASK_CUDA_CHECK(cudaGetLastError());
