@@ -914,9 +914,10 @@ __device__ __forceinline__ void convert_dkv_block(const BwdParams& p, const int3
     }
   };
   // The slots' rows have the tensors' head dims (bwd_fitted_heads_kernel).
-  convert(p.dk_accum, p.dk, padded_cols(p.head_dim, Int<Traits::kHeadDim>{}), p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride,
-          p.softmax_scale);
-  convert(p.dv_accum, p.dv, padded_cols(p.value_head_dim(), Int<Traits::kHeadDimV>{}), p.dv_row_stride, p.dv_head_stride, p.dv_batch_stride, 1.f);
+  convert(p.dk_accum, p.dk, padded_cols(p.head_dim, Int<Traits::kHeadDim>{}), p.dk_row_stride, p.dk_head_stride,
+          p.dk_batch_stride, p.softmax_scale);
+  convert(p.dv_accum, p.dv, padded_cols(p.value_head_dim(), Int<Traits::kHeadDimV>{}), p.dv_row_stride,
+          p.dv_head_stride, p.dv_batch_stride, 1.f);
 }
 
 // Launched as the main kernel's programmatic dependent, so its CTAs start on
