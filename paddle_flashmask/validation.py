@@ -445,7 +445,9 @@ def check_deterministic_support(query, head_dim, deterministic):
 # head dim 128 (1, the default) or its 128-key kernel (flashmask_sm90_launch.cuh, fwd_wide_keys);
 # PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT: without GQA (and in deterministic mode, per query head, summed
 # after it) the FA2-class backward stores dK/dV in the output dtype itself (1, the default) or adds
-# them into fp32 slots converted after it (flashmask_launch.cuh, fa2_dkv_direct).
+# them into fp32 slots converted after it (flashmask_launch.cuh, fa2_dkv_direct);
+# PADDLE_FLASHMASK_SM90_BWD_DKV_DIRECT: the same for the Hopper backward without GQA (1, the default;
+# 0: fp32 slots; flashmask_sm90_api.cu, bwd_dkv_direct).
 INTEGER_ENV_SWITCHES = {
     "PADDLE_FLASHMASK_SM90_FWD_OVERLAP": (0, 1),
     "PADDLE_FLASHMASK_SM90_FWD_WIDE_KEYS": (0, 1),
@@ -459,6 +461,7 @@ INTEGER_ENV_SWITCHES = {
     "PADDLE_FLASHMASK_SM90_BWD_FINISH_OVERLAP": (0, 1),
     "PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST": (0, 4096),
     "PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT": (0, 1),
+    "PADDLE_FLASHMASK_SM90_BWD_DKV_DIRECT": (0, 1),
 }
 
 

@@ -813,6 +813,7 @@ def test_bad_calls_do_not_crash_the_process(real_ops):
                                         ("PADDLE_FLASHMASK_SM90_BWD_ORDER_CLASSES", "0"),
                                         ("PADDLE_FLASHMASK_SM90_BWD_ORDER_CLASSES", "257"),
                                         ("PADDLE_FLASHMASK_SM90_BWD_FINISH_OVERLAP", "on"),
+                                        ("PADDLE_FLASHMASK_SM90_BWD_DKV_DIRECT", "2"),
                                         ("PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST", "-8"),
                                         ("PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST", "4097"),
                                         ("PADDLE_FLASHMASK_FA2_SMEM_CLASS", "99K"),

@@ -470,6 +470,36 @@ def test_fa2_bwd_dkv_direct(fa2_kernel, monkeypatch, direct, heads_k, hm, determ
                      True, idx, deterministic=deterministic)
 
 
+@pytest.mark.parametrize("direct", [None, "0"])
+@pytest.mark.parametrize("heads_k,hm", [(4, 1), (4, 4), (2, 1)])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_sm90_bwd_dkv_direct(monkeypatch, direct, heads_k, hm, deterministic):
+    # The Hopper backward without GQA stores dK/dV in the output dtype itself (the default,
+    # sm90::bwd_dkv_direct) or (=0) stores them into fp32 slots converted after it; with GQA the
+    # switch changes nothing. Keys 128-300 are seen by no query row, so a 128-key CTA (64 at 256)
+    # has no live query block and must store zeros (every buffer comes from paddle.empty); 517
+    # keys end in a ragged block. 80 runs on 96's tiles (its columns 80-95 never stored), 192
+    # with value 128 (no deterministic mode).
+    if not is_sm90():
+        pytest.skip(f"the sm90 kernels need compute capability 9.0, GPU 0 is {device_capability()}")
+    if direct is None:
+        monkeypatch.delenv("PADDLE_FLASHMASK_SM90_BWD_DKV_DIRECT", raising=False)
+    else:
+        monkeypatch.setenv("PADDLE_FLASHMASK_SM90_BWD_DKV_DIRECT", direct)
+    rng = np.random.default_rng(seed_of("sm90-dkv-direct-idx", hm))
+    idx = random_indices(rng, 2, hm, 517, 517, True, 1)
+    idx[:, :, 128:301, 0] = np.arange(128, 301, dtype=idx.dtype)  # start at the diagonal: no row
+    old = pfm.set_gpu_kernel("sm90")
+    try:
+        for dim, dim_v in ((64, None), (80, None), (128, None), (HD256, None), (MLA_DIM, MLA_DIM_V)):
+            if deterministic and dim > 128:
+                continue  # the Hopper backward has no deterministic mode past 128
+            run_gpu_case(seed_of("sm90-dkv-direct", direct, heads_k, hm, deterministic, dim), 2, 517, 517, 4,
+                         heads_k, dim, True, idx, deterministic=deterministic, dim_v=dim_v)
+    finally:
+        pfm.set_gpu_kernel(old)
+
+
 FWD_OVERLAP_ENV = "PADDLE_FLASHMASK_SM90_FWD_OVERLAP"
 # (pingpong, overlap); pingpong takes precedence (flashmask_sm90_launch.cuh)
 FWD_SCHEDULES = {"pingpong": (1, 0), "overlap": (0, 1), "serial": (0, 0)}

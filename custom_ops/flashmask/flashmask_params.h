@@ -148,7 +148,8 @@ struct BwdParams : FwdParams {
   //   (deterministic, or one CTA per whole group).
   // - dkv_accum_stored: the kernel stores every slot element (one writer, no
   //   atomics), so the accumulators need no zeroing first.
-  // - dkv_direct (FA2-class staged backward, without GQA or deterministic):
+  // - dkv_direct (FA2-class staged backward, without GQA or deterministic;
+  //   sm90 backward, without GQA):
   //   each CTA is the one writer of its (key block, query head)'s dK/dV rows
   //   and stores them in the output dtype (dK scaled), zeros where it saw no
   //   live query block, as FlashAttention-2 does: straight into dk/dv without

@@ -857,12 +857,18 @@ int main(int argc, char** argv) {
   }
   if (mode == "--time-fwd-masks" || mode == "--time-bwd-masks") {
     // For A/B calls that run several variants' binaries back to back, the sm90
-    // kernels (defaults, bf16, 32:8): D=128 causal at 8K/16K/32K and the masks
+    // kernels (defaults, bf16, 32:8 unless said): D=128 causal at 8K/16K/32K and the masks
     // with short live lists at 8K and 32K, and full (no mask, not causal: the
     // issue's 650 target) at each length; prefix-LM documents (not causal, C = 2)
     // at 8K and 32K. --time-fwd-masks times the forward
     // alone; --time-bwd-masks (a backward change) both passes, then causal,
     // causal document and sliding window at 8K for head dims 64 and 256.
+    // 32 query heads over FLASHMASK_HARNESS_HEADS_K kv heads (8 unset; 32: MHA).
+    const int hk = harness_env_int("FLASHMASK_HARNESS_HEADS_K", 8);
+    if (hk < 1 || 32 % hk != 0) {
+      std::printf("%s: FLASHMASK_HARNESS_HEADS_K must divide 32, got %d\n", mode.c_str(), hk);
+      return 2;
+    }
     const bool backward = mode == "--time-bwd-masks";
     g_forward_only = !backward;
     print_time_header();
@@ -870,30 +876,30 @@ int main(int argc, char** argv) {
       std::mt19937 mask_rng(s);
       const std::vector<int32_t> docs = timing_docs(s, mask_rng), short_docs = timing_short_docs(s, mask_rng),
                                  window = timing_window(s);
-      time_case("causal", s, 32, 8, 128, GpuKernel::kSm90, rng);
-      time_case("full", s, 32, 8, 128, GpuKernel::kSm90, rng, {}, false, 0, -1, /*causal=*/false);
+      time_case("causal", s, 32, hk, 128, GpuKernel::kSm90, rng);
+      time_case("full", s, 32, hk, 128, GpuKernel::kSm90, rng, {}, false, 0, -1, /*causal=*/false);
       if (s == 16384) continue;
-      time_case("causal_document", s, 32, 8, 128, GpuKernel::kSm90, rng, docs);
-      time_case("short_documents", s, 32, 8, 128, GpuKernel::kSm90, rng, short_docs);
-      time_case("sliding_window", s, 32, 8, 128, GpuKernel::kSm90, rng, window);
+      time_case("causal_document", s, 32, hk, 128, GpuKernel::kSm90, rng, docs);
+      time_case("short_documents", s, 32, hk, 128, GpuKernel::kSm90, rng, short_docs);
+      time_case("sliding_window", s, 32, hk, 128, GpuKernel::kSm90, rng, window);
       // Prefix-LM documents, then the same documents causal two ways: causal with C = 1,
       // and not causal with C = 2 (UTE = j: the same mask through the non-causal path).
       const std::vector<int32_t> prefix_lm = timing_prefix_lm_docs(s, mask_rng);
       std::vector<int32_t> same_docs(s), same_docs_noncausal(prefix_lm);
       for (int j = 0; j < s; ++j) same_docs[j] = prefix_lm[size_t(j) * 2], same_docs_noncausal[size_t(j) * 2 + 1] = j;
-      time_case("prefix_lm_document", s, 32, 8, 128, GpuKernel::kSm90, rng, prefix_lm, false, 0, -1,
+      time_case("prefix_lm_document", s, 32, hk, 128, GpuKernel::kSm90, rng, prefix_lm, false, 0, -1,
                 /*causal=*/false, /*cols=*/2);
-      time_case("its_docs_causal", s, 32, 8, 128, GpuKernel::kSm90, rng, same_docs);
-      time_case("its_docs_noncausal", s, 32, 8, 128, GpuKernel::kSm90, rng, same_docs_noncausal, false, 0, -1,
+      time_case("its_docs_causal", s, 32, hk, 128, GpuKernel::kSm90, rng, same_docs);
+      time_case("its_docs_noncausal", s, 32, hk, 128, GpuKernel::kSm90, rng, same_docs_noncausal, false, 0, -1,
                 /*causal=*/false, /*cols=*/2);
     }
     if (backward) {
       std::mt19937 mask_rng(8192);
       const std::vector<int32_t> docs = timing_docs(8192, mask_rng), window = timing_window(8192);
       for (int d : {64, 256}) {
-        time_case("causal", 8192, 32, 8, d, GpuKernel::kSm90, rng);
-        time_case("causal_document", 8192, 32, 8, d, GpuKernel::kSm90, rng, docs);
-        time_case("sliding_window", 8192, 32, 8, d, GpuKernel::kSm90, rng, window);
+        time_case("causal", 8192, 32, hk, d, GpuKernel::kSm90, rng);
+        time_case("causal_document", 8192, 32, hk, d, GpuKernel::kSm90, rng, docs);
+        time_case("sliding_window", 8192, 32, hk, d, GpuKernel::kSm90, rng, window);
       }
     }
     return 0;

@@ -141,19 +141,21 @@ void plan_bwd_cuda(BwdParams& params, int head_group, int group_max_steps) {
   const bool one_writer = params.deterministic || params.bwd_head_group == group;
   params.accum_heads_k =
       one_writer && !fitted ? params.num_heads / params.bwd_head_group : params.num_heads_k;
+  // Every (key block, query head) CTA is the one writer of its dK/dV rows and
+  // stores them in the output dtype (the slots below go unused): the sm90
+  // kernel without GQA (sm90::bwd_dkv_direct), the FA2-class staged kernel
+  // into dk/dv without GQA and with GQA in deterministic mode per query head
+  // (dk/dv_heads, half the bytes of its per-head fp32 slots) for bwd_finish to
+  // sum per kv head, as FlashAttention-2 does. A GQA group's CTAs otherwise
+  // keep adding into kv-head slots: per query head stores timed the same on
+  // the H200 (32:8, causal and masks, NOTES.md) and take twice their bytes at
+  // a group of 4.
+  params.dkv_direct = sm90_bwd ? sm90::bwd_dkv_direct(params)
+                               : cuda::use_staged_bwd() && cuda::fa2_dkv_direct() &&
+                                     (params.num_heads == params.num_heads_k || params.deterministic);
   // The sm90 epilogue stores its whole slot even where no query block was
   // live; the FA2-class one only adds what it computed.
-  params.dkv_accum_stored = one_writer && sm90_bwd && !fitted;
-  // The FA2-class staged kernel: every (key block, query head) CTA is the one
-  // writer of its dK/dV rows and stores them in the output dtype (the slots
-  // above go unused): into dk/dv without GQA; with GQA in deterministic mode
-  // per query head (dk/dv_heads, half the bytes of its per-head fp32 slots) for
-  // bwd_finish to sum per kv head, as FlashAttention-2 does. A GQA group's
-  // CTAs otherwise keep adding into kv-head slots: per query head stores
-  // timed the same on the H200 (32:8, causal and masks, NOTES.md) and take
-  // twice their bytes at a group of 4.
-  params.dkv_direct = !sm90_bwd && cuda::use_staged_bwd() && cuda::fa2_dkv_direct() &&
-                      (params.num_heads == params.num_heads_k || params.deterministic);
+  params.dkv_accum_stored = one_writer && sm90_bwd && !fitted && !params.dkv_direct;
   // Both main kernels add dQ into 64-row tiles; the deterministic dQ pass
   // (FA2-class, query-major) writes the row layout.
   params.dq_accum_tiled = !params.deterministic;

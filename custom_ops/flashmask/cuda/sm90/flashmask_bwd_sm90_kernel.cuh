@@ -528,14 +528,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       }
     }
   };
-  // dK and dV of the CTA's keys. Fitted grouping with one CTA for the whole
-  // GQA group: dK (scaled here) and dV go straight to dk/dv in the output
-  // dtype, and the key block's flag tells bwd_finish to leave it (no fp32
-  // round trip through the accumulators). Every CTA of the key block computes
-  // the same flag. Else to the plan's fp32 slots (bwd_finish scales dK).
+  // dK and dV of the CTA's keys. Without GQA (BwdParams::dkv_direct), and
+  // under fitted grouping with one CTA for the whole GQA group: dK (scaled
+  // here) and dV go straight to dk/dv in the output dtype (no fp32 round trip
+  // through the accumulators); fitted, the key block's flag tells bwd_finish
+  // to leave it, and every CTA of the key block computes the same flag. Else
+  // to the plan's fp32 slots (bwd_finish scales dK).
   auto write_dkv = [&](auto const& tdKrdK, auto const& tdVrdV) FLASHMASK_INLINE {
     const bool sole_writer = int64_t(p.accum_heads_k) * ss.cta_heads == p.num_heads;
-    const bool direct = kp.dkv_written != nullptr && sole_writer;
+    const bool direct = sole_writer && (p.dkv_direct || kp.dkv_written != nullptr);
     if (kp.dkv_written != nullptr && mma_tid == 0) {
       const int key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
       kp.dkv_written[(int64_t(batch) * p.num_heads_k + head_k) * key_blocks + n_block] = direct;

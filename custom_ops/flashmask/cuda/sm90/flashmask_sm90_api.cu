@@ -103,6 +103,10 @@ int bwd_group_max_steps(const BwdParams& p, int requested) {
   return kDefaultBwdGroupMaxSteps * std::max(1, p.seqlen_q / kBwdGroupStepsPerRows);
 }
 
+bool bwd_dkv_direct(const BwdParams& p) {
+  return p.num_heads == p.num_heads_k && cuda::env_switch("PADDLE_FLASHMASK_SM90_BWD_DKV_DIRECT", true);
+}
+
 bool bwd_cta_ordered(const BwdParams& p) {
   if (!p.fitted_head_groups() || p.deterministic) return false;
   // int32 slots

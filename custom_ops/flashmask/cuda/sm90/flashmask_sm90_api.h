@@ -19,9 +19,8 @@ bool compiled();
 constexpr int value_head_dim_for(int head_dim) { return head_dim == 192 ? 128 : head_dim; }
 
 // True when the Hopper kernels take this call (dtype, head dims 64, 96, 128 or
-// 256 with value alike or 192 with value 128, and the forward 80 on 96's tiles;
-// strides, length; the backward not at 80, nor past head dim 128 in
-// deterministic mode).
+// 256 with value alike or 192 with value 128, and 80 on 96's tiles; strides,
+// length; the backward not past head dim 128 in deterministic mode).
 bool fwd_supported(const FwdParams& p);
 bool bwd_supported(const BwdParams& p);
 // Query heads per backward CTA (BwdParams::bwd_head_group): a divisor of the
@@ -32,6 +31,13 @@ int bwd_head_group(const BwdParams& p, int requested);
 // `requested` < 0 takes the default; always 0 (uniform groups) in
 // deterministic mode or with one head per CTA.
 int bwd_group_max_steps(const BwdParams& p, int requested);
+// Whether the backward stores dK/dV straight into dk/dv in the output dtype
+// (BwdParams::dkv_direct): without GQA, where each CTA is the one writer of
+// its (key block, head) rows, so no fp32 slots (twice the gradients' bytes),
+// no zeroing and no conversion pass; PADDLE_FLASHMASK_SM90_BWD_DKV_DIRECT=0
+// keeps the slots (for A/B timing). With GQA, fitted grouping decides per key
+// block (cuda::dkv_written_flags).
+bool bwd_dkv_direct(const BwdParams& p);
 // Whether the backward of this plan takes its CTAs in the order of
 // bwd_cta_order.cuh (GQA group by group, heaviest first within a group):
 // under fitted grouping up to 16K keys by default, where a wave is a large
