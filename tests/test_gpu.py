@@ -447,6 +447,21 @@ def test_fa2_bwd_light_last_default_with_blocks_in_the_grid_order(fa2_kernel, di
     run_gpu_case(seed_of("light-long", dim), 1, 2700, 2700, 4, 2, dim, True, idx)
 
 
+def dkv_direct_indices(monkeypatch, env, direct, hm, seed_name="dkv-direct-idx"):
+    """Sets the dK/dV direct-store switch `env` to `direct` (None: unset, the default) and returns
+    causal C=1 indices [2, hm, 517, 1] in which keys 128-300 are seen by no query row, so a CTA
+    with no live query block must store zeros (every buffer comes from paddle.empty); 517 keys end
+    in a ragged block."""
+    if direct is None:
+        monkeypatch.delenv(env, raising=False)
+    else:
+        monkeypatch.setenv(env, direct)
+    rng = np.random.default_rng(seed_of(seed_name, hm))
+    idx = random_indices(rng, 2, hm, 517, 517, True, 1)
+    idx[:, :, 128:301, 0] = np.arange(128, 301, dtype=idx.dtype)  # start at the diagonal: no row
+    return idx
+
+
 @pytest.mark.parametrize("direct", [None, "0"])
 @pytest.mark.parametrize("heads_k,hm", [(4, 1), (4, 4), (2, 1), (1, 4)])
 @pytest.mark.parametrize("deterministic", [False, True])
@@ -454,17 +469,9 @@ def test_fa2_bwd_dkv_direct(fa2_kernel, monkeypatch, direct, heads_k, hm, determ
     # The FA2-class backward stores dK/dV in the output dtype itself (the default,
     # BwdParams::dkv_direct): straight into dk/dv without GQA, and with GQA in deterministic mode
     # per query head into dk_heads/dv_heads that bwd_finish sums per kv head; or (=0, and GQA
-    # otherwise) adds them into fp32 slots converted after it. Keys 128-300 are seen by no query
-    # row, so one 128-key CTA has no live query block and must store zeros (every buffer comes
-    # from paddle.empty); 517 keys end in a ragged block; 4 query heads over 4, 2 or 1 kv heads,
-    # masks shared or per head.
-    if direct is None:
-        monkeypatch.delenv("PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT", raising=False)
-    else:
-        monkeypatch.setenv("PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT", direct)
-    rng = np.random.default_rng(seed_of("dkv-direct-idx", hm))
-    idx = random_indices(rng, 2, hm, 517, 517, True, 1)
-    idx[:, :, 128:301, 0] = np.arange(128, 301, dtype=idx.dtype)  # start at the diagonal: no row
+    # otherwise) adds them into fp32 slots converted after it; 4 query heads over 4, 2 or 1 kv
+    # heads, masks shared or per head, a key block no query row sees (dkv_direct_indices).
+    idx = dkv_direct_indices(monkeypatch, "PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT", direct, hm)
     for dim in (64, 128, 256):
         run_gpu_case(seed_of("dkv-direct", direct, heads_k, hm, deterministic, dim), 2, 517, 517, 4, heads_k, dim,
                      True, idx, deterministic=deterministic)
@@ -476,19 +483,12 @@ def test_fa2_bwd_dkv_direct(fa2_kernel, monkeypatch, direct, heads_k, hm, determ
 def test_sm90_bwd_dkv_direct(monkeypatch, direct, heads_k, hm, deterministic):
     # The Hopper backward without GQA stores dK/dV in the output dtype itself (the default,
     # sm90::bwd_dkv_direct) or (=0) stores them into fp32 slots converted after it; with GQA the
-    # switch changes nothing. Keys 128-300 are seen by no query row, so a 128-key CTA (64 at 256)
-    # has no live query block and must store zeros (every buffer comes from paddle.empty); 517
-    # keys end in a ragged block. 80 runs on 96's tiles (its columns 80-95 never stored), 192
-    # with value 128 (no deterministic mode).
+    # switch changes nothing. A key block no query row sees (dkv_direct_indices; 64-key CTAs at
+    # 256); 80 runs on 96's tiles (its columns 80-95 never stored), 192 with value 128 (no
+    # deterministic mode).
     if not is_sm90():
         pytest.skip(f"the sm90 kernels need compute capability 9.0, GPU 0 is {device_capability()}")
-    if direct is None:
-        monkeypatch.delenv("PADDLE_FLASHMASK_SM90_BWD_DKV_DIRECT", raising=False)
-    else:
-        monkeypatch.setenv("PADDLE_FLASHMASK_SM90_BWD_DKV_DIRECT", direct)
-    rng = np.random.default_rng(seed_of("sm90-dkv-direct-idx", hm))
-    idx = random_indices(rng, 2, hm, 517, 517, True, 1)
-    idx[:, :, 128:301, 0] = np.arange(128, 301, dtype=idx.dtype)  # start at the diagonal: no row
+    idx = dkv_direct_indices(monkeypatch, "PADDLE_FLASHMASK_SM90_BWD_DKV_DIRECT", direct, hm, "sm90-dkv-direct-idx")
     old = pfm.set_gpu_kernel("sm90")
     try:
         for dim, dim_v in ((64, None), (80, None), (128, None), (HD256, None), (MLA_DIM, MLA_DIM_V)):
