@@ -380,6 +380,15 @@ int harness_env_int(const char* name, int unset) {
   return env != nullptr && *env != '\0' ? std::atoi(env) : unset;
 }
 
+// Timing modes' kv heads of their 32 query heads: FLASHMASK_HARNESS_HEADS_K
+// (8 unset; 32: MHA), or 0 after saying why where it does not divide 32.
+int timing_kv_heads(const std::string& mode) {
+  const int hk = harness_env_int("FLASHMASK_HARNESS_HEADS_K", 8);
+  if (hk >= 1 && 32 % hk == 0) return hk;
+  std::printf("%s: FLASHMASK_HARNESS_HEADS_K must divide 32, got %d\n", mode.c_str(), hk);
+  return 0;
+}
+
 // --time-fwd: time_case times the forward alone (the backward's columns print 0).
 bool g_forward_only = false;
 
@@ -824,12 +833,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "--time-fa2") {
-    // 32 query heads over FLASHMASK_HARNESS_HEADS_K kv heads (8 unset; 32: MHA).
-    const int hk = harness_env_int("FLASHMASK_HARNESS_HEADS_K", 8);
-    if (hk < 1 || 32 % hk != 0) {
-      std::printf("--time-fa2: FLASHMASK_HARNESS_HEADS_K must divide 32, got %d\n", hk);
-      return 2;
-    }
+    const int hk = timing_kv_heads(mode);  // 32 query heads over hk
+    if (hk == 0) return 2;
     warm_up_gpu(300.f);
     print_time_header();
     for (int d : {64, 80, 96, 128, 256}) {
@@ -863,12 +868,8 @@ int main(int argc, char** argv) {
     // at 8K and 32K. --time-fwd-masks times the forward
     // alone; --time-bwd-masks (a backward change) both passes, then causal,
     // causal document and sliding window at 8K for head dims 64 and 256.
-    // 32 query heads over FLASHMASK_HARNESS_HEADS_K kv heads (8 unset; 32: MHA).
-    const int hk = harness_env_int("FLASHMASK_HARNESS_HEADS_K", 8);
-    if (hk < 1 || 32 % hk != 0) {
-      std::printf("%s: FLASHMASK_HARNESS_HEADS_K must divide 32, got %d\n", mode.c_str(), hk);
-      return 2;
-    }
+    const int hk = timing_kv_heads(mode);  // 32 query heads over hk
+    if (hk == 0) return 2;
     const bool backward = mode == "--time-bwd-masks";
     g_forward_only = !backward;
     print_time_header();

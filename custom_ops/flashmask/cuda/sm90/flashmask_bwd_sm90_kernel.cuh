@@ -494,13 +494,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   // accumulators `acc` of its GEMM (`thr`: either layout, the coordinates come
   // from the partition): `direct`, to the gradient in the output dtype
   // (scaled by `scale`); else added to (stored, for the slot's sole writer)
-  // the plan's fp32 slot, unscaled. `dim`: the gradient's (and slot rows')
-  // columns, kCols but where a head dim runs on wider tiles (80 on 96's),
-  // whose columns past it (zero: Q, K, V, dO were loaded zero-filled) stay out.
-  auto write_grad = [&](auto const& acc, auto const& thr, auto cols, int dim, void* grad, int64_t row_stride,
+  // the plan's fp32 slot, unscaled. `head_dim`: the gradient's (and slot
+  // rows') columns, kCols but where a head dim runs on wider tiles (80 on
+  // 96's: padded_cols), whose columns past it (zero: Q, K, V, dO were loaded
+  // zero-filled) stay out.
+  auto write_grad = [&](auto const& acc, auto const& thr, auto cols, int head_dim, void* grad, int64_t row_stride,
                         int64_t head_stride, int64_t batch_stride, float* accum, float scale, bool direct,
                         int slot, bool sole_writer) FLASHMASK_INLINE {
     constexpr int kCols = decltype(cols)::value;
+    const int dim = padded_cols(head_dim, cols);
     const int c0 = n_block * kBlockN;
     Tensor coords = thr.partition_C(make_identity_tensor(make_shape(Int<kBlockN>{}, Int<kCols>{})));
     Tensor c_rc = make_tensor(coords.data(), acc_as_rows_cols(coords.layout()));
@@ -542,10 +544,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       kp.dkv_written[(int64_t(batch) * p.num_heads_k + head_k) * key_blocks + n_block] = direct;
     }
     const int slot = first_head / (p.num_heads / p.accum_heads_k);
-    write_grad(tdKrdK, thr_dk, Int<kDim>{}, padded_cols(p.head_dim, Int<kDim>{}), p.dk, p.dk_row_stride,
-               p.dk_head_stride, p.dk_batch_stride, p.dk_accum, p.softmax_scale, direct, slot, sole_writer);
-    write_grad(tdVrdV, thr_dv, Int<kDimV>{}, padded_cols(p.value_head_dim(), Int<kDimV>{}), p.dv, p.dv_row_stride,
-               p.dv_head_stride, p.dv_batch_stride, p.dv_accum, 1.f, direct, slot, sole_writer);
+    write_grad(tdKrdK, thr_dk, Int<kDim>{}, p.head_dim, p.dk, p.dk_row_stride, p.dk_head_stride,
+               p.dk_batch_stride, p.dk_accum, p.softmax_scale, direct, slot, sole_writer);
+    write_grad(tdVrdV, thr_dv, Int<kDimV>{}, p.value_head_dim(), p.dv, p.dv_row_stride, p.dv_head_stride,
+               p.dv_batch_stride, p.dv_accum, 1.f, direct, slot, sole_writer);
   };
 
   // This warpgroup's half of a step's dQ to shared memory in accumulator
