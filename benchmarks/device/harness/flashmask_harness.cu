@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -997,18 +998,25 @@ int main(int argc, char** argv) {
       {"causal_doc", 1, 777, 777, 2, 1, 96, true, 1, doc_mask},
       {"random4+empty", 1, 333, 333, 4, 4, 96, false, 4, random4_mask},
   };
-  // Head dims 256, 192/128 (q, k / v; MLA) and 96 on the Hopper kernels (--check-hd,
+  // Head dim 80, both families, on 96's tiles (TMA fills the Hopper tiles'
+  // columns past 80, the FA2-class loads zero them; the stores leave them out):
+  // GQA, ragged lengths, Sq < Sk, documents with B = 2 and B = 1, a window,
+  // fully masked rows.
+  const Case hd80_cases[] = {
+      {"causal", 1, 1000, 1000, 4, 2, 80, true, 0, nullptr},
+      {"causal_sq<sk", 1, 300, 517, 4, 1, 80, true, 0, nullptr},
+      {"none", 2, 77, 77, 2, 2, 80, false, 0, nullptr},
+      {"causal_doc", 2, 1000, 1000, 4, 2, 80, true, 1, doc_mask},
+      {"causal_doc", 1, 777, 777, 2, 1, 80, true, 1, doc_mask},
+      {"window128", 1, 1000, 1000, 4, 2, 80, true, 2, window_mask},
+      {"random4+empty", 1, 333, 333, 4, 4, 80, false, 4, random4_mask},
+  };
+  // Head dims 80, 96, 256 and 192/128 (q, k / v; MLA) on the Hopper kernels (--check-hd,
   // --time-hd, the default run), non-deterministic: 192/128 has no
   // deterministic backward, and a deterministic 256 runs the FA2-class one
   // (fa2_hd256_cases). The D=128 cases of the list above, causal_doc with GQA.
-  const Case sm90_only_cases[] = {
-      // 80: on 96's tiles (TMA fills the columns past 80; the stores leave them out).
-      {"causal", 1, 1000, 1000, 4, 2, 80, true, 0, nullptr},
-      {"causal_sq<sk", 1, 300, 517, 4, 1, 80, true, 0, nullptr},
-      {"causal_doc", 2, 1000, 1000, 4, 2, 80, true, 1, doc_mask},
-      {"window128", 1, 1000, 1000, 4, 2, 80, true, 2, window_mask},
-      {"random4+empty", 1, 333, 333, 4, 4, 80, false, 4, random4_mask},
-      {"none", 2, 77, 77, 2, 2, 80, false, 0, nullptr},
+  std::vector<Case> sm90_only_cases(std::begin(hd80_cases), std::end(hd80_cases));
+  sm90_only_cases.insert(sm90_only_cases.end(), {
       {"causal", 1, 1000, 1000, 4, 2, 96, true, 0, nullptr},
       {"causal_sq<sk", 1, 300, 517, 4, 1, 96, true, 0, nullptr},
       {"causal_doc", 2, 1000, 1000, 4, 2, 96, true, 1, doc_mask},
@@ -1026,23 +1034,13 @@ int main(int argc, char** argv) {
       {"window128", 1, 1000, 1000, 4, 2, 192, true, 2, window_mask, 128},
       {"random4+empty", 1, 333, 333, 4, 4, 192, false, 4, random4_mask, 128},
       {"none", 2, 77, 77, 2, 2, 192, false, 0, nullptr, 128},
-  };
+  });
   // Head dim 32: the FA2-class kernels only (--check-fa2).
   const Case fa2_hd32_cases[] = {
       {"causal", 1, 1000, 1000, 4, 2, 32, true, 0, nullptr},
       {"none", 2, 77, 77, 2, 2, 32, false, 0, nullptr},
       {"causal_doc", 1, 777, 777, 2, 1, 32, true, 1, doc_mask},
       {"random4+empty", 1, 333, 333, 4, 4, 32, false, 4, random4_mask},
-  };
-  // Head dim 80: the FA2-class kernels only, on 96's tiles padded (--check-fa2):
-  // GQA, ragged lengths, Sq < Sk, fully masked rows, a window.
-  const Case fa2_hd80_cases[] = {
-      {"causal", 1, 1000, 1000, 4, 2, 80, true, 0, nullptr},
-      {"causal_sq<sk", 1, 300, 517, 4, 1, 80, true, 0, nullptr},
-      {"none", 2, 77, 77, 2, 2, 80, false, 0, nullptr},
-      {"causal_doc", 1, 777, 777, 2, 1, 80, true, 1, doc_mask},
-      {"window128", 1, 1000, 1000, 4, 2, 80, true, 2, window_mask},
-      {"random4+empty", 1, 333, 333, 4, 4, 80, false, 4, random4_mask},
   };
   // Head dim 256 on the FA2-class kernels (--check-fa2 and the default run;
   // both backward modes, the deterministic one included): 64-key backward CTAs
@@ -1074,7 +1072,7 @@ int main(int argc, char** argv) {
     for (const Case& c : cases) check_fa2(c);
     for (const Case& c : fa2_only_cases) check_fa2(c);
     for (const Case& c : fa2_hd32_cases) check_fa2(c);
-    for (const Case& c : fa2_hd80_cases) check_fa2(c);
+    for (const Case& c : hd80_cases) check_fa2(c);
     for (const Case& c : fa2_hd256_cases) check_fa2(c);
     std::printf("%d failures\n", failures);
     return failures ? 1 : 0;

@@ -158,25 +158,60 @@ bool bwd_supported(const BwdParams& p) {
          pair_stores_aligned(p.dv, p.dv_row_stride, p.dv_head_stride, p.dv_batch_stride);
 }
 
+#if defined(FLASHMASK_WITH_SM90)
+namespace {
+
+// One (tile head dim, dtype) dispatch for both passes: a launcher's
+// run<D, T>() runs its pass's instantiation. 192 pairs with value head dim
+// 128 (fwd_supported); 80 runs on 96's tiles.
+template <typename Params, typename Launcher>
+bool dispatch(const Params& p, const Launcher& launcher) {
+  const bool bf16 = p.dtype == DType::kBFloat16;
+  switch (cuda::tile_head_dim(p.head_dim)) {
+    case 64:
+      bf16 ? launcher.template run<64, __nv_bfloat16>() : launcher.template run<64, __half>();
+      return true;
+    case 96:
+      bf16 ? launcher.template run<96, __nv_bfloat16>() : launcher.template run<96, __half>();
+      return true;
+    case 128:
+      bf16 ? launcher.template run<128, __nv_bfloat16>() : launcher.template run<128, __half>();
+      return true;
+    case 192:
+      bf16 ? launcher.template run<192, __nv_bfloat16>() : launcher.template run<192, __half>();
+      return true;
+    case 256:
+      bf16 ? launcher.template run<256, __nv_bfloat16>() : launcher.template run<256, __half>();
+      return true;
+    default:
+      return false;
+  }
+}
+
+struct FwdLauncher {
+  const FwdParams& p;
+  cudaStream_t stream;
+  template <int D, typename T>
+  void run() const {
+    run_fwd_<D, T>(p, stream);
+  }
+};
+
+struct BwdLauncher {
+  const BwdParams& p;
+  cudaStream_t stream;
+  template <int D, typename T>
+  void run() const {
+    run_bwd_<D, T>(p, stream);
+  }
+};
+
+}  // namespace
+#endif
+
 void run_fwd(const FwdParams& p, cudaStream_t stream) {
 #if defined(FLASHMASK_WITH_SM90)
-  const bool bf16 = p.dtype == DType::kBFloat16;
-  const int tiles = cuda::tile_head_dim(p.head_dim);  // 80 runs on 96's
-  if (tiles == 64) {
-    return bf16 ? run_fwd_<64, __nv_bfloat16>(p, stream) : run_fwd_<64, __half>(p, stream);
-  }
-  if (tiles == 96) {
-    return bf16 ? run_fwd_<96, __nv_bfloat16>(p, stream) : run_fwd_<96, __half>(p, stream);
-  }
-  if (tiles == 128) {
-    return bf16 ? run_fwd_<128, __nv_bfloat16>(p, stream) : run_fwd_<128, __half>(p, stream);
-  }
-  if (tiles == 192) {  // value head dim 128 (fwd_supported)
-    return bf16 ? run_fwd_<192, __nv_bfloat16>(p, stream) : run_fwd_<192, __half>(p, stream);
-  }
-  if (tiles == 256) {
-    return bf16 ? run_fwd_<256, __nv_bfloat16>(p, stream) : run_fwd_<256, __half>(p, stream);
-  }
+  if (dispatch(p, FwdLauncher{p, stream})) return;
 #endif
   (void)p, (void)stream;
   throw std::invalid_argument("flashmask sm90 forward: unsupported call (see fwd_supported)");
@@ -184,23 +219,7 @@ void run_fwd(const FwdParams& p, cudaStream_t stream) {
 
 void run_bwd(const BwdParams& p, cudaStream_t stream) {
 #if defined(FLASHMASK_WITH_SM90)
-  const bool bf16 = p.dtype == DType::kBFloat16;
-  const int tiles = cuda::tile_head_dim(p.head_dim);  // 80 runs on 96's
-  if (tiles == 64) {
-    return bf16 ? run_bwd_<64, __nv_bfloat16>(p, stream) : run_bwd_<64, __half>(p, stream);
-  }
-  if (tiles == 96) {
-    return bf16 ? run_bwd_<96, __nv_bfloat16>(p, stream) : run_bwd_<96, __half>(p, stream);
-  }
-  if (tiles == 128) {
-    return bf16 ? run_bwd_<128, __nv_bfloat16>(p, stream) : run_bwd_<128, __half>(p, stream);
-  }
-  if (tiles == 192) {  // value head dim 128 (fwd_supported)
-    return bf16 ? run_bwd_<192, __nv_bfloat16>(p, stream) : run_bwd_<192, __half>(p, stream);
-  }
-  if (tiles == 256) {
-    return bf16 ? run_bwd_<256, __nv_bfloat16>(p, stream) : run_bwd_<256, __half>(p, stream);
-  }
+  if (dispatch(p, BwdLauncher{p, stream})) return;
 #endif
   (void)p, (void)stream;
   throw std::invalid_argument("flashmask sm90 backward: unsupported call (see bwd_supported)");
