@@ -65,26 +65,36 @@ def _file_lock(path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def _fingerprint_matches(objects_dir):
+    stamp = os.path.join(objects_dir, "FINGERPRINT")
+    have = open(stamp).read().strip() if os.path.exists(stamp) else None
+    return have == _op_sources.cuda_fingerprint()
+
+
 def _cuda_objects(build_dir):
     # The CUDA kernels are compiled by nvcc in parallel (cpp_extension would
     # compile them one by one), or taken prebuilt from
     # PADDLE_FLASHMASK_CUDA_OBJECTS when that directory's FINGERPRINT matches
     # these sources and flags (`python setup_ops.py cuda-objects DIR`).
     # A matching directory may hold only some of the objects (the device's carry limit):
-    # the missing ones are compiled here.
+    # the missing ones are compiled here. Every process that loads the op comes
+    # through here, so what an earlier process compiled into the cache is taken too
+    # (its FINGERPRINT is written once every object is there).
     prebuilt = os.environ.get("PADDLE_FLASHMASK_CUDA_OBJECTS")
     out_dir = os.path.join(build_dir, "cuda_objects")
+    reuse_dirs = []
     if prebuilt:
-        stamp = os.path.join(prebuilt, "FINGERPRINT")
-        have = open(stamp).read().strip() if os.path.exists(stamp) else None
-        if have == _op_sources.cuda_fingerprint():
-            return _op_sources.compile_cuda_objects(out_dir, reuse_dir=prebuilt)
-        warnings.warn(
-            f"paddle_flashmask: PADDLE_FLASHMASK_CUDA_OBJECTS={prebuilt} does not match these "
-            "sources and flags; compiling the CUDA kernels here",
-            stacklevel=2,
-        )
-    return _op_sources.compile_cuda_objects(out_dir)
+        if _fingerprint_matches(prebuilt):
+            reuse_dirs.append(prebuilt)
+        else:
+            warnings.warn(
+                f"paddle_flashmask: PADDLE_FLASHMASK_CUDA_OBJECTS={prebuilt} does not match these "
+                "sources and flags; compiling the CUDA kernels here",
+                stacklevel=2,
+            )
+    if _fingerprint_matches(out_dir):
+        reuse_dirs.append(out_dir)
+    return _op_sources.compile_cuda_objects(out_dir, reuse_dirs=reuse_dirs)
 
 
 def _jit_build(name):

@@ -173,10 +173,11 @@ def cuda_fingerprint():
     return h.hexdigest()[:16]
 
 
-def compile_cuda_objects(out_dir, jobs=None, reuse_dir=None):
+def compile_cuda_objects(out_dir, jobs=None, reuse_dirs=()):
     """Compiles every CUDA source to an object in `out_dir`, in parallel; returns the paths.
-    With `reuse_dir` (objects of these very sources and flags: its FINGERPRINT matched),
-    the objects found there are taken as they are and only the others compiled.
+    An object found in one of `reuse_dirs` (directories of objects of these very sources and
+    flags: their FINGERPRINT matched) is taken as it is, the first directory's first; only
+    the others are compiled.
 
     The kernels are framework-neutral, so the objects need no Paddle: they can be
     built on any machine with the same nvcc and linked into the op elsewhere
@@ -190,8 +191,9 @@ def compile_cuda_objects(out_dir, jobs=None, reuse_dir=None):
 
     def one(src):
         name = os.path.basename(src) + ".o"
-        if reuse_dir is not None and os.path.exists(os.path.join(reuse_dir, name)):
-            return os.path.join(reuse_dir, name)
+        for d in reuse_dirs:
+            if os.path.exists(os.path.join(d, name)):
+                return os.path.join(d, name)
         obj = os.path.join(out_dir, name)
         res = subprocess.run([nvcc_path(), "-c", src, "-o", obj, *flags], check=False, capture_output=True, text=True)
         if res.returncode != 0:

@@ -56,3 +56,46 @@ def test_stale_directory_is_not_used(tmp_path, monkeypatch):
         objects = _loader._cuda_objects(str(tmp_path / "build"))
     assert sorted(compiled) == sorted(names)
     assert all(os.path.dirname(o) == str(tmp_path / "build" / "cuda_objects") for o in objects)
+
+
+@pytest.mark.filterwarnings(_NO_SM90_NOTE)
+@pytest.mark.parametrize("carried_every", [0, 3])
+def test_later_process_takes_what_the_cache_holds(tmp_path, monkeypatch, carried_every):
+    """Each process that loads the op lists its objects: the second compiles nothing, whether the
+    first compiled all of them or only those a prebuilt directory lacked."""
+    names = [os.path.basename(s) + ".o" for s in _op_sources.cuda_sources()]
+    build = str(tmp_path / "build")
+    carried = names[::carried_every] if carried_every else []
+    if carried:
+        prebuilt = tmp_path / "prebuilt"
+        prebuilt.mkdir()
+        for n in carried:
+            (prebuilt / n).write_bytes(b"")
+        (prebuilt / "FINGERPRINT").write_text(_op_sources.cuda_fingerprint())
+        monkeypatch.setenv("PADDLE_FLASHMASK_CUDA_OBJECTS", str(prebuilt))
+    else:
+        monkeypatch.delenv("PADDLE_FLASHMASK_CUDA_OBJECTS", raising=False)
+    compiled = []
+    monkeypatch.setattr(subprocess, "run", _fake_nvcc(compiled))
+    first = _loader._cuda_objects(build)
+    assert sorted(compiled) == sorted(set(names) - set(carried))
+    compiled.clear()
+    second = _loader._cuda_objects(build)
+    assert compiled == []
+    assert second == first
+
+
+@pytest.mark.filterwarnings(_NO_SM90_NOTE)
+def test_unfinished_cache_is_compiled_again(tmp_path, monkeypatch):
+    """Objects in the cache without its FINGERPRINT (a build that stopped part way) are not taken."""
+    names = [os.path.basename(s) + ".o" for s in _op_sources.cuda_sources()]
+    out_dir = tmp_path / "build" / "cuda_objects"
+    out_dir.mkdir(parents=True)
+    for n in names[:5]:
+        (out_dir / n).write_bytes(b"partial")
+    monkeypatch.delenv("PADDLE_FLASHMASK_CUDA_OBJECTS", raising=False)
+    compiled = []
+    monkeypatch.setattr(subprocess, "run", _fake_nvcc(compiled))
+    _loader._cuda_objects(str(tmp_path / "build"))
+    assert sorted(compiled) == sorted(names)
+    assert (out_dir / "FINGERPRINT").read_text() == _op_sources.cuda_fingerprint()
