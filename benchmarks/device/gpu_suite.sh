@@ -29,7 +29,8 @@
 # schedules timed interleaved; needs .gpu_objs/flashmask_harness from harness/build.sh)
 # Carry .gpu_objs (benchmarks/device/harness/build.sh: the CUDA objects prebuilt on the
 # CPU machine, plus cutlass-include.tar.xz, the CuTe headers) to skip most of the build;
-# objects that do not match the sources are rebuilt here, in parallel.
+# objects that do not match the sources are rebuilt here, in parallel. The objects may travel as
+# .gpu_objs/objs.tar.xz (tar -cJf of the *.o files, ~0.7 MB), which runtime_env.sh unpacks.
 # Size: a call carries the tracked tree with a runtime half (46 MB) under the tool's 64 MiB, so the
 # tree must stay under ~18 MB: keep large raw results xz-compressed (the 2026-11-28 tree, 21.5 MB with
 # gzip'd profiles, was refused until they were; timeline_summary.py reads .xz).
