@@ -97,6 +97,21 @@ def _cuda_objects(build_dir):
     return _op_sources.compile_cuda_objects(out_dir, reuse_dirs=reuse_dirs)
 
 
+def _import_built(name, build_dir):
+    """The op an earlier process built into build_dir, imported as it is; None if that fails.
+
+    Paddle's load() would run its setup.py in a subprocess on every process start (1-2 s, and
+    a "Compiling user custom op" line) only to find the build up to date; the directory's
+    name already carries the fingerprint of everything that went into it.
+    """
+    try:
+        from paddle.utils.cpp_extension.extension_utils import _import_module_from_library
+
+        return _import_module_from_library(name, os.path.join(build_dir, name), False)
+    except (ImportError, AttributeError, OSError):
+        return None
+
+
 def _jit_build(name):
     from paddle.utils import cpp_extension
 
@@ -111,6 +126,10 @@ def _jit_build(name):
                 file=sys.stderr,
                 flush=True,
             )
+        if os.path.exists(marker):
+            module = _import_built(name, build_dir)
+            if module is not None:
+                return module
         ldflags = []
         if _op_sources.cuda_enabled():
             ldflags = _op_sources.cuda_link_flags(_cuda_objects(build_dir))
