@@ -9,6 +9,7 @@
 
 #include "../flashmask_api.h"
 #include "flashmask_launch.cuh"
+#include "head_dim_dispatch.h"
 #include "workspace.h"
 #include "sm90/flashmask_sm90_api.h"
 
@@ -37,24 +38,12 @@ void dispatch(const Params& p, const Launcher& launcher) {
         "flashmask_attention: the FA2-class GPU kernels take value with the head_dim of query and key, got " +
         std::to_string(p.head_dim) + "/" + std::to_string(p.value_head_dim()) + hopper_only_note);
   }
-  const bool bf16 = p.dtype == DType::kBFloat16;
-  switch (cuda::tile_head_dim(p.head_dim)) {  // 80 on 96's tiles, padded
-    case 32:
-      return bf16 ? launcher.template run<32, __nv_bfloat16>() : launcher.template run<32, __half>();
-    case 64:
-      return bf16 ? launcher.template run<64, __nv_bfloat16>() : launcher.template run<64, __half>();
-    case 96:
-      return bf16 ? launcher.template run<96, __nv_bfloat16>() : launcher.template run<96, __half>();
-    case 128:
-      return bf16 ? launcher.template run<128, __nv_bfloat16>()
-                  : launcher.template run<128, __half>();
-    case 256:
-      return bf16 ? launcher.template run<256, __nv_bfloat16>()
-                  : launcher.template run<256, __half>();
-    default:
-      throw std::invalid_argument(
-          "flashmask_attention: the FA2-class GPU kernels take head_dim 32, 64, 80, 96, 128 or 256, got " +
-          std::to_string(p.head_dim) + (p.head_dim == 192 ? hopper_only_note : ""));
+  // 80 runs on 96's tiles, padded.
+  if (!cuda::dispatch_head_dim<32, 64, 96, 128, 256>(cuda::tile_head_dim(p.head_dim),
+                                                     p.dtype == DType::kBFloat16, launcher)) {
+    throw std::invalid_argument(
+        "flashmask_attention: the FA2-class GPU kernels take head_dim 32, 64, 80, 96, 128 or 256, got " +
+        std::to_string(p.head_dim) + (p.head_dim == 192 ? hopper_only_note : ""));
   }
 }
 

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "../env_settings.h"
+#include "../head_dim_dispatch.h"
 #include "../kernel_traits.h"
 #include "bwd_cta_order.cuh"
 #include "flashmask_sm90_api.h"
@@ -161,33 +162,6 @@ bool bwd_supported(const BwdParams& p) {
 #if defined(FLASHMASK_WITH_SM90)
 namespace {
 
-// One (tile head dim, dtype) dispatch for both passes: a launcher's
-// run<D, T>() runs its pass's instantiation. 192 pairs with value head dim
-// 128 (fwd_supported); 80 runs on 96's tiles.
-template <typename Params, typename Launcher>
-bool dispatch(const Params& p, const Launcher& launcher) {
-  const bool bf16 = p.dtype == DType::kBFloat16;
-  switch (cuda::tile_head_dim(p.head_dim)) {
-    case 64:
-      bf16 ? launcher.template run<64, __nv_bfloat16>() : launcher.template run<64, __half>();
-      return true;
-    case 96:
-      bf16 ? launcher.template run<96, __nv_bfloat16>() : launcher.template run<96, __half>();
-      return true;
-    case 128:
-      bf16 ? launcher.template run<128, __nv_bfloat16>() : launcher.template run<128, __half>();
-      return true;
-    case 192:
-      bf16 ? launcher.template run<192, __nv_bfloat16>() : launcher.template run<192, __half>();
-      return true;
-    case 256:
-      bf16 ? launcher.template run<256, __nv_bfloat16>() : launcher.template run<256, __half>();
-      return true;
-    default:
-      return false;
-  }
-}
-
 struct FwdLauncher {
   const FwdParams& p;
   cudaStream_t stream;
@@ -205,6 +179,14 @@ struct BwdLauncher {
     run_bwd_<D, T>(p, stream);
   }
 };
+
+// The Hopper instantiations: 192 pairs with value head dim 128 (fwd_supported),
+// 80 runs on 96's tiles.
+template <typename Params, typename Launcher>
+bool dispatch(const Params& p, const Launcher& launcher) {
+  return cuda::dispatch_head_dim<64, 96, 128, 192, 256>(cuda::tile_head_dim(p.head_dim),
+                                                        p.dtype == DType::kBFloat16, launcher);
+}
 
 }  // namespace
 #endif
