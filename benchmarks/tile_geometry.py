@@ -11,7 +11,9 @@ tile of several such blocks combines its parts' kinds (`classify_tile_parts`).
 
 prints, for the benchmark's mask instances (mask_area.bench_mask, the ones bench_gpu.py times),
 each kernel tile's unmasked share of the computed area over plain causal's (the ratio issue 15's
-and 16's mask targets are read against) and the share of computed tiles that need masking.
+and 16's mask targets are read against) and the share of computed tiles that need masking; then
+the same shares with tiles aligned to the mask's diagonal blocks (`segments`), what tiling each
+packed document on its own would leave.
 """
 
 import argparse
@@ -120,25 +122,86 @@ def tile_geometry(indices, causal, seqlen_q, seqlen_k, block_m, block_n):
     return float(area.sum() / max(computed.sum(), 1)), float((kinds == PARTIAL).sum() / max(n_live, 1))
 
 
+def _live_row_range(indices, causal, seqlen):
+    """(first, last) visible row of each key column, [B, Hm, S] each (self-attention, Sq = Sk =
+    seqlen); an empty column has first = seqlen and last = -1."""
+    lts, lte, uts, ute = column_bounds(indices, causal, seqlen)
+    lo = np.broadcast_to(np.arange(seqlen) if causal else np.zeros(seqlen, dtype=np.int64), lts.shape)
+    first, last = lo.copy(), np.full(lts.shape, seqlen - 1)
+    for _ in range(2):  # two masked intervals: a row leaves each one at most once, either way
+        first = np.where((first >= lts) & (first < lte), lte, first)
+        first = np.where((first >= uts) & (first < ute), ute, first)
+        last = np.where((last >= lts) & (last < lte), lts - 1, last)
+        last = np.where((last >= uts) & (last < ute), uts - 1, last)
+    empty = (first >= seqlen) | (last < lo) | (first > last)
+    return np.where(empty, seqlen, first), np.where(empty, -1, last)
+
+
+def segments(indices, causal, seqlen):
+    """The mask's diagonal blocks, [B][Hm] lists of (start, end): split at every row s where no
+    row >= s sees a key < s and no row < s a key >= s (documents packed into one sequence;
+    FlashAttention's varlen call takes them as separate sequences). Self-attention only."""
+    first, last = _live_row_range(indices, causal, seqlen)
+    seen_before = np.maximum.accumulate(last, -1)[..., :-1]  # last row seeing a key < s
+    seen_after = np.minimum.accumulate(first[..., ::-1], -1)[..., ::-1][..., 1:]  # first row seeing a key >= s
+    rows = np.arange(1, seqlen)
+    split = (seen_before < rows) & (seen_after >= rows)
+    out = []
+    for per_batch in split:
+        out.append([])
+        for per_head in per_batch:
+            cuts = [0] + [int(r) for r in rows[per_head]] + [seqlen]
+            out[-1].append(list(zip(cuts[:-1], cuts[1:])))
+    return out
+
+
+def segment_aligned_geometry(indices, causal, seqlen, block_m, block_n):
+    """tile_geometry's unmasked share when every diagonal block (`segments`) is tiled from its own
+    first row and key, as a varlen kernel tiles its sequences: each block is classified as a mask
+    of its own (its columns' bounds shifted to its first row and clipped to it), and no tile
+    straddles two blocks."""
+    idx = np.asarray(indices, dtype=np.int64)
+    batch, heads = idx.shape[:2]
+    computed = 0
+    for b, per_batch in enumerate(segments(idx, causal, seqlen)):
+        for h, blocks in enumerate(per_batch):
+            for start, end in blocks:
+                length = end - start
+                sub = np.clip(idx[b:b + 1, h:h + 1, start:end] - start, 0, length)
+                kinds = classify_tiles(sub, causal, length, length, block_m, block_n)
+                computed += int(computed_area(kinds, length, length, block_m, block_n).sum())
+    area = unmasked_area(idx, causal, seqlen, seqlen, batch, heads)
+    return float(area.sum() / max(computed, 1))
+
+
 def _length(seqlen):
     return f"{seqlen // 1024}K" if seqlen % 1024 == 0 else str(seqlen)
 
 
-def geometry_table(masks_module, names, lengths, tiles=KERNEL_TILES, heads_k=8):
+def geometry_table(masks_module, names, lengths, tiles=KERNEL_TILES, heads_k=8, segment_aligned=False):
     """Markdown rows: each mask's unmasked share per kernel tile over plain causal's, and the
-    share of the first kernel tile's computed tiles that are masked elementwise."""
+    share of the first kernel tile's computed tiles that are masked elementwise; with
+    `segment_aligned`, the shares with each diagonal block tiled on its own and the number of
+    blocks instead."""
     from mask_area import bench_mask
 
     first = next(iter(tiles))
-    head = ["mask", "S"] + [f"{k} {m}x{n}" for k, (m, n) in tiles.items()] + [f"masked tiles ({first})"]
+    last = "blocks" if segment_aligned else f"masked tiles ({first})"
+    head = ["mask", "S"] + [f"{k} {m}x{n}" for k, (m, n) in tiles.items()] + [last]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for seqlen in lengths:
         causal_share = {k: tile_geometry(None, True, seqlen, seqlen, m, n)[0] for k, (m, n) in tiles.items()}
         for name in names:
             idx, causal = bench_mask(masks_module, name, seqlen, heads_k)
-            geo = {k: tile_geometry(idx, causal, seqlen, seqlen, m, n) for k, (m, n) in tiles.items()}
-            cells = [f"{geo[k][0] / causal_share[k]:.2f}" for k in tiles]
-            lines.append(f"| {name} | {_length(seqlen)} | " + " | ".join(cells) + f" | {geo[first][1]:.2f} |")
+            if segment_aligned:
+                shares = {k: segment_aligned_geometry(idx, causal, seqlen, m, n) for k, (m, n) in tiles.items()}
+                blocks = [len(per_head) for per_batch in segments(idx, causal, seqlen) for per_head in per_batch]
+                tail = f"{min(blocks)}" if min(blocks) == max(blocks) else f"{min(blocks)}-{max(blocks)}"
+            else:
+                geo = {k: tile_geometry(idx, causal, seqlen, seqlen, m, n) for k, (m, n) in tiles.items()}
+                shares, tail = {k: g[0] for k, g in geo.items()}, f"{geo[first][1]:.2f}"
+            cells = [f"{shares[k] / causal_share[k]:.2f}" for k in tiles]
+            lines.append(f"| {name} | {_length(seqlen)} | " + " | ".join(cells) + f" | {tail} |")
     return lines
 
 
@@ -155,6 +218,10 @@ def main(argv=None):
           "(the ceiling of a mask's TFLOP/s against causal's, before per-tile and per-CTA costs); "
           "last column: computed tiles masked elementwise.\n")
     print("\n".join(geometry_table(masks, args.masks, args.lengths)))
+    print("\nThe same with each diagonal block of the mask (the documents of a packed sequence, "
+          "`segments`) tiled from its own first row and key, as a varlen kernel tiles its sequences "
+          "(tiles never straddle two blocks); last column: the blocks found.\n")
+    print("\n".join(geometry_table(masks, args.masks, args.lengths, segment_aligned=True)))
     return 0
 
 

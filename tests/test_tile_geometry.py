@@ -96,7 +96,49 @@ def test_table_for_the_benchmark_masks(capsys):
     assert geometry.main(["--lengths", "2048", "--masks", "causal_document", "sliding_window"]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| causal_document") or line.startswith("| sliding")]
-    assert len(rows) == 2
+    assert len(rows) == 4  # the kernels' tiles, then the same aligned to the diagonal blocks
     for row in rows:
         shares = [float(x) for x in row.strip("|").split("|")[2:6]]
         assert all(0.3 < s <= 1.05 for s in shares)
+    (fixed, aligned) = (rows[0], rows[2])
+    assert all(float(a) >= float(f) for f, a in zip(fixed.split("|")[3:7], aligned.split("|")[3:7]))
+
+
+def _dense_splits(keep):
+    """Rows s where no visible pair crosses s (neither row >= s with key < s nor the reverse)."""
+    n = keep.shape[-1]
+    return [s for s in range(1, n) if not keep[:s, s:].any() and not keep[s:, :s].any()]
+
+
+@pytest.mark.parametrize("name", MASK_NAMES)
+@pytest.mark.parametrize("seqlen", [300, 777])
+def test_segments_are_the_dense_masks_diagonal_blocks(name, seqlen):
+    idx, causal = masks.example_mask(name, seqlen, batch_size=2, num_heads=2, seed=4, place="numpy")
+    keep = masks.to_dense(idx, causal, seqlen)
+    found = geometry.segments(idx, causal, seqlen)
+    assert [len(per_batch) for per_batch in found] == [idx.shape[1]] * idx.shape[0]
+    for b in range(idx.shape[0]):
+        for h in range(idx.shape[1]):
+            cuts = [start for start, _ in found[b][h][1:]]
+            assert cuts == _dense_splits(keep[b, h]), (b, h)
+            assert found[b][h][0][0] == 0 and found[b][h][-1][1] == seqlen
+
+
+def test_segments_of_packed_documents_are_the_documents():
+    lengths = [100, 300, 57, 567]
+    idx = masks.causal_document_mask(lengths, 1024, place="numpy")
+    starts = np.cumsum([0] + lengths)
+    assert geometry.segments(idx, True, 1024) == [[list(zip(starts[:-1], starts[1:]))]]
+
+
+@pytest.mark.parametrize("block_m, block_n", [(128, 64), (64, 128)])
+def test_segment_aligned_documents_are_causal_blocks(block_m, block_n):
+    # Each document tiled from its own first row and key is a causal square of its length.
+    lengths = [100, 300, 57, 567]
+    idx = masks.causal_document_mask(lengths, 1024, place="numpy")
+    area = sum(n * (n + 1) // 2 for n in lengths)
+    computed = sum(geometry.computed_area(geometry.classify_tiles(None, True, n, n, block_m, block_n),
+                                          n, n, block_m, block_n).sum() for n in lengths)
+    assert geometry.segment_aligned_geometry(idx, True, 1024, block_m, block_n) == pytest.approx(area / computed)
+    assert geometry.segment_aligned_geometry(idx, True, 1024, block_m, block_n) > \
+        geometry.tile_geometry(idx, True, 1024, 1024, block_m, block_n)[0]
