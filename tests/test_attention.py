@@ -347,6 +347,30 @@ def test_gpu_kernel_and_deterministic_reach_the_op(rng, default_gpu_kernel, monk
     assert all(type(a[-2]) is int and type(a[-1]) is bool for a in spy.attention_args)
 
 
+# Documents whose ends fall inside the CPU kernel's 64-row tiles (one of a single token, one
+# longer than two tiles), a different set per batch row, and padding past the last document.
+PACKED_ROWS = [[37, 1, 130, 64, 29], [200, 3, 58]]
+
+
+@pytest.mark.parametrize("builder, causal", [("causal_document_mask", True), ("document_mask", False),
+                                             ("share_question_mask", True)])
+@pytest.mark.parametrize("heads, heads_k, per_head", [(4, 2, False), (4, 2, True), (2, 2, False)])
+def test_packed_documents_tiled_per_document(rng, builder, causal, heads, heads_k, per_head):
+    """The CPU forward tiles each packed document (each diagonal block of the mask) on its own:
+    forward, LSE and gradients against the dense reference, with GQA and a mask per kv head."""
+    seqlen = 300
+    if builder == "share_question_mask":  # (question, [answers]) groups, a different split per row
+        rows = [[(37, [20, 1]), (64, [29, 70])], [(5, [100, 3]), (58, [3])]]
+        idx = masks.share_question_mask(rows, seqlen, place="numpy")
+    else:
+        idx = getattr(masks, builder)(PACKED_ROWS, seqlen, place="numpy")
+    if per_head:  # a mask head per kv head: the second one's documents split differently
+        other = masks.causal_document_mask([[100, 200], [150, 150]], seqlen, place="numpy") if causal else \
+            masks.document_mask([[100, 200], [150, 150]], seqlen, place="numpy")
+        idx = np.concatenate([idx, other], axis=1)
+    run_case(rng, 2, seqlen, seqlen, heads, heads_k, 16, causal, indices=idx.astype(np.int32))
+
+
 def test_lse_has_no_gradient_and_out_grad_unaffected(rng):
     q, k, v = (paddle.to_tensor(rng.standard_normal((1, 20, 2, 8)).astype("float32"), stop_gradient=False)
                for _ in range(3))
