@@ -356,8 +356,9 @@ PACKED_ROWS = [[37, 1, 130, 64, 29], [200, 3, 58]]
                                              ("share_question_mask", True)])
 @pytest.mark.parametrize("heads, heads_k, per_head", [(4, 2, False), (4, 2, True), (2, 2, False)])
 def test_packed_documents_tiled_per_document(rng, builder, causal, heads, heads_k, per_head):
-    """The CPU forward tiles each packed document (each diagonal block of the mask) on its own:
-    forward, LSE and gradients against the dense reference, with GQA and a mask per kv head."""
+    """Packed documents whose ends fall inside tiles (the case a kernel that tiles each document
+    on its own must get right, NOTES: segment-aligned tiles): forward, LSE and gradients against
+    the dense reference, with GQA and a mask per kv head."""
     seqlen = 300
     if builder == "share_question_mask":  # (question, [answers]) groups, a different split per row
         rows = [[(37, [20, 1]), (64, [29, 70])], [(5, [100, 3]), (58, [3])]]

@@ -11,10 +11,6 @@
 namespace flashmask {
 namespace cpu {
 
-// The summary of key columns [begin, end) of one mask row (its columns).
-BlockBounds column_range_bounds(const int32_t* columns, const MaskParams& mask, int seqlen_q, int begin,
-                                int end);
-
 class BlockBoundsTable {
  public:
   BlockBoundsTable(const FwdParams& params, int block_n);

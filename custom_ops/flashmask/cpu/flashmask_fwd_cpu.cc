@@ -9,7 +9,6 @@
 #include "../flashmask_api.h"
 #include "block_bounds_cpu.h"
 #include "parallel.h"
-#include "segment_tiles.h"
 #include "tile_ops.h"
 
 namespace flashmask {
@@ -65,20 +64,23 @@ void fwd_impl(const FwdParams& p) {
   const int padded_dim = round_up(dim, 2 * kLanes);
   const int dim_v = p.value_head_dim();
   const int padded_dim_v = round_up(dim_v, 2 * kLanes);
+  const int q_blocks = ceil_div(p.seqlen_q, kBlockM);
+  const int k_blocks = ceil_div(p.seqlen_k, kBlockN);
   const int group = p.num_heads / p.num_heads_k;
   const BlockBoundsTable bounds(p, kBlockN);
-  const std::vector<RowTile> tiles = row_tiles(p, kBlockM);  // heaviest first
 
-  const int64_t items = int64_t(tiles.size());
+  const int64_t items = int64_t(p.batch) * p.num_heads * q_blocks;
   std::vector<FwdScratch> scratch(num_workers(items, p.num_threads));
 
   parallel_for(items, p.num_threads, [&](int64_t item, int worker) {
-    const RowTile& tile = tiles[item];
-    const int head = tile.head, batch = tile.batch;
+    // Last query blocks first: under causal masks they carry the most work.
+    const int q_block = q_blocks - 1 - int(item % q_blocks);
+    const int head = int((item / q_blocks) % p.num_heads);
+    const int batch = int(item / (int64_t(q_blocks) * p.num_heads));
     const int head_k = head / group;
     const int64_t summary_row = mask_summary_row(p, batch, head);
-    const int r0 = tile.r0;
-    const int rows = tile.rows;
+    const int r0 = q_block * kBlockM;
+    const int rows = std::min(kBlockM, p.seqlen_q - r0);
 
     FwdScratch& w = scratch[worker];
     w.ensure(padded_dim, padded_dim_v);
@@ -90,18 +92,10 @@ void fwd_impl(const FwdParams& p) {
     fill(w.acc.data(), int64_t(kBlockM) * padded_dim_v, 0.f);
     const int32_t* columns = mask_columns(p, batch, head);
 
-    // Key tiles from the first key the tile's rows may see: the table's blocks where
-    // they line up with them, else the tile's columns summarised here (a key tile
-    // that runs past its diagonal block is masked there as the mask says).
-    for (int c0 = tile.key_start; c0 < tile.key_end; c0 += kBlockN) {
-      BlockBounds own;
-      const BlockBounds* tile_bounds = bounds.get(summary_row, c0 / kBlockN);
-      if (columns != nullptr && c0 % kBlockN != 0) {
-        own = column_range_bounds(columns, p.mask, p.seqlen_q, c0, std::min(c0 + kBlockN, p.seqlen_k));
-        tile_bounds = &own;
-      }
-      const TileKind kind = classify_tile(tile_bounds, p.mask.causal, p.seqlen_q, p.seqlen_k, r0, r0 + rows,
-                                          c0, c0 + kBlockN);
+    for (int k_block = 0; k_block < k_blocks; ++k_block) {
+      const int c0 = k_block * kBlockN;
+      const TileKind kind = classify_tile(bounds.get(summary_row, k_block), p.mask.causal,
+                                          p.seqlen_q, p.seqlen_k, r0, r0 + rows, c0, c0 + kBlockN);
       if (kind == TileKind::kSkip || !block_kept(p, batch, head, r0, c0)) continue;
       const int cols = std::min(kBlockN, p.seqlen_k - c0);
       const T* k = static_cast<const T*>(p.k) + batch * p.k_batch_stride + c0 * p.k_row_stride +
