@@ -159,7 +159,9 @@ def segment_aligned_geometry(indices, causal, seqlen, block_m, block_n):
     """tile_geometry's unmasked share when every diagonal block (`segments`) is tiled from its own
     first row and key, as a varlen kernel tiles its sequences: each block is classified as a mask
     of its own (its columns' bounds shifted to its first row and clipped to it), and no tile
-    straddles two blocks."""
+    straddles two blocks. A block's last row and key tiles count whole, as the kernels compute
+    them: their rows and keys past the block are the next block's, loaded and masked (only the
+    sequence's end clips a tile, as in computed_area)."""
     idx = np.asarray(indices, dtype=np.int64)
     batch, heads = idx.shape[:2]
     computed = 0
@@ -168,8 +170,10 @@ def segment_aligned_geometry(indices, causal, seqlen, block_m, block_n):
             for start, end in blocks:
                 length = end - start
                 sub = np.clip(idx[b:b + 1, h:h + 1, start:end] - start, 0, length)
-                kinds = classify_tiles(sub, causal, length, length, block_m, block_n)
-                computed += int(computed_area(kinds, length, length, block_m, block_n).sum())
+                live = classify_tiles(sub, causal, length, length, block_m, block_n)[0, 0] != SKIP
+                rows = np.minimum(block_m, seqlen - (start + np.arange(live.shape[0]) * block_m))
+                cols = np.minimum(block_n, seqlen - (start + np.arange(live.shape[1]) * block_n))
+                computed += int((live * rows[:, None] * cols[None, :]).sum())
     area = unmasked_area(idx, causal, seqlen, seqlen, batch, heads)
     return float(area.sum() / max(computed, 1))
 
