@@ -65,10 +65,9 @@ def _file_lock(path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _fingerprint_matches(objects_dir):
+def _fingerprint_matches(objects_dir, fingerprint):
     stamp = os.path.join(objects_dir, "FINGERPRINT")
-    have = open(stamp).read().strip() if os.path.exists(stamp) else None
-    return have == _op_sources.cuda_fingerprint()
+    return os.path.exists(stamp) and open(stamp).read().strip() == fingerprint
 
 
 def _cuda_objects(build_dir):
@@ -82,9 +81,10 @@ def _cuda_objects(build_dir):
     # (its FINGERPRINT is written once every object is there).
     prebuilt = os.environ.get("PADDLE_FLASHMASK_CUDA_OBJECTS")
     out_dir = os.path.join(build_dir, "cuda_objects")
+    fingerprint = _op_sources.cuda_fingerprint()  # hashes every CUDA source: once
     reuse_dirs = []
     if prebuilt:
-        if _fingerprint_matches(prebuilt):
+        if _fingerprint_matches(prebuilt, fingerprint):
             reuse_dirs.append(prebuilt)
         else:
             warnings.warn(
@@ -92,7 +92,7 @@ def _cuda_objects(build_dir):
                 "sources and flags; compiling the CUDA kernels here",
                 stacklevel=2,
             )
-    if _fingerprint_matches(out_dir):
+    if _fingerprint_matches(out_dir, fingerprint):
         reuse_dirs.append(out_dir)
     return _op_sources.compile_cuda_objects(out_dir, reuse_dirs=reuse_dirs)
 
@@ -119,17 +119,17 @@ def _jit_build(name):
     with _file_lock(build_dir + ".lock"):
         os.makedirs(build_dir, exist_ok=True)
         marker = os.path.join(build_dir, ".built")
-        if not os.path.exists(marker):
+        if os.path.exists(marker):
+            module = _import_built(name, build_dir)
+            if module is not None:
+                return module
+        else:
             print(
                 f"paddle_flashmask: building the custom op into {build_dir} "
                 "(first use only, about a minute)...",
                 file=sys.stderr,
                 flush=True,
             )
-        if os.path.exists(marker):
-            module = _import_built(name, build_dir)
-            if module is not None:
-                return module
         ldflags = []
         if _op_sources.cuda_enabled():
             ldflags = _op_sources.cuda_link_flags(_cuda_objects(build_dir))
