@@ -5,7 +5,9 @@ with a dense boolean mask, and FlashAttention-2 on plain causal: SDPA's flash ba
 (sdpa_flash_causal, K/V repeated to the query heads inside the timed call, as SDPA's flash backend
 takes one head count) or FA2 with its native GQA (fa2_gqa_causal,
 torch.ops.aten._flash_attention_forward, differentiated by autograd; the fair FA2 figure at
-32:8, which the repeat costs 2-11%: benchmarks/results/h200/fa2_native_masks/).
+32:8, which the repeat costs 2-11%: benchmarks/results/h200/fa2_native_masks/). On plain causal
+and full attention, sdpa_cudnn: SDPA's cuDNN backend, whose Hopper kernels are FA3-class (TMA,
+wgmma), the anchor for issue 16's "FA3 level" measured the way ours is (per call and back to back).
 
 Same masks (paddle_flashmask/masks.py loaded without paddle), same shapes,
 same TFLOP/s convention (benchmarks/mask_area.py). --dim / --dim-v as in bench_gpu.py:
@@ -48,6 +50,31 @@ flex = torch.compile(flex_attention, dynamic=False)
 
 # FlashAttention-2 on plain causal only (it has no column mask).
 FA2_CAUSAL_IMPLS = ("sdpa_flash_causal", "fa2_gqa_causal")
+# Peers without any mask: plain causal and full attention only.
+UNMASKED_IMPLS = ("sdpa_cudnn",)
+
+
+def sdpa_cudnn_inputs(q, k, v, causal):
+    """(run, grad inputs, how GQA is done) for SDPA's cuDNN backend on [B, H, S, D] leaves.
+    Native GQA (enable_gqa) where this torch's cuDNN backend takes it; else K/V repeated to the
+    query heads once, outside the timed calls, as leaves of their own (the kernel's own speed: it
+    reads 4x the K/V bytes of a compute-bound problem, and no repeat or head-sum is timed)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def call(kk, vv, gqa):
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return F.scaled_dot_product_attention(q, kk, vv, is_causal=causal, enable_gqa=gqa)
+
+    if k.shape[1] == q.shape[1]:
+        return (lambda: call(k, v, False)), (q, k, v), "none"
+    try:
+        call(k, v, True)
+        return (lambda: call(k, v, True)), (q, k, v), "native"
+    except RuntimeError:
+        rep = q.shape[1] // k.shape[1]
+        kk = k.detach().repeat_interleave(rep, 1).requires_grad_()
+        vv = v.detach().repeat_interleave(rep, 1).requires_grad_()
+        return (lambda: call(kk, vv, False)), (q, kk, vv), "K/V repeated before the timed calls"
 
 
 def mask_mod_from_indices(idx, causal, seqlen, heads, device):
@@ -98,7 +125,7 @@ def back_to_back_ms(fn, calls):
 
 def fwd_bwd_times(run, q, k, v, dout, repeats, calls):
     """(fwd ms, bwd ms) per call with events around each, and (fwd, bwd) ms per call of
-    `calls` queued back to back (None for calls == 0)."""
+    `calls` queued back to back (None for calls == 0); the backward's gradients are of q, k, v."""
     run()  # warm-up / compile
     t_fwd = timed(run, repeats)
     b2b_fwd = back_to_back_ms(run, calls) if calls else None
@@ -159,11 +186,14 @@ def main():
                 for impl in args.impls:
                     if impl in FA2_CAUSAL_IMPLS and name != "causal":
                         continue
+                    if impl in UNMASKED_IMPLS and idx is not None:
+                        continue
                     if impl in FA2_CAUSAL_IMPLS and dim_v != args.dim:
                         print(f"| {impl} | {name} | {seqlen} | {args.heads}:{heads_k} | skipped: the flash "
                               f"backend takes one head dim for q, k and v, not {args.dim}/{dim_v} |", flush=True)
                         continue
                     build_ms = None
+                    grad_inputs, gqa = (q, k, v), None
                     torch.cuda.reset_peak_memory_stats()
                     try:
                         if impl == "flex_attention":
@@ -206,10 +236,12 @@ def main():
 
                             def run():
                                 return call(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
+                        elif impl == "sdpa_cudnn":
+                            run, grad_inputs, gqa = sdpa_cudnn_inputs(q, k, v, causal)
                         else:
                             raise ValueError(f"unknown --impls entry {impl!r}")
                         t_start = time.time()  # the timed window, for the GPU's clock log (clock_summary.py)
-                        t_fwd, t_bwd, b2b_fwd, b2b_bwd = fwd_bwd_times(run, q, k, v, dout, args.repeats,
+                        t_fwd, t_bwd, b2b_fwd, b2b_bwd = fwd_bwd_times(run, *grad_inputs, dout, args.repeats,
                                                                        args.back_to_back)
                         t_end = time.time()
                     except Exception as e:
@@ -227,6 +259,8 @@ def main():
                                fwd_b2b_ms=b2b_fwd, bwd_b2b_ms=b2b_bwd,
                                fwd_tflops=fwd_flops / t_fwd / 1e9, bwd_tflops=bwd_flops / t_bwd / 1e9,
                                mask_build_ms=build_ms, peak_gib=peak, t_start=t_start, t_end=t_end)
+                    if gqa is not None:
+                        rec["gqa"] = gqa
                     out.write(json.dumps(rec) + "\n")
                     out.flush()
                     bm = "" if build_ms is None else f"{build_ms:.1f}"

@@ -123,6 +123,33 @@ def test_report_tables(results, tmp_path):
     assert "2 of 2 cases" not in text and "1 of 2 cases" in text  # 1.50 meets, 1.20 does not
 
 
+def test_report_fa3_class_peer_section(tmp_path, capsys):
+    # sm90 and SDPA's cuDNN backend on the same unmasked calls: one row each, per call / back to back
+    path = str(tmp_path / "run" / "gpu_results.jsonl")
+    write(path, [
+        rec("paddle_flashmask_sm90", "causal", 8192, 1.0, 4.0, 600.0, 500.0, fwd_b2b_ms=0.96, bwd_b2b_ms=4.0),
+        rec("paddle_flashmask_sm90", "full", 8192, 2.0, 6.0, 650.0, 480.0),
+        rec("paddle_flashmask_sm90", "causal_document", 8192, 2.0, 3.0, 100.0, 150.0),
+        rec("sdpa_cudnn", "causal", 8192, 1.2, 4.4, 500.0, 454.5, fwd_b2b_ms=1.0, bwd_b2b_ms=5.0, gqa="native"),
+        rec("sdpa_cudnn", "full", 8192, 2.1, 5.5, 619.0, 523.6),
+    ])
+    out = str(tmp_path / "r.md")
+    assert report.main([path, "--out", out]) == 0
+    assert "unknown impl" not in capsys.readouterr().err
+    t = tables(open(out).read())
+    section = "sm90 against an FA3-class peer: SDPA's cuDNN backend"
+    row = t[(section, "causal")]
+    assert row["sm90 fwd"] == "600 / 625" and row["cuDNN fwd"] == "500 / 600"  # 600 * 1.0 / 0.96, 500 * 1.2 / 1.0
+    assert row["sm90 bwd"] == "500 / 500" and row["cuDNN bwd"] == "454 / 400"
+    assert t[(section, "full")]["cuDNN bwd"] == "524 / -"  # no back-to-back times in the record
+    assert (section, "causal_document") not in t  # cuDNN takes no column mask
+
+    # without cuDNN records the section is left out
+    write(path, [rec("paddle_flashmask_sm90", "causal", 8192, 1.0, 4.0, 600.0, 500.0)])
+    assert report.main([path, "--out", out]) == 0
+    assert "FA3-class" not in open(out).read()
+
+
 def test_report_plot(results, tmp_path):
     pytest.importorskip("matplotlib")
     png = str(tmp_path / "plots" / "tflops.png")
