@@ -9,6 +9,9 @@
 #   OUT=... BASE=hd96b NEW=tmao CHECKS=0 PASSES=0 SANITIZE=1 bash benchmarks/device/ab_sm90.sh
 #   (SANITIZE_TOOLS="memcheck": that tool alone; default memcheck synccheck racecheck)
 # (carry [".gpu_variants"]: .gpu_variants/{BASE,NEW}/flashmask_harness, build_variant.sh builds them)
+# CUDNN_PEER=1: after the passes, the FA3-class peer in the same call: SDPA's cuDNN backend on plain
+# causal and full (bench_gpu_peers.py --impls sdpa_cudnn, the device's plain python3 without our
+# environment; PEER_LENGTHS, default "8192 32768"), per call and back to back, into the summary.
 # NEW may name several variants ("ord cap40"), checked and timed each. As in fa2_steps.sh, a
 # variant directory may hold `binary_of` (the variant whose binary it runs) and `env` (KEY=VALUE
 # lines exported for its runs) instead of its own binary: one build, several settings.
@@ -68,6 +71,13 @@ if [ "${SANITIZE:-0}" = 1 ]; then  # a call of its own: each tool over the whole
   grep -E "access at" "$OUT/sanitize_racecheck.log" \
     | sed -E 's/.*(Write|Read) access at .*(Fwd|Bwd)Traits<\(int\)([0-9]+)[^+]*(\+0x[0-9a-f]+).*/\1 \2 D\3 \4/' \
     | sort | uniq -c | sort -rn | head -20 >> "$SUMMARY"
+fi
+if [ "${CUDNN_PEER:-0}" = 1 ]; then
+  echo "== sdpa_cudnn (FA3-class peer): | impl | mask | S | H:Hk | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | ..." >> "$SUMMARY"
+  timeout -k 10 "${PEER_TIMEOUT_S:-150}" env -u PYTHONPATH -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 python3 \
+    benchmarks/bench_gpu_peers.py --lengths ${PEER_LENGTHS:-8192 32768} --kv-heads 8 --masks causal full \
+    --impls sdpa_cudnn --repeats 5 --back-to-back 8 --out "$OUT/cudnn_peer.jsonl" 2>&1 | grep -E "^\| sdpa_cudnn" >> "$SUMMARY"
+  echo "cuDNN peer exit ${PIPESTATUS[0]} (back-to-back times in $OUT/cudnn_peer.jsonl)" >> "$SUMMARY"
 fi
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader >> "$SUMMARY"
 cat "$SUMMARY"
