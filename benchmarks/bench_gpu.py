@@ -120,6 +120,8 @@ def main():
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new cases after this")
     ap.add_argument("--out", default="gpu_results.jsonl")
+    ap.add_argument("--round", type=int, default=None,
+                    help="which round of a multi-round call this sweep is (recorded; benchmarks/rounds_summary.py)")
     ap.add_argument("--gpu-kernels", nargs="+", default=["sm90", "fa2"],
                     help="kernel families to time (paddle_flashmask.set_gpu_kernel names)")
     args = ap.parse_args()
@@ -197,6 +199,8 @@ def main():
                            fwd_tflops=fwd_flops / t_fwd / 1e12, bwd_tflops=bwd_flops / t_bwd / 1e12,
                            peak_gib=peak, mask_bytes=0 if idx_np is None else int(idx_np.nbytes),
                            t_start=t_start, t_end=t_end)
+                if args.round is not None:
+                    rec["round"] = args.round
                 out.write(json.dumps(rec) + "\n")
                 out.flush()
                 print(f"| {kernel} | {name} | {seqlen} | {args.heads}:{heads_k} | {rec['fwd_ms']:.2f} | "

@@ -156,6 +156,8 @@ def main():
     ap.add_argument("--dense-max-gib", type=float, default=24.0)
     ap.add_argument("--budget-s", type=float, default=1e9)
     ap.add_argument("--out", default="gpu_results.jsonl")
+    ap.add_argument("--round", type=int, default=None,
+                    help="which round of a multi-round call this sweep is (recorded; benchmarks/rounds_summary.py)")
     args = ap.parse_args()
     dim_v = gpu_value_head_dim(args.dim) if args.dim_v is None else args.dim_v
 
@@ -261,6 +263,8 @@ def main():
                                mask_build_ms=build_ms, peak_gib=peak, t_start=t_start, t_end=t_end)
                     if gqa is not None:
                         rec["gqa"] = gqa
+                    if args.round is not None:
+                        rec["round"] = args.round
                     out.write(json.dumps(rec) + "\n")
                     out.flush()
                     bm = "" if build_ms is None else f"{build_ms:.1f}"

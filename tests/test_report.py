@@ -306,3 +306,39 @@ def test_clock_summary_sets_the_log_beside_each_records_window(tmp_path, capsys)
     out = capsys.readouterr().out
     assert "| paddle_flashmask_sm90 | causal | 8192 | 1.000 | 3.000 | 2 | 1778 (1755) | 670 | 60 | 0x4 |" in out
     assert "| paddle_flashmask_sm90 | full | 8192 | 2.000 | 5.000 | 0 | - | - | - | - |" in out
+
+
+def test_rounds_summary_medians_ranges_and_same_round_ratios(tmp_path, capsys):
+    rounds = _load("rounds_summary")
+    ours = [rec("paddle_flashmask_sm90", "causal", 8192, ms, 4.0, t, 500.0, round=i, fwd_b2b_ms=0.9, bwd_b2b_ms=4.0)
+            for i, (ms, t) in enumerate([(1.0, 600.0), (0.95, 630.0), (1.05, 570.0)], start=1)]
+    peer = [rec("sdpa_cudnn", "causal", 8192, ms, 4.5, 550.0, 450.0, round=i)
+            for i, ms in zip((1, 2), (1.1, 1.2))]
+    write(str(tmp_path / "round1" / "gpu_results.jsonl"), ours[:1] + [
+        rec("paddle_flashmask_sm90", "full", 8192, 2.0, 6.0, 650.0, 480.0)])  # no round: left out
+    write(str(tmp_path / "round2" / "gpu_results.jsonl"), ours[1:] + [
+        dict(impl="paddle_flashmask_sm90", mask="causal", seqlen=8192, heads=32, heads_k=8, round=4,
+             error="RuntimeError: out of memory")])  # failed: left out
+    write(str(tmp_path / "peers.jsonl"), peer)
+    out = str(tmp_path / "rounds.md")
+    assert rounds.main([str(tmp_path), "--out", out]) == 0
+    text = open(out).read()
+    row = next(line for line in text.splitlines() if line.startswith("| paddle_flashmask_sm90 | causal |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[5] == "3"  # rounds 1-3 (round 4 failed)
+    assert cells[6] == "600 [570-630]"  # fwd per call
+    # back to back: 600 * 1.0 / 0.9 = 667, 630 * 0.95 / 0.9 = 665, 570 * 1.05 / 0.9 = 665
+    assert cells[7] == "665 [665-667]"
+    assert cells[8] == "500 [500-500]"
+    assert "| paddle_flashmask_sm90 | causal | 8192 | 32:8 | 128 | 3 |" in text
+    assert "| full |" not in text
+    ratio = next(line for line in text.splitlines() if line.startswith("| paddle_flashmask_sm90 | sdpa_cudnn |"))
+    cells = [c.strip() for c in ratio.strip("|").split("|")]
+    # rounds 1 and 2 only: (1.1 + 4.5) / 5.0 = 1.12, (1.2 + 4.5) / 4.95 = 1.1515
+    assert cells[6] == "2" and cells[7] == "1.14 [1.12-1.15]" and cells[8] == "-"
+
+    # a sweep of one round only (no round field) is not what this summary reads
+    plain = str(tmp_path / "plain" / "gpu_results.jsonl")
+    write(plain, [rec("paddle_flashmask_sm90", "causal", 8192, 1.0, 4.0, 600.0, 500.0)])
+    with pytest.raises(SystemExit, match="no record with a round"):
+        rounds.main([plain])

@@ -21,6 +21,8 @@
 #   is the one the GPU kernels take with it (BENCH_DIM=192: v 128, MLA; with BENCH_KERNELS=sm90,
 #   the FA2-class kernels have no 192) unless BENCH_DIM_V says otherwise.
 #   HARNESS_ARGS="--time-hd256"  (the harness timing mode, or --time-hd192 for 192/128; default --time-fwd)
+#   BENCH_ROUNDS=3  (with bench and peers: both sweeps 3 times, alternately, records tagged by round;
+#   $OUT/rounds_summary.md: each cell's median and range, ours against each peer round by round)
 #   CLOCK_LOG_MS=200  (with bench or peers: $OUT/gpu_clocks.csv, nvidia-smi every that many ms: SM
 #   clock, power, temperature, clock event reasons; and clock_summary.md, clock_summary.py's reading of
 #   that log over each record's timed window). Off by default: the one 8K sweep with a 50 ms log had
@@ -39,6 +41,11 @@ OUT=${OUT:-/tmp/pfm_out}; mkdir -p "$OUT"
 STAGES=${STAGES-"tests bench"}  # set but empty: none (only the runtime and the op build)
 [[ -z "${CLOCK_LOG_MS:-}" || "$CLOCK_LOG_MS" =~ ^[1-9][0-9]*$ ]] \
   || { echo "CLOCK_LOG_MS must be a positive whole number of milliseconds, got '$CLOCK_LOG_MS'"; exit 2; }
+ROUNDS=${BENCH_ROUNDS:-1}
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "BENCH_ROUNDS must be a positive whole number, got '$ROUNDS'"; exit 2; }
+if (( ROUNDS > 1 )) && [[ " $STAGES " != *" bench "* || " $STAGES " != *" peers "* ]]; then
+  echo "BENCH_ROUNDS=$ROUNDS needs both the bench and peers stages, got STAGES='$STAGES'"; exit 2
+fi
 source benchmarks/device/runtime_env.sh
 
 if [[ " $STAGES " == *" harness "* ]]; then
@@ -133,12 +140,30 @@ if [[ -n "${CLOCK_LOG_MS:-}" && ( " $STAGES " == *" bench "* || " $STAGES " == *
   CLOCK_LOGGER=$!
 fi
 
-if [[ " $STAGES " == *" bench "* ]]; then
+bench_sweep() {  # our sweep (round $1, or none)
   python3 benchmarks/bench_gpu.py --lengths ${BENCH_LENGTHS:-8192 32768} --kv-heads ${BENCH_KV_HEADS:-8} --repeats ${BENCH_REPEATS:-9} --gpu-kernels ${BENCH_KERNELS:-sm90 fa2} \
-    --dim "${BENCH_DIM:-128}" ${BENCH_DIM_V:+--dim-v $BENCH_DIM_V} ${BENCH_MASKS:+--masks $BENCH_MASKS} \
-    --budget-s "${BENCH_BUDGET_S:-300}" --out "$OUT/gpu_results.jsonl" 2>&1 | grep -v -E "^W|^I[0-9]" | tee "$OUT/bench_ours.log" | grep "^| sm90"
+    --dim "${BENCH_DIM:-128}" ${BENCH_DIM_V:+--dim-v $BENCH_DIM_V} ${BENCH_MASKS:+--masks $BENCH_MASKS} ${1:+--round $1} \
+    --budget-s "${BENCH_BUDGET_S:-300}" --out "$OUT/gpu_results.jsonl" 2>&1 | grep -v -E "^W|^I[0-9]" | tee -a "$OUT/bench_ours.log" | grep "^| sm90"
+}
+peer_sweep() {  # the device's plain python3 with PyTorch: none of the Paddle runtime's paths
+  env -u PYTHONPATH -u LD_LIBRARY_PATH BENCH_ROUND="${1:-}" bash benchmarks/device/peers.sh
+}
+# BENCH_ROUNDS=N (with both stages): our sweep and the peers' N times, alternately (ours first in odd
+# rounds, the peers first in even ones), each record tagged with its round; then
+# benchmarks/rounds_summary.py's medians and ranges into $OUT/rounds_summary.md. Only the narrowed
+# sweep (BENCH_* variables) runs per round, not the default extra lengths.
+if (( ROUNDS > 1 )); then
+  for round in $(seq "$ROUNDS"); do
+    if (( round % 2 )); then bench_sweep "$round"; peer_sweep "$round"; else peer_sweep "$round"; bench_sweep "$round"; fi
+    stamp "round $round done"
+  done
+  python3 benchmarks/rounds_summary.py "$OUT/gpu_results.jsonl" "$OUT/peer_results.jsonl" --out "$OUT/rounds_summary.md" \
+    && cat "$OUT/rounds_summary.md"
 fi
-if [[ " $STAGES " == *" bench "* && -z "${BENCH_DIM:-}${BENCH_DIM_V:-}${BENCH_MASKS:-}${BENCH_LENGTHS:-}${BENCH_KV_HEADS:-}" ]]; then
+if (( ROUNDS == 1 )) && [[ " $STAGES " == *" bench "* ]]; then
+  bench_sweep
+fi
+if (( ROUNDS == 1 )) && [[ " $STAGES " == *" bench "* && -z "${BENCH_DIM:-}${BENCH_DIM_V:-}${BENCH_MASKS:-}${BENCH_LENGTHS:-}${BENCH_KV_HEADS:-}" ]]; then
   python3 benchmarks/bench_gpu.py --lengths 16384 --kv-heads 8 32 --masks causal --repeats 5 --gpu-kernels ${BENCH_KERNELS:-sm90 fa2} \
     --out "$OUT/gpu_results.jsonl" 2>&1 | grep "^|" | tail -4
   python3 benchmarks/bench_gpu.py --lengths 131072 --kv-heads 8 --masks causal_document share_question sliding_window \
@@ -146,9 +171,8 @@ if [[ " $STAGES " == *" bench "* && -z "${BENCH_DIM:-}${BENCH_DIM_V:-}${BENCH_MA
   stamp "bench done"
 fi
 
-if [[ " $STAGES " == *" peers "* ]]; then
-  # The device's plain python3 with PyTorch: none of the Paddle runtime's paths.
-  env -u PYTHONPATH -u LD_LIBRARY_PATH bash benchmarks/device/peers.sh
+if (( ROUNDS == 1 )) && [[ " $STAGES " == *" peers "* ]]; then
+  peer_sweep
   stamp "peers done"
 fi
 
