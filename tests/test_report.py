@@ -132,6 +132,7 @@ def test_report_fa3_class_peer_section(tmp_path, capsys):
         rec("paddle_flashmask_sm90", "causal_document", 8192, 2.0, 3.0, 100.0, 150.0),
         rec("sdpa_cudnn", "causal", 8192, 1.2, 4.4, 500.0, 454.5, fwd_b2b_ms=1.0, bwd_b2b_ms=5.0, gqa="native"),
         rec("sdpa_cudnn", "full", 8192, 2.1, 5.5, 619.0, 523.6),
+        rec("fa2_gqa_causal", "causal", 8192, 1.9, 5.2, 295.0, 263.0),  # issue 15's tables read it
     ])
     out = str(tmp_path / "r.md")
     assert report.main([path, "--out", out]) == 0
