@@ -88,6 +88,16 @@ def _check_int(value, name: str, minimum: int | None = None) -> int:
     return value
 
 
+def _check_bool(value, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be a bool, got {value!r}")
+    return bool(value)
+
+
+# The indices are int32: no position, length or sequence length past this.
+_INT32_MAX = int(np.iinfo(np.int32).max)
+
+
 def _to_tensor(arr: np.ndarray, place) -> paddle.Tensor:
     arr = np.ascontiguousarray(arr, dtype=np.int32)
     if isinstance(place, str) and place == NUMPY:
@@ -124,6 +134,8 @@ def _is_row_of_scalars(x) -> bool:
     """True when x looks like one row of lengths (or is empty)."""
     if isinstance(x, np.ndarray):
         return x.ndim <= 1
+    if not isinstance(x, (list, tuple)):
+        return False
     if len(x) == 0:
         return True
     return _is_scalar(x[0])
@@ -131,18 +143,17 @@ def _is_row_of_scalars(x) -> bool:
 
 def _per_row(values, batch_size, name: str) -> Tuple[List, int]:
     """Split a 'one row or one row per batch element' argument into a list of rows."""
-    if values is None or isinstance(values, (str, bytes)):
-        raise ValueError(f"{name} must be a sequence, got {values!r}")
-    try:
-        len(values)
-    except TypeError:
-        raise ValueError(f"{name} must be a sequence, got {values!r}") from None
+    if not isinstance(values, (list, tuple, np.ndarray)):
+        raise ValueError(f"{name} must be a list, tuple or numpy array (or a paddle.Tensor of lengths), "
+                         f"got {type(values).__name__}: {values!r}")
     if batch_size is not None:
         batch_size = _check_int(batch_size, "batch_size", 1)
     return values, batch_size
 
 
 def _lengths_rows(doc_lens, batch_size, name: str) -> List[np.ndarray]:
+    if _is_paddle_tensor(doc_lens):
+        doc_lens = doc_lens.numpy()
     doc_lens, batch_size = _per_row(doc_lens, batch_size, name)
     if _is_row_of_scalars(doc_lens):
         rows = [doc_lens] * (batch_size or 1)
@@ -156,8 +167,8 @@ def _lengths_rows(doc_lens, batch_size, name: str) -> List[np.ndarray]:
             )
     out = []
     for r in rows:
-        if not _is_row_of_scalars(r):
-            raise ValueError(f"{name}: each batch row must be a flat list of lengths")
+        if not _is_row_of_scalars(r) or (isinstance(r, (list, tuple)) and not all(_is_int(x) for x in r)):
+            raise ValueError(f"{name}: each batch row must be a flat list of integer lengths, got {r!r}")
         a = np.asarray(r)
         if a.size == 0:
             a = np.zeros(0, dtype=np.int64)
@@ -166,6 +177,8 @@ def _lengths_rows(doc_lens, batch_size, name: str) -> List[np.ndarray]:
         a = a.astype(np.int64).reshape(-1)
         if np.any(a < 0):
             raise ValueError(f"{name} must not contain negative lengths, got {a.tolist()}")
+        if a.sum() > _INT32_MAX or np.any(a > _INT32_MAX):  # the sum: each length < 2^31 cannot wrap int64
+            raise ValueError(f"{name}: a batch row sums past {_INT32_MAX}, the int32 indices' limit")
         out.append(a)
     return out
 
@@ -177,6 +190,8 @@ def _resolve_seqlen(totals: Sequence[int], seqlen, name: str) -> int:
             raise ValueError(f"{name} must contain at least one token when seqlen is not given")
         seqlen = need
     seqlen = _check_int(seqlen, "seqlen", 1)
+    if seqlen > _INT32_MAX:
+        raise ValueError(f"seqlen must be at most {_INT32_MAX} (int32 indices), got {seqlen}")
     if need > seqlen:
         raise ValueError(f"{name} sums to {need}, more than seqlen={seqlen}")
     return seqlen
@@ -231,7 +246,7 @@ def sliding_window_mask(seqlen: int, window: int, batch_size: int = 1, *, place=
         0 0 0 0 0 0 0 1 1 1
     """
     S = _check_int(seqlen, "seqlen", 1)
-    w = _check_int(window, "window", 0)
+    w = min(_check_int(window, "window", 0), S)  # wider than the sequence: the whole prefix
     B = _check_int(batch_size, "batch_size", 1)
     lts = np.minimum(np.arange(S, dtype=np.int64) + w + 1, S)
     return _to_tensor(_broadcast(lts[:, None], B), place)
@@ -356,6 +371,9 @@ def share_question_mask(segments, seqlen: int | None = None, batch_size: int | N
         seg_lens: List[int] = []
         seg_vals: List[int] = []
         pos = 0
+        if not isinstance(r, (list, tuple)):
+            raise ValueError(f"segments: each batch row must be a list of (prompt_len, [answer_len, ...]) "
+                             f"groups, got {r!r}")
         for g in r:
             if not _is_group(g):
                 raise ValueError(
@@ -415,12 +433,11 @@ def global_sliding_window_mask(seqlen: int, global_tokens: int, window, batch_si
     if _is_int(window):
         left = right = _check_int(window, "window", 0)
     else:
-        try:
-            left, right = window
-        except (TypeError, ValueError):
-            raise ValueError(f"window must be an int or a (left, right) pair, got {window!r}") from None
-        left = _check_int(left, "window", 0)
-        right = _check_int(right, "window", 0)
+        if not isinstance(window, (tuple, list)) or len(window) != 2:
+            raise ValueError(f"window must be an int or a (left, right) pair, got {window!r}")
+        left = _check_int(window[0], "window", 0)
+        right = _check_int(window[1], "window", 0)
+    left, right = min(left, S), min(right, S)  # wider than the sequence: all of it
     j = np.arange(S, dtype=np.int64)
     g = min(G, S)
     row = np.zeros((S, 4), dtype=np.int64)
@@ -488,6 +505,8 @@ def _pair_rows(values, batch_size, name: str) -> List[List[Tuple[int, int]]]:
             raise ValueError(f"batch_size={batch_size} does not match the {len(rows)} rows of {name}")
     out = []
     for r in rows:
+        if not isinstance(r, (list, tuple, np.ndarray)):
+            raise ValueError(f"{name}: each batch row must be a list of (int, int) pairs, got {r!r}")
         prs = []
         for p in r:
             if not is_pair(p):
@@ -656,9 +675,7 @@ def random_eviction_mask(seqlen: int, num_heads: int, batch_size: int = 1, start
     start_row = _check_int(start_row, "start_row", 1)
     if start_row > S:
         raise ValueError(f"start_row={start_row} exceeds seqlen={S}")
-    if not _is_int(seed):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
-    rng = np.random.default_rng(int(seed))
+    rng = np.random.default_rng(_check_int(seed, "seed", 0))
     m = S - start_row  # number of evictions (<= S - 1 because start_row >= 1)
     evict_rows = np.arange(start_row, S, dtype=np.int64)
     floor = np.arange(1, S + 1, dtype=np.int64)
@@ -729,9 +746,10 @@ def to_dense(startend_row_indices, causal: bool, seqlen_q: int | None = None):
     """
     is_paddle = _is_paddle_tensor(startend_row_indices)
     idx = startend_row_indices.numpy() if is_paddle else np.asarray(startend_row_indices)
-    _check_form(idx.shape, bool(causal))
+    causal = _check_bool(causal, "causal")
+    _check_form(idx.shape, causal)
     sq = idx.shape[2] if seqlen_q is None else _check_int(seqlen_q, "seqlen_q", 0)
-    keep = _dense_keep(idx, bool(causal), sq)
+    keep = _dense_keep(idx, causal, sq)
     if is_paddle:
         return _paddle().to_tensor(keep, dtype="bool", place=startend_row_indices.place)
     return keep
@@ -752,7 +770,9 @@ def plot_mask(startend_row_indices, causal: bool, path, batch: int = 0, head: in
         idx = startend_row_indices.numpy()
     else:
         idx = np.asarray(startend_row_indices)
-    _check_form(idx.shape, bool(causal))
+    causal = _check_bool(causal, "causal")
+    _check_form(idx.shape, causal)
+    batch, head = _check_int(batch, "batch"), _check_int(head, "head")
     if not (0 <= batch < idx.shape[0]):
         raise ValueError(f"batch={batch} out of range for {idx.shape[0]} batch rows")
     if not (0 <= head < idx.shape[1]):
@@ -836,14 +856,12 @@ def example_mask(name: str, seqlen: int, batch_size: int = 1, num_heads: int = 1
     - qk_sparse: up to two random dropped spans (never starting at token 0).
     - random_eviction: eviction from row ``S // 2``, independent per head.
     """
-    if name not in MASK_BUILDERS:
+    if not isinstance(name, str) or name not in MASK_BUILDERS:
         raise ValueError(f"name must be one of {sorted(MASK_BUILDERS)}, got {name!r}")
     S = _check_int(seqlen, "seqlen", 1)
     B = _check_int(batch_size, "batch_size", 1)
     H = _check_int(num_heads, "num_heads", 1)
-    if not _is_int(seed):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
-    rng = np.random.default_rng(int(seed))
+    rng = np.random.default_rng(_check_int(seed, "seed", 0))
     causal = MASK_BUILDERS[name][1]
 
     if name == "causal":

@@ -2,6 +2,7 @@
 
 import importlib.util
 import pathlib
+import sys
 
 import numpy as np
 import paddle
@@ -431,7 +432,38 @@ def test_plot_mask(tmp_path):
     (lambda: M.to_dense(np.zeros((1, 1, 4, 4), np.int32), True), "last dim"),
     (lambda: M.to_dense(np.zeros((1, 1, 4, 1), np.int32), False), "last dim"),
     (lambda: M.to_dense(np.zeros((4, 1), np.int32), True), "4-D"),
+    (lambda: M.to_dense(np.full((1, 1, 4, 1), 4, np.int32), "False"), "causal must be a bool"),
+    # lengths: containers of the wrong kind, rows that are not flat lists of ints, int32's limit
+    (lambda: M.causal_document_mask({3: 1}), "doc_lens must be a list"),
+    (lambda: M.causal_document_mask({3, 2}), "doc_lens must be a list"),
+    (lambda: M.causal_document_mask([3, [2]]), "flat list of integer lengths"),
+    (lambda: M.causal_document_mask([[2], 3]), "flat list of integer lengths"),
+    (lambda: M.causal_document_mask([True, True, 3]), "flat list of integer lengths"),
+    (lambda: M.causal_document_mask([2**62, 2**62]), "int32"),
+    (lambda: M.causal_document_mask([1], seqlen=2**31), "seqlen must be at most"),
+    (lambda: M.share_question_mask([[(2, [1])], 5]), "each batch row must be a list"),
+    (lambda: M.prefix_lm_document_mask([1, 2]), "each batch row must be a list"),
+    (lambda: M.prefix_lm_document_mask([[(1, 2)], 5]), "each batch row must be a list"),
+    (lambda: M.global_sliding_window_mask(8, 1, {1: 2, 3: 4}), "window"),
+    (lambda: M.random_eviction_mask(8, 1, seed=-1), "seed"),
+    (lambda: M.example_mask("causal", 16, seed=-1), "seed"),
+    (lambda: M.example_mask(["causal"], 16), "name must be one of"),
+    (lambda: M.plot_mask(np.full((1, 1, 4, 1), 4, np.int32), True, "x.png", batch=0.5), "batch"),
 ])
 def test_argument_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_windows_wider_than_the_sequence_are_the_whole_sequence():
+    # No int64 wrap of j + window + 1: a window past the sequence is the whole of it.
+    for w in (100, 2**63 - 3, sys.maxsize):
+        np.testing.assert_array_equal(M.sliding_window_mask(4, w, place="numpy").ravel(), [4, 4, 4, 4])
+        np.testing.assert_array_equal(M.global_sliding_window_mask(4, 0, w, place="numpy")[0, 0, :, 0], [4, 4, 4, 4])
+        np.testing.assert_array_equal(M.global_sliding_window_mask(4, 0, (1, w), place="numpy"),
+                                      M.global_sliding_window_mask(4, 0, (1, 4), place="numpy"))
+
+
+def test_lengths_from_a_paddle_tensor():
+    np.testing.assert_array_equal(M.causal_document_mask(paddle.to_tensor([3, 2]), place="numpy"),
+                                  M.causal_document_mask([3, 2], place="numpy"))
