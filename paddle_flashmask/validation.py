@@ -217,6 +217,7 @@ def check_indices_values(flags, seqlen_q):
 
 
 def check_scalar_args(dropout, softmax_scale, training):
+    check_flag("training", training)  # training="no" must not silently mean True
     if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real):
         raise TypeError(f"dropout must be a float in [0, 1), got {dropout!r}")
     if not 0.0 <= float(dropout) < 1.0:

@@ -494,6 +494,13 @@ def test_dropout_wrong_type(spy, p):
     assert_rejected(spy, TypeError, r"dropout must be a float", q, k, v, dropout=p)
 
 
+@pytest.mark.parametrize("training", ["no", 0, 1, None])
+def test_training_must_be_a_bool(spy, training):
+    # training=0 with dropout > 0 would otherwise run without dropout, "no" would mean True
+    q, k, v = qkv()
+    assert_rejected(spy, TypeError, r"training must be a bool", q, k, v, training=training)
+
+
 @pytest.mark.parametrize("p", [0.1, 0.9, np.float32(0.3)])
 def test_dropout_without_training_is_identity(p):
     q, k, v = qkv()

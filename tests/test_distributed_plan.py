@@ -109,6 +109,11 @@ def test_plan_errors_name_the_argument():
         ContextParallelPlan(None, True, 2)
     with pytest.raises(ValueError, match="cannot split"):
         ContextParallelPlan(None, True, 8, seqlen=5)
+    for bad in (8.9, "8", True, [8], float("nan")):  # none is silently truncated or coerced
+        with pytest.raises(ValueError, match="seqlen must be a positive int"):
+            ContextParallelPlan(None, True, 2, seqlen=bad)
+    with pytest.raises(ValueError, match="chunk_size must be a positive int"):
+        ContextParallelPlan(None, True, 2, seqlen=8, chunk_size=True)
     with pytest.raises(ValueError, match="chunk_size"):
         ContextParallelPlan(idx, causal, 2, chunk_size=64)
     with pytest.raises(ValueError, match=r"values must lie in \[0, 64\]"):

@@ -54,6 +54,11 @@ def _indices_numpy(startend_row_indices):
     return np.asarray(startend_row_indices)
 
 
+def _is_positive_int(x) -> bool:
+    """An int >= 1, not a bool (True would count as 1), a float or a string."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) and x >= 1
+
+
 def mask_fingerprint(indices_np: Optional[np.ndarray], causal: bool, seqlen: int) -> str:
     """Short hash of a mask (shape, values, causal) to tell plans of different masks apart."""
     h = hashlib.sha256(f"{bool(causal)}:{int(seqlen)}".encode())
@@ -321,8 +326,10 @@ class ContextParallelPlan:
         from .. import validation
 
         self.causal = validation.check_flag("causal", causal)
-        if not isinstance(world_size, (int, np.integer)) or isinstance(world_size, bool) or world_size < 1:
+        if not _is_positive_int(world_size):
             raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+        if seqlen is not None and not _is_positive_int(seqlen):
+            raise ValueError(f"seqlen must be a positive int or None, got {seqlen!r}")
         self.world_size = int(world_size)
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -361,7 +368,7 @@ class ContextParallelPlan:
         # visits every key block); the assignment balances this, and reports both
         self.row_tiles = workload.live_tiles_per_row(idx, self.causal, S, TILE)
         if chunk_size is not None:
-            if not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+            if not _is_positive_int(chunk_size):
                 raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
             if -(-S // int(chunk_size)) < self.world_size:
                 raise ValueError(f"chunk_size {chunk_size} leaves fewer than {self.world_size} chunks of "
