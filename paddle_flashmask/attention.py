@@ -218,7 +218,9 @@ def flashmask_attention(
         causal (bool): also mask keys after the query, aligned bottom-right when
             ``seqlen_q != seqlen_k`` (row i sees keys ``j <= i + seqlen_k - seqlen_q``).
         window_size (int | tuple, optional): sliding window ``(left, right)`` (an int w means
-            ``(w, w)``): row i sees keys ``i - left .. i`` (causal) or ``i - left .. i + right``.
+            ``(w, w)``): row i sees keys ``i - left .. i`` (causal) or ``i - left .. i + right``,
+            positions counted from the first query and the first key; with ``causal=True`` and
+            ``seqlen_q != seqlen_k`` the causal limit is aligned bottom-right, the window is not.
             Cannot be combined with ``startend_row_indices``.
         return_softmax_lse (bool): also return the float32 log-sum-exp ``[batch, num_heads,
             seqlen_q]`` (-inf on rows whose keys are all masked). It carries no gradient.
@@ -243,7 +245,10 @@ def flashmask_attention(
         ``out`` ``[batch, seqlen_q, num_heads, head_dim_v]`` (the shape of ``query`` unless value has
         its own head dim), or ``(out, softmax_lse)`` when ``return_softmax_lse``.
         A query row whose keys are all masked outputs zeros, and no NaN/inf reaches any
-        gradient.
+        gradient. A NaN in a query row, or among the scores it sees, makes that row's output
+        and LSE NaN, as the dense softmax does (never the zeros of a masked row). A NaN or inf
+        in the value of a key a row does not see can still reach that row when both share a
+        kernel tile (``0 * NaN`` is NaN, as in the dense product): keep padding finite.
     """
     options = (dropout, causal, window_size, return_softmax_lse, return_seed_offset, rng_name, training,
                softmax_scale, deterministic, fixed_seed_offset is None)

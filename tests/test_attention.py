@@ -176,6 +176,54 @@ def test_fully_masked_rows(rng):
     assert np.all(out.numpy()[:, :100] == 0)
 
 
+@pytest.mark.parametrize("mask", ["causal", "documents", "window"])
+def test_nan_in_a_query_row_stays_nan(rng, mask):
+    # A NaN in one query row makes that row's scores all NaN: its output and LSE are NaN, as the
+    # dense softmax gives, not the zeros and -inf of a row that sees nothing (which would hide a
+    # diverging activation). Every other row is bit for bit the run without the NaN.
+    seqlen, heads, dim = 37, 2, 16
+    kwargs = {"causal": True}
+    if mask == "documents":
+        kwargs["startend_row_indices"] = masks.causal_document_mask([9, 20, 8])
+    elif mask == "window":
+        kwargs = {"causal": False, "window_size": (3, 2)}
+    q, k, v = (rng.standard_normal((1, seqlen, heads, dim)).astype("float32") for _ in range(3))
+    q_nan = q.copy()
+    q_nan[0, 12, 1, 3] = np.nan
+
+    def forward(qa):
+        qt, kt, vt = (paddle.to_tensor(a, stop_gradient=False) for a in (qa, k, v))
+        out, lse = pfm.flashmask_attention(qt, kt, vt, return_softmax_lse=True, **kwargs)
+        dq, dk, dv = paddle.grad([out], [qt, kt, vt], [paddle.to_tensor(np.ones_like(q))])
+        return out.numpy(), lse.numpy(), dq.numpy()
+
+    out, lse, dq = forward(q)
+    out_n, lse_n, dq_n = forward(q_nan)
+    assert np.all(np.isnan(out_n[0, 12, 1])) and np.isnan(lse_n[0, 1, 12])
+    assert np.all(np.isnan(dq_n[0, 12, 1]))
+    others = np.ones(out.shape, bool)
+    others[0, 12, 1] = False
+    np.testing.assert_array_equal(out_n[others], out[others])
+    lse_others = np.ones(lse.shape, bool)
+    lse_others[0, 1, 12] = False
+    np.testing.assert_array_equal(lse_n[lse_others], lse[lse_others])
+    # dQ of the other rows: only the NaN row's own dQ is NaN (dK/dV take its row, as they should)
+    assert np.all(np.isfinite(dq_n[others]))
+
+
+def test_nan_in_every_key_stays_nan(rng):
+    # Every score NaN (each key of kv head 0 has a NaN): the heads that read it are NaN everywhere.
+    q, k, v = (rng.standard_normal((1, 21, 4, 8)).astype("float32") for _ in range(3))
+    k = k[:, :, :2].copy()
+    v = v[:, :, :2].copy()
+    k[:, :, 0, 5] = np.nan
+    out, lse = pfm.flashmask_attention(*(paddle.to_tensor(a) for a in (q, k, v)), causal=True,
+                                       return_softmax_lse=True)
+    out, lse = out.numpy(), lse.numpy()
+    assert np.all(np.isnan(out[:, :, :2])) and np.all(np.isnan(lse[:, :2]))
+    assert np.all(np.isfinite(out[:, :, 2:])) and np.all(np.isfinite(lse[:, 2:]))
+
+
 def test_every_row_masked(rng):
     idx = np.zeros((2, 1, 65, 2), dtype=np.int32)  # LTS = 0: all rows masked
     run_case(rng, 2, 65, 65, 2, 2, 16, False, idx)

@@ -353,6 +353,18 @@ def test_merge(ops, rng, dtype, shape):
     np.testing.assert_array_equal(f32(out)[only_a], oa[only_a])
 
 
+def test_merge_keeps_a_nan_row_nan(ops, rng):
+    # A part's row that met a NaN (LSE NaN) stays NaN whatever the other part holds, an empty
+    # row (-inf) included, in either argument order: max() would drop the NaN and hide it.
+    shape = (1, 3, 1, 4)
+    o = round_to(nonzero_normal(rng, shape), "float32")
+    nan_lse = np.array([[[np.nan, np.nan, 0.5]]], np.float32)
+    other = np.array([[[-np.inf, 1.5, np.nan]]], np.float32)
+    for la, lb in ((nan_lse, other), (other, nan_lse)):
+        out, lse = ops.pfm_cp_merge(tensor(o, "float32"), tensor(la), tensor(o, "float32"), tensor(lb))
+        assert np.all(np.isnan(lse.numpy())) and np.all(np.isnan(f32(out)))
+
+
 @pytest.mark.parametrize("which,match", [
     ("out_b_shape", "out_b must match out_a"),
     ("out_b_dtype", "out_b must match out_a"),

@@ -220,6 +220,42 @@ def test_fully_masked_rows(gpu_kernel):
     run_gpu_case(1, 1, 300, 300, 2, 1, 128, False, idx)
 
 
+@pytest.mark.parametrize("dim", [64, 128, HD256])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_nan_in_a_query_row_stays_nan(gpu_kernel, dim, deterministic):
+    # A NaN in one query row: that row's O, LSE and dQ are NaN, as on the CPU (and in the dense
+    # softmax), not the zeros and -inf of an empty row; the other rows' O and LSE are as without it.
+    skip_unsupported(dim)
+    if deterministic and dim in validation.SM90_ONLY_HEAD_DIMS:
+        pytest.skip("deterministic mode does not take the Hopper-only head dims")
+    rng = np.random.default_rng(seed_of("nan-row", dim))
+    arrays = [rng.standard_normal((1, 300, 4, dim)).astype(np.float32),
+              rng.standard_normal((1, 300, 2, dim)).astype(np.float32),
+              rng.standard_normal((1, 300, 2, dim)).astype(np.float32),
+              rng.standard_normal((1, 300, 4, dim)).astype(np.float32)]
+    idx = masks.causal_document_mask([100, 130, 70]).numpy()
+    runs = []
+    for poisoned in (False, True):
+        q = arrays[0].copy()
+        if poisoned:
+            q[0, 150, 1, 7] = np.nan
+        tensors = [to_gpu(a, "bfloat16") for a in (q, *arrays[1:])]
+        for t in tensors[:3]:
+            t.stop_gradient = False
+        runs.append(gpu_run(*tensors, idx, True, deterministic=deterministic))
+    clean, nan = runs
+    assert np.all(np.isnan(nan["out"][0, 150, 1])) and np.isnan(nan["lse"][0, 1, 150])
+    assert np.all(np.isnan(nan["dq"][0, 150, 1]))
+    others = np.ones(clean["out"].shape, bool)
+    others[0, 150, 1] = False
+    np.testing.assert_allclose(nan["out"][others], clean["out"][others], rtol=0, atol=0)
+    lse_others = np.ones(clean["lse"].shape, bool)
+    lse_others[0, 1, 150] = False
+    np.testing.assert_allclose(nan["lse"][lse_others], clean["lse"][lse_others], rtol=0, atol=0)
+    # the other rows' dQ never reads the NaN row (dK/dV of the keys it sees do, as in the dense backward)
+    assert np.all(np.isfinite(nan["dq"][others]))
+
+
 # --------------------------------------------------------------------------------------
 # deterministic backward: dQ query-major without atomics, per-query-head dK/dV slots
 # reduced in a fixed order; same tolerances as above, and bit-identical reruns

@@ -73,7 +73,8 @@ void cp_merge_cpu(const CpMergeParams& p) {
         const int64_t l = (b * p.heads + h) * p.seqlen + i;
         const int64_t o = (row * p.heads + h) * p.head_dim;
         const float la = p.lse_a[l], lb = p.lse_b[l];
-        const float m = std::max(la, lb);
+        // A NaN LSE (a part's row that met a NaN) stays NaN; std::max would drop it.
+        const float m = std::isnan(la) || std::isnan(lb) ? la + lb : std::max(la, lb);
         if (m == -std::numeric_limits<float>::infinity()) {
           p.lse[l] = m;
           for (int64_t d = 0; d < p.head_dim; ++d) out[o + d] = cpu::from_float<T>(0.f);

@@ -29,8 +29,20 @@ struct FwdScratch {
   }
 };
 
+// Whether the row holds a NaN score (masked scores are -inf, never NaN).
+inline bool has_nan(const float* s, int n) {
+  for (int j = 0; j < n; ++j) {
+    if (s[j] != s[j]) return true;
+  }
+  return false;
+}
+
 // Online-softmax update of one score row: turns s into P = exp(s - new max),
 // rescales the running sum and returns the factor for the accumulator.
+// The max skips NaN scores; a NaN beside finite scores still reaches P through
+// exp, and a row whose visible scores are all NaN (a NaN in the query, or in
+// every visible key) is made NaN here, as the dense softmax would, rather than
+// read as a row with nothing visible (zeros, LSE -inf), which would hide it.
 inline float softmax_update_row(float* s, float& row_max, float& row_sum) {
   vfloat vmax = vbroadcast(kNegInf);
   for (int j = 0; j < kBlockN; j += kLanes) {
@@ -40,7 +52,13 @@ inline float softmax_update_row(float* s, float& row_max, float& row_sum) {
   float tile_max = kNegInf;
   for (int l = 0; l < kLanes; ++l) tile_max = std::max(tile_max, vmax[l]);
   const float new_max = std::max(row_max, tile_max);
-  if (new_max == kNegInf) {  // nothing visible in this row yet
+  if (new_max == kNegInf) {  // nothing visible in this row yet, or only NaN scores
+    if (has_nan(s, kBlockN)) {
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      row_max = row_sum = nan;
+      fill(s, kBlockN, nan);
+      return nan;
+    }
     fill(s, kBlockN, 0.f);
     return 1.f;
   }

@@ -86,7 +86,8 @@ __global__ void merge_kernel(CpMergeParams p, int lanes_log2) {
       const int64_t l = (b * p.heads + h) * p.seqlen + i;
       const int64_t e = row * p.heads * p.head_dim + int64_t(v) * kVec;
       const float la = p.lse_a[l], lb = p.lse_b[l];
-      const float m = fmaxf(la, lb);
+      // A NaN LSE (a part's row that met a NaN) stays NaN; fmaxf would drop it.
+      const float m = isnan(la) || isnan(lb) ? la + lb : fmaxf(la, lb);
       const bool first = v == h * vecs_per_head;  // writes the head's lse
       Pack<T, kVec> r;
       if (m == -CUDART_INF_F) {

@@ -364,7 +364,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
       const float total = quad_sum(row_sum[mt][h]);
       const int row = row_a + mt * 16 + h * 8;
       if (row >= seqlen_q) continue;
-      const bool empty = !(total > 0.f);
+      const bool empty = total == 0.f;  // NaN (a NaN score) is not empty: it stays NaN
       const float inv = empty ? 0.f : 1.f / total;
       T* out_row = out + int64_t(row) * p.o_row_stride + (lane % 4) * 2;
 #pragma unroll

@@ -492,7 +492,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     for (int r = 0; r < kRows; ++r) {
       const float total = quad_allreduce_sum(row_sum[r]);
       const int row = tile.m_block * kBlockM + get<0>(tOcO_rc(r, 0));
-      const bool empty = !(total > 0.f);
+      const bool empty = total == 0.f;  // NaN (a NaN score) is not empty: it stays NaN
       inv[r] = empty ? 0.f : rcp_approx(total);
       if (col0 == 0 && row < p.seqlen_q) {
         lse[row] = empty ? -CUDART_INF_F : (row_max[r] + log2f(total)) * 0.6931471805599453f;
@@ -549,7 +549,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     for (int r = 0; r < kRows; ++r) {
       const float total = quad_allreduce_sum(row_sum[r]);
       const int row = r0 + get<0>(tOcO_rc(r, 0));
-      const bool empty = !(total > 0.f);
+      const bool empty = total == 0.f;  // NaN (a NaN score) is not empty: it stays NaN
       const float inv = empty ? 0.f : rcp_approx(total);
       if (row < p.seqlen_q) {
         uint32_t* out_row = reinterpret_cast<uint32_t*>(out + int64_t(row) * p.o_row_stride + col0);
