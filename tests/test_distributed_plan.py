@@ -123,6 +123,12 @@ def test_plan_errors_name_the_argument():
         plan.local_rows(2)
     with pytest.raises(ValueError, match="S=64"):
         plan.shard(np.zeros((1, 63)), 0)
+    parts = [plan.shard(np.arange(64, dtype=np.int32)[None], r) for r in range(2)]
+    with pytest.raises(ValueError, match="dtype"):
+        plan.unshard([parts[0], parts[1].astype(np.float32) + 0.7])
+    with pytest.raises(ValueError, match="part 0's B"):
+        plan.unshard([parts[0], np.concatenate([parts[1]] * 2)])
+    np.testing.assert_array_equal(plan.unshard(parts), np.arange(64)[None])
     assert mask_fingerprint(idx.numpy(), True, 64) != mask_fingerprint(idx.numpy(), False, 64)
 
 

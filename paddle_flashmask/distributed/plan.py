@@ -561,6 +561,13 @@ class ContextParallelPlan:
         for r, p in enumerate(parts):
             if len(p.shape) < 2 or int(p.shape[1]) != self._rows[r].size:
                 raise ValueError(f"part {r} must be [B, {self._rows[r].size}, ...], got {list(p.shape)}")
+            # the batch and trailing dims and the dtype of part 0: a float part cast into int32
+            # rows, or parts of other batch sizes, would be truncated or fail inside numpy
+            if list(p.shape[:1]) + list(p.shape[2:]) != list(parts[0].shape[:1]) + list(parts[0].shape[2:]):
+                raise ValueError(f"part {r} has shape {list(p.shape)}: every part must be [B, L_r, ...] with "
+                                 f"part 0's B and trailing dims ({list(parts[0].shape)})")
+            if p.dtype != parts[0].dtype:
+                raise ValueError(f"part {r} has dtype {p.dtype}, part 0 {parts[0].dtype}: the parts must share one")
         if all(isinstance(p, np.ndarray) for p in parts):
             out = np.empty((parts[0].shape[0], self.seqlen) + tuple(parts[0].shape[2:]), dtype=parts[0].dtype)
             for r, p in enumerate(parts):
