@@ -118,6 +118,15 @@ def test_plan_errors_name_the_argument():
         ContextParallelPlan(idx, causal, 2, chunk_size=64)
     with pytest.raises(ValueError, match=r"values must lie in \[0, 64\]"):
         ContextParallelPlan(idx.numpy() + 100, causal, 2)
+    swapped = np.stack([np.full(64, 40), np.full(64, 30)], -1).astype(np.int32)[None, None]  # LTS > LTE
+    with pytest.raises(ValueError, match="LTS"):
+        ContextParallelPlan(swapped, True, 2)
+    bands = np.zeros((1, 1, 64, 4), np.int32)
+    bands[..., :2], bands[..., 2], bands[..., 3] = 64, 20, 10  # UTS > UTE
+    with pytest.raises(ValueError, match="UTS"):
+        ContextParallelPlan(bands, False, 2)
+    with pytest.raises(ValueError, match="must not be empty"):
+        ContextParallelPlan(np.zeros((0, 1, 64, 1), np.int32), True, 2)
     plan = ContextParallelPlan(idx, causal, 2)
     with pytest.raises(ValueError, match="rank"):
         plan.local_rows(2)

@@ -353,8 +353,16 @@ class ContextParallelPlan:
             S = int(idx.shape[2])
             if seqlen is not None and int(seqlen) != S:
                 raise ValueError(f"seqlen {seqlen} disagrees with startend_row_indices' S = {S}")
-            if idx.size and (idx.min() < 0 or idx.max() > S):
+            if idx.size == 0:
+                raise ValueError(f"startend_row_indices must not be empty, got shape {idx.shape}")
+            if idx.min() < 0 or idx.max() > S:
                 raise ValueError(f"startend_row_indices values must lie in [0, {S}]")
+            # start <= end where a column has both, as the op checks (a plan must not accept
+            # what every rank's op call would then refuse)
+            if (idx.shape[3] == 4 or (self.causal and idx.shape[3] == 2)) and np.any(idx[..., 0] > idx[..., 1]):
+                raise ValueError("startend_row_indices: a lower band's start (LTS) lies after its end (LTE)")
+            if idx.shape[3] == 4 and np.any(idx[..., 2] > idx[..., 3]):
+                raise ValueError("startend_row_indices: an upper band's start (UTS) lies after its end (UTE)")
         if S < 1:
             raise ValueError(f"the sequence must hold at least one token, got S = {S}")
         if S < self.world_size:
