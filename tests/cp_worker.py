@@ -183,6 +183,20 @@ def run_bad_input(W, rank, results):
     moved = [paddle.to_tensor(plan_layout.shard(x, rank)) for x in (q, k, v)]
     expect_raise(results, "ranks_with_different_layouts",
                  lambda: flashmask_attention(*moved, it, causal=True, plan=plan_layout))
+    # one rank's mistakes that its own checks catch before the agreement: every rank raises
+    expect_raise(results, "causal_on_rank1_only",
+                 lambda: flashmask_attention(*local, it, causal=rank != 1, plan=plan))
+    expect_raise(results, "dropout_on_rank1_only",
+                 lambda: flashmask_attention(*local, it, causal=True, plan=plan, dropout=0.1 if rank == 1 else 0.0))
+    expect_raise(results, "plan_none_on_rank1_only",
+                 lambda: flashmask_attention(*local, it, causal=True, plan=None if rank == 1 else plan))
+    # mistakes no single rank can see: other head counts or another softmax_scale on one rank
+    k_wide = [paddle.to_tensor(plan.shard(np.concatenate([x, x], 2) if rank == 1 else x, rank)) for x in (k, v)]
+    expect_raise(results, "kv_heads_on_rank1_only",
+                 lambda: flashmask_attention(local[0], *k_wide, it, causal=True, plan=plan))
+    expect_raise(results, "scale_on_rank1_only",
+                 lambda: flashmask_attention(*local, it, causal=True, plan=plan,
+                                             softmax_scale=0.5 if rank == 1 else None))
     # the group still works afterwards
     rows, got = context_parallel(q, k, v, do, idx, True, W, rank, "allgather")
     ref = single_device(q, k, v, do, idx, True)

@@ -60,10 +60,11 @@ def test_bad_input_raises_on_every_rank(results):
     names = {b["case"] for b in results[0]["bad"]}
     assert names == {"rows_disagree_on_one_rank", "plan_other_world_size", "plan_other_mask", "indices_not_global",
                      "causal_disagrees", "ulysses_heads_not_divisible", "ranks_with_different_plans",
-                     "ranks_with_different_layouts"}
+                     "ranks_with_different_layouts", "causal_on_rank1_only", "dropout_on_rank1_only",
+                     "plan_none_on_rank1_only", "kv_heads_on_rank1_only", "scale_on_rank1_only"}
     for res in results:
         for b in res["bad"]:
-            assert b["raised"] in ("ValueError", "TypeError"), (res["rank"], b)
+            assert b["raised"] in ("ValueError", "TypeError", "NotImplementedError"), (res["rank"], b)
         bad = {b["case"]: b["msg"] for b in res["bad"]}
         # rank 1 names its problem, the others say another rank stopped them
         want = "query holds" if res["rank"] == 1 else "other rank(s) of the group got bad input"
@@ -72,6 +73,14 @@ def test_bad_input_raises_on_every_rank(results):
         assert "heads" in bad["ulysses_heads_not_divisible"]
         assert "different plans" in bad["ranks_with_different_plans"]
         assert "different plans" in bad["ranks_with_different_layouts"]
+        # a mistake on rank 1 alone: rank 1 names it, the others learn that a rank stopped
+        one_rank = {"causal_on_rank1_only": "causal", "dropout_on_rank1_only": "dropout",
+                    "plan_none_on_rank1_only": "plan is required"}
+        for case, word in one_rank.items():
+            want = word if res["rank"] == 1 else "other rank(s) of the group got bad input"
+            assert want in bad[case], (res["rank"], case, bad[case])
+        assert "different arguments" in bad["kv_heads_on_rank1_only"]
+        assert "different arguments" in bad["scale_on_rank1_only"]
         assert res["after_bad"] < TOL
 
 

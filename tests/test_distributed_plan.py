@@ -4,6 +4,7 @@ process: the layouts are checked by simulating the all-to-all with numpy."""
 import time
 
 import numpy as np
+import paddle
 import pytest
 
 from paddle_flashmask import masks
@@ -445,3 +446,19 @@ def test_allgather_groups_follow_the_kernel_limit_of_the_head_dim(monkeypatch):
     a = allgather.Spec(plan, 0, None, None, True, 1.0, 0, False, 1, None, 128)
     b = allgather.Spec(plan, 0, None, None, True, 1.0, 0, False, 1, None, 256)
     assert a.keys_per_part() != b.keys_per_part()
+
+
+def test_mask_check_is_not_skipped_for_a_new_tensor_on_a_reused_id():
+    # The plan remembers the indices tensors whose mask it checked, by id. A new tensor with another
+    # mask that gets a freed tensor's id must be checked again (as if the entry were under its id).
+    from paddle_flashmask.distributed.attention import _check_same_mask
+
+    idx, causal = masks.example_mask("causal_document", 64, seed=0)
+    plan = ContextParallelPlan(idx, causal, 2)
+    first = paddle.to_tensor(idx.numpy())
+    _check_same_mask(plan, first)
+    other = paddle.to_tensor(masks.causal_document_mask([64]).numpy())
+    plan._device_cache[("mask_ok", id(other))] = plan._device_cache.pop(("mask_ok", id(first)))
+    with pytest.raises(ValueError, match="differ from the indices the plan was built from"):
+        _check_same_mask(plan, other)
+    _check_same_mask(plan, first)  # the checked tensor itself still passes

@@ -3,7 +3,10 @@ single-device result, gradients to this rank's q/k/v."""
 
 from __future__ import annotations
 
+import collections
+import hashlib
 import os
+import weakref
 
 import numpy as np
 import paddle
@@ -53,14 +56,20 @@ def _check_plan_and_mask(plan, group, indices, causal):
 
 def _check_same_mask(plan, indices):
     # One host copy per indices tensor (all layers share one); a plan of another mask
-    # would compute a wrong answer quietly.
-    key = ("mask_ok", id(indices), indices._inplace_version() if hasattr(indices, "_inplace_version") else 0)
-    if key in plan._device_cache:
+    # would compute a wrong answer quietly. The entry holds a weak reference: a new tensor
+    # that reuses a dead one's id is checked again.
+    key = ("mask_ok", id(indices))
+    version = indices._inplace_version() if hasattr(indices, "_inplace_version") else 0
+    entry = plan._device_cache.get(key)
+    if entry is not None and entry[0]() is indices and entry[1] == version:
         return
     if mask_fingerprint(indices.numpy(), plan.causal, plan.seqlen) != plan.fingerprint:
         raise ValueError("startend_row_indices differ from the indices the plan was built from; build the plan "
                          "from this batch's global indices")
-    plan._device_cache[key] = True
+    try:
+        plan._device_cache[key] = (weakref.ref(indices), version)
+    except TypeError:  # no weak references to this tensor type: checked on every call
+        pass
 
 
 def _local_error(plan, rank, q, k, v, method):
@@ -88,17 +97,33 @@ def _local_error(plan, rank, q, k, v, method):
     return None
 
 
-def _agree(plan, rank, group, q, k, v, indices, local_error):
+def _call_signature(q, k, v, indices, options):
+    """What every rank must pass alike, as an int below 2^40 (so that a group's sum stays in
+    int64): the tensors' dtypes and shapes but this rank's row count, the indices' shape and
+    the call's other arguments."""
+    def shape(t):
+        dims = _shape(t)
+        return (dims[0],) + dims[2:]
+
+    parts = (str(q.dtype), str(k.dtype), str(v.dtype), shape(q), shape(k), shape(v),
+             None if indices is None else _shape(indices), options)
+    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:5], "little")
+
+
+def _agree(plan, group, q, local_error, signature):
+    """Every rank learns whether any rank's checks failed, and whether the ranks hold the same
+    plan and call signature, before any data moves; then each raises alike (a rank's own error
+    as it was raised)."""
     size = comm.group_size(group)
     if size > 1 and _AGREE:
-        # error flag and the plan's hash: the sum tells a bad rank and ranks with other plans
-        plan_hash = plan._agreement_hash()
-        words = np.array([1 if local_error else 0, plan_hash], dtype=np.int64)
+        # sums: the error count, and hashes that equal size x this rank's only if every rank's does
+        plan_hash = plan._agreement_hash() if isinstance(plan, ContextParallelPlan) else 0
+        words = np.array([1 if local_error else 0, plan_hash, signature], dtype=np.int64)
         t = paddle.to_tensor(words, place=q.place if validation._is_tensor(q) else paddle.CPUPlace())
         paddle.distributed.all_reduce(t, group=group)
-        bad, hashes = (int(x) for x in t.numpy())
+        bad, hashes, signatures = (int(x) for x in t.numpy())
         if local_error:
-            raise ValueError(local_error)
+            raise local_error
         if bad:
             raise ValueError(f"context-parallel flashmask_attention: {bad} other rank(s) of the group got bad "
                              "input (their error names it); no rank went on")
@@ -106,8 +131,60 @@ def _agree(plan, rank, group, q, k, v, indices, local_error):
             raise ValueError("the ranks of the group passed different plans (built from different masks, "
                              "methods, chunk sizes or layouts); every rank must build the plan from the same "
                              "global indices and arguments")
+        if signatures != size * signature:
+            raise ValueError("the ranks of the group passed different arguments: every rank must pass q/k/v of "
+                             "the same dtypes, batch, heads and head dims, the same indices shape and the same "
+                             "causal, softmax_scale, deterministic, dropout, training and return_softmax_lse")
     elif local_error:
+        raise local_error
+
+
+# What the checks derive for a call, besides the tensors.
+_CheckedCall = collections.namedtuple("_CheckedCall", "causal return_softmax_lse deterministic scale gpu_kernel_name")
+
+
+def _check_call(plan, group, rank, query, key, value, indices, causal, return_softmax_lse, softmax_scale,
+                deterministic, dropout, window_size, training):
+    """Every argument check of the context-parallel call (each raises naming the argument), run
+    before the ranks agree, so that a mistake on one rank raises on all of them."""
+    if plan is None:
+        raise ValueError("plan is required: build paddle_flashmask.distributed.ContextParallelPlan from the "
+                         "global indices")
+    causal = validation.check_flag("causal", causal)
+    return_softmax_lse = validation.check_flag("return_softmax_lse", return_softmax_lse)
+    validation.check_scalar_args(dropout, softmax_scale, training)
+    if window_size is not None:
+        raise NotImplementedError("window_size is not taken by the context-parallel op: build the global "
+                                  "indices with paddle_flashmask.masks.sliding_window_mask and the plan from them")
+    _check_plan_and_mask(plan, group, indices, causal)
+    local_error = _local_error(plan, rank, query, key, value, plan.method)
+    if local_error:
         raise ValueError(local_error)
+    B, L, H, D = _shape(query)
+    if indices is not None and int(indices.shape[0]) not in (1, B):
+        raise ValueError(f"startend_row_indices batch size {int(indices.shape[0])} does not match "
+                         f"query batch size {B}")
+    if indices is not None and int(indices.shape[1]) not in (1, int(key.shape[2]), H):
+        raise ValueError(f"startend_row_indices mask heads must be 1, the key heads {int(key.shape[2])} or the "
+                         f"query heads {H}, got {int(indices.shape[1])}")
+    if indices is not None:
+        validation.check_on_query_device("startend_row_indices", indices, query)
+    gpu_kernel_name = get_gpu_kernel()
+    validation.check_device_support(query, D, int(value.shape[3]), gpu_kernel_name)
+    validation.check_sm90_forced(query, D, gpu_kernel_name)
+    deterministic = _resolve_deterministic(deterministic)
+    validation.check_deterministic_support(query, D, deterministic)
+    validation.check_shared_memory(query, D, backward=not all(t.stop_gradient for t in (query, key, value)))
+    if indices is not None:
+        from ..attention import _validate_indices
+
+        if _validate_indices:
+            _check_index_values(load_ops(), indices, plan.seqlen, causal)
+    if plan.world_size > 1:
+        validation.check_sm90_only_length(query, D, plan.num_local_rows(rank), plan.num_local_rows(rank),
+                                          "this rank's rows (context parallel)")
+    scale = float(softmax_scale) if softmax_scale is not None else D ** -0.5
+    return _CheckedCall(causal, return_softmax_lse, deterministic, scale, gpu_kernel_name)
 
 
 def flashmask_attention(query, key, value, startend_row_indices=None, *, causal=False, plan=None, group=None,
@@ -131,54 +208,28 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, causal=
     ``[B, H, L]`` with ``return_softmax_lse``); gradients reach the local q/k/v. Bad input
     raises on every rank of the group.
     """
-    if plan is None:
-        raise ValueError("plan is required: build paddle_flashmask.distributed.ContextParallelPlan from the "
-                         "global indices")
-    causal = validation.check_flag("causal", causal)
-    return_softmax_lse = validation.check_flag("return_softmax_lse", return_softmax_lse)
-    validation.check_scalar_args(dropout, softmax_scale, training)
-    if window_size is not None:
-        raise NotImplementedError("window_size is not taken by the context-parallel op: build the global "
-                                  "indices with paddle_flashmask.masks.sliding_window_mask and the plan from them")
     if group is None:
         group = comm.get_context_parallel_group()
-    _check_plan_and_mask(plan, group, startend_row_indices, causal)
     rank = comm.group_rank(group)
-    _agree(plan, rank, group, query, key, value, startend_row_indices,
-           _local_error(plan, rank, query, key, value, plan.method))
-    B, L, H, D = _shape(query)
-    if startend_row_indices is not None and int(startend_row_indices.shape[0]) not in (1, B):
-        raise ValueError(f"startend_row_indices batch size {int(startend_row_indices.shape[0])} does not match "
-                         f"query batch size {B}")
-    if startend_row_indices is not None and int(startend_row_indices.shape[1]) not in (1, int(key.shape[2]), H):
-        raise ValueError(f"startend_row_indices mask heads must be 1, the key heads {int(key.shape[2])} or the "
-                         f"query heads {H}, got {int(startend_row_indices.shape[1])}")
-    if startend_row_indices is not None:
-        validation.check_on_query_device("startend_row_indices", startend_row_indices, query)
-    gpu_kernel_name = get_gpu_kernel()
-    validation.check_device_support(query, D, int(value.shape[3]), gpu_kernel_name)
-    validation.check_sm90_forced(query, D, gpu_kernel_name)
-    deterministic = _resolve_deterministic(deterministic)
-    validation.check_deterministic_support(query, D, deterministic)
-    validation.check_shared_memory(query, D, backward=not all(t.stop_gradient for t in (query, key, value)))
-    if startend_row_indices is not None:
-        from ..attention import _validate_indices
-
-        if _validate_indices:
-            _check_index_values(load_ops(), startend_row_indices, plan.seqlen, causal)
-    scale = float(softmax_scale) if softmax_scale is not None else D ** -0.5
+    options = (causal, return_softmax_lse, softmax_scale, deterministic, dropout, window_size, training)
+    try:
+        call = _check_call(plan, group, rank, query, key, value, startend_row_indices, *options)
+        error, signature = None, _call_signature(query, key, value, startend_row_indices, repr(options))
+    except (TypeError, ValueError, NotImplementedError) as e:
+        call, error, signature = None, e, 0
+    _agree(plan, group, query, error, signature)
     if plan.world_size == 1:  # one rank holds every row: the single-device op, no collectives
         from ..attention import flashmask_attention as single
 
-        return single(query, key, value, startend_row_indices, causal=causal, return_softmax_lse=return_softmax_lse,
-                      softmax_scale=softmax_scale, deterministic=deterministic, dropout=dropout, training=training)
+        return single(query, key, value, startend_row_indices, causal=call.causal,
+                      return_softmax_lse=call.return_softmax_lse, softmax_scale=softmax_scale,
+                      deterministic=call.deterministic, dropout=dropout, training=training)
+    B, D = int(query.shape[0]), int(query.shape[3])
     layer, spec_cls = _METHODS[plan.method]
-    validation.check_sm90_only_length(query, D, plan.num_local_rows(rank), plan.num_local_rows(rank),
-                                      "this rank's rows (context parallel)")
-    spec = spec_cls(plan, rank, group, startend_row_indices, causal, scale, GPU_KERNELS[gpu_kernel_name],
-                    deterministic, B, query.place, D)
+    spec = spec_cls(plan, rank, group, startend_row_indices, call.causal, call.scale, GPU_KERNELS[call.gpu_kernel_name],
+                    call.deterministic, B, query.place, D)
     out, lse = layer.apply(_contiguous(query), _contiguous(key), _contiguous(value), spec)
-    if return_softmax_lse:
+    if call.return_softmax_lse:
         lse.stop_gradient = True
         return out, lse
     return out
