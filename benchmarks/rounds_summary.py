@@ -17,6 +17,10 @@ import os
 import statistics
 import sys
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from report import back_to_back_tflops, dims_label, head_dims_of  # noqa: E402
+
 OURS_PREFIX = "paddle_flashmask"
 
 
@@ -35,8 +39,7 @@ def input_files(paths):
 
 
 def cell_key(r):
-    dim = int(r.get("dim", 128))
-    return r["impl"], r["mask"], int(r["seqlen"]), int(r["heads"]), int(r["heads_k"]), dim, int(r.get("dim_v", dim))
+    return (r["impl"], r["mask"], int(r["seqlen"]), int(r["heads"]), int(r["heads_k"])) + head_dims_of(r)
 
 
 def load(paths):
@@ -58,10 +61,7 @@ def load(paths):
 
 def rate(r, part, back_to_back=False):
     """TFLOP/s of `part` ("fwd" / "bwd"), per call or from the back-to-back time (None without)."""
-    if not back_to_back:
-        return r[f"{part}_tflops"]
-    t = r.get(f"{part}_b2b_ms")
-    return None if not t else r[f"{part}_tflops"] * r[f"{part}_ms"] / t
+    return back_to_back_tflops(r, part) if back_to_back else r[f"{part}_tflops"]
 
 
 def fwd_bwd_ms(r, back_to_back=False):
@@ -84,10 +84,6 @@ def spread(values, digits=0):
     return f"{med} [{fmt.format(min(values))}-{fmt.format(max(values))}]"
 
 
-def dims_label(dim, dim_v):
-    return str(dim) if dim == dim_v else f"{dim}/{dim_v}"
-
-
 def sort_key(key):
     impl, mask, seqlen, heads, heads_k, dim, dim_v = key
     return seqlen, -heads_k, dim, dim_v, mask, not impl.startswith(OURS_PREFIX), impl
@@ -103,7 +99,7 @@ def render(cells):
         impl, mask, seqlen, heads, heads_k, dim, dim_v = key
         recs = list(cells[key].values())
         cols = [spread([rate(r, part, b2b) for r in recs]) for part in ("fwd", "bwd") for b2b in (False, True)]
-        lines.append(f"| {impl} | {mask} | {seqlen} | {heads}:{heads_k} | {dims_label(dim, dim_v)} | {len(recs)} | "
+        lines.append(f"| {impl} | {mask} | {seqlen} | {heads}:{heads_k} | {dims_label((dim, dim_v))} | {len(recs)} | "
                      + " | ".join(cols) + " |")
     lines += ["", "Ours against each peer in the same round: peer fwd+bwd time / ours (> 1: ours faster), "
               "median over the rounds both measured [lowest-highest].", "",
@@ -125,7 +121,7 @@ def render(cells):
                 ratios.append(spread(vals, digits=2))
             impl, mask, seqlen, heads, heads_k, dim, dim_v = key
             lines.append(f"| {impl} | {peer_key[0]} | {mask} | {seqlen} | {heads}:{heads_k} | "
-                         f"{dims_label(dim, dim_v)} | {len(rounds)} | {ratios[0]} | {ratios[1]} |")
+                         f"{dims_label((dim, dim_v))} | {len(rounds)} | {ratios[0]} | {ratios[1]} |")
     return "\n".join(lines) + "\n"
 
 

@@ -115,8 +115,9 @@ def set_index_validation(enabled):
     a model shares one indices tensor, so the GPU flag read-back happens once per
     batch, not once per layer); an in-place change makes it checked again, except through
     ``Tensor.set_value``, which does not bump Paddle's inplace version (pass a new tensor, or
-    call this function, which forgets every checked tensor). With it off, out-of-range values are not detected (the kernels stay memory-safe:
-    values are only compared, never used as addresses)."""
+    call this function, which forgets every checked tensor). With it off, out-of-range values
+    are not detected (the kernels stay memory-safe: values are only compared, never used as
+    addresses)."""
     global _validate_indices
     old, _validate_indices = _validate_indices, bool(enabled)
     _checked_indices.clear()

@@ -177,7 +177,7 @@ def _lengths_rows(doc_lens, batch_size, name: str) -> List[np.ndarray]:
         a = a.astype(np.int64).reshape(-1)
         if np.any(a < 0):
             raise ValueError(f"{name} must not contain negative lengths, got {a.tolist()}")
-        if a.sum() > _INT32_MAX or np.any(a > _INT32_MAX):  # the sum: each length < 2^31 cannot wrap int64
+        if np.any(a > _INT32_MAX) or a.sum() > _INT32_MAX:  # lengths first: below 2^31 their sum cannot wrap
             raise ValueError(f"{name}: a batch row sums past {_INT32_MAX}, the int32 indices' limit")
         out.append(a)
     return out

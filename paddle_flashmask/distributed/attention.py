@@ -72,29 +72,28 @@ def _check_same_mask(plan, indices):
         pass
 
 
-def _local_error(plan, rank, q, k, v, method):
-    """This rank's shape problems, as a message (None when fine)."""
+def _check_local_shapes(plan, rank, q, k, v, method):
+    """This rank's q/k/v against the plan (a ValueError naming the problem)."""
     for name, t in (("query", q), ("key", k), ("value", v)):
         if not validation._is_tensor(t):
-            return f"{name} must be a paddle.Tensor, got {type(t).__name__}"
+            raise ValueError(f"{name} must be a paddle.Tensor, got {type(t).__name__}")
         if len(t.shape) != 4:
-            return f"{name} must be 4-D [batch, local_rows, heads, head_dim], got {list(t.shape)}"
+            raise ValueError(f"{name} must be 4-D [batch, local_rows, heads, head_dim], got {list(t.shape)}")
     L = plan.num_local_rows(rank)
     for name, t in (("query", q), ("key", k), ("value", v)):
         if int(t.shape[1]) != L:
-            return (f"rank {rank}: {name} holds {int(t.shape[1])} rows but the plan gives this rank {L} "
-                    "(pass the rows of plan.local_rows(rank), in that order)")
+            raise ValueError(f"rank {rank}: {name} holds {int(t.shape[1])} rows but the plan gives this rank {L} "
+                             "(pass the rows of plan.local_rows(rank), in that order)")
     try:
         validation.check_qkv(q, k, v)
     except (TypeError, ValueError) as e:
-        return f"rank {rank}: {e}"
+        raise ValueError(f"rank {rank}: {e}") from None
     if method == "ulysses":
         W = plan.world_size
         H, Hk = int(q.shape[2]), int(k.shape[2])
         if H % W or Hk % W:
-            return (f"method='ulysses' needs the query heads ({H}) and key/value heads ({Hk}) divisible by the "
-                    f"group size {W}; use method='allgather'")
-    return None
+            raise ValueError(f"method='ulysses' needs the query heads ({H}) and key/value heads ({Hk}) divisible "
+                             f"by the group size {W}; use method='allgather'")
 
 
 def _call_signature(q, k, v, indices, options):
@@ -157,9 +156,7 @@ def _check_call(plan, group, rank, query, key, value, indices, causal, return_so
         raise NotImplementedError("window_size is not taken by the context-parallel op: build the global "
                                   "indices with paddle_flashmask.masks.sliding_window_mask and the plan from them")
     _check_plan_and_mask(plan, group, indices, causal)
-    local_error = _local_error(plan, rank, query, key, value, plan.method)
-    if local_error:
-        raise ValueError(local_error)
+    _check_local_shapes(plan, rank, query, key, value, plan.method)
     B, L, H, D = _shape(query)
     if indices is not None and int(indices.shape[0]) not in (1, B):
         raise ValueError(f"startend_row_indices batch size {int(indices.shape[0])} does not match "
