@@ -462,3 +462,30 @@ def test_mask_check_is_not_skipped_for_a_new_tensor_on_a_reused_id():
     with pytest.raises(ValueError, match="differ from the indices the plan was built from"):
         _check_same_mask(plan, other)
     _check_same_mask(plan, first)  # the checked tensor itself still passes
+
+
+def test_extreme_pairs_move_at_most_the_limit_heaviest_against_lightest():
+    work = np.array([9.0, 1.0, 7.0, 5.0, 2.0, 0.5, 3.0, 0.0])
+    a, b = np.array([0, 2, 3]), np.array([1, 4, 5, 7])
+    got_a, got_b, moved = plan_mod._extreme_pairs_within(work, a, b, limit=12.0)
+    # pairs (9, 0) -> 9, then (7, 0.5) -> 6.5 would reach 15.5 > 12: one pair
+    assert list(got_a) == [0] and list(got_b) == [7] and moved == 9.0
+    got_a, got_b, moved = plan_mod._extreme_pairs_within(work, a, b, limit=16.0)
+    assert list(got_a) == [0, 2] and list(got_b) == [7, 5] and moved == 15.5
+    assert plan_mod._extreme_pairs_within(work, a, b, limit=8.9) is None  # the first pair alone is over
+
+
+def test_swap_steps_stay_few_where_every_chunk_is_light(monkeypatch):
+    # plain causal over many 128-row chunks: the local stretches leave the ranks far apart and
+    # each chunk holds a sliver of a rank's work; one swap a step took a step per chunk pair
+    # (thousands here, quadratic in the chunks)
+    steps = []
+    for fn in ("_extreme_pairs_within", "_pair_nearest_half"):
+        def counted(*args, _orig=getattr(plan_mod, fn)):
+            steps.append(1)
+            return _orig(*args)
+
+        monkeypatch.setattr(plan_mod, fn, counted)
+    plan = ContextParallelPlan(None, True, 8, seqlen=1 << 21, layout="local")
+    assert plan.work_imbalance <= 1 + plan_mod.REFINE_TOLERANCE
+    assert len(steps) < plan.num_chunks // 100, (len(steps), plan.num_chunks)
