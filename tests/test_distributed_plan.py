@@ -8,8 +8,7 @@ import paddle
 import pytest
 
 from paddle_flashmask import masks
-from paddle_flashmask.distributed import ContextParallelPlan, layouts, workload
-from paddle_flashmask.distributed import plan as plan_mod
+from paddle_flashmask.distributed import ContextParallelPlan, assignment, layouts, workload
 from paddle_flashmask.distributed.plan import mask_fingerprint
 
 
@@ -296,7 +295,7 @@ def test_keys_needed_skips_other_documents():
 def test_stretches_cut_the_sequence_in_rank_order(W):
     rng = np.random.default_rng(W)
     work, lens = rng.random(200) * 10, np.full(200, 16)
-    owner = plan_mod._stretches(work, lens, W, token_cap=10**9)
+    owner = assignment.stretches(work, lens, W, token_cap=10**9)
     assert owner[0] == 0 and owner[-1] == W - 1 and np.all(np.diff(owner) >= 0)  # one stretch each, in order
     load = np.bincount(owner, weights=work, minlength=W)
     assert load.max() / load.mean() <= 1 + 2 * work.max() * W / work.sum()  # within a chunk or two of even
@@ -348,7 +347,7 @@ def test_local_layout_on_short_sequences_gives_every_rank_rows(S, W):
 
 
 def _assign_exhaustive(work, lens, world_size, token_cap):
-    """plan._assign with every move and every swap of the refinement listed (|a| x |b| candidates):
+    """assignment.spread with every move and every swap of the refinement listed (|a| x |b| candidates):
     the reference its sorted search must match, chunk for chunk."""
     n = work.size
     load = np.zeros(world_size)
@@ -360,7 +359,7 @@ def _assign_exhaustive(work, lens, world_size, token_cap):
             room = tokens == tokens.min()
         r = int(np.flatnonzero(room)[np.argmin(load[room])])
         owner[c], load[r], tokens[r] = r, load[r] + work[c], tokens[r] + lens[c]
-    target = load.mean() * (1 + plan_mod.REFINE_TOLERANCE)
+    target = load.mean() * (1 + assignment.REFINE_TOLERANCE)
     for _ in range(4 * n):
         hi = int(np.argmax(load))
         if load[hi] <= target:
@@ -414,7 +413,7 @@ def test_assign_matches_the_exhaustive_search():
             work = np.round(work * 2) if kind == 5 else work
         lens = rng.choice([64, 128, 2048], n) if kind == 3 else np.full(n, 128)
         cap = int(np.ceil(lens.sum() / W * (1.0 if kind >= 4 else rng.choice([0.9, 1.0, 1.08, 2.0]))))
-        np.testing.assert_array_equal(plan_mod._assign(work, lens, W, cap), _assign_exhaustive(work, lens, W, cap),
+        np.testing.assert_array_equal(assignment.spread(work, lens, W, cap), _assign_exhaustive(work, lens, W, cap),
                                       err_msg=f"case {i}: n={n} W={W} cap={cap}")
 
 
@@ -467,12 +466,12 @@ def test_mask_check_is_not_skipped_for_a_new_tensor_on_a_reused_id():
 def test_extreme_pairs_move_at_most_the_limit_heaviest_against_lightest():
     work = np.array([9.0, 1.0, 7.0, 5.0, 2.0, 0.5, 3.0, 0.0])
     a, b = np.array([0, 2, 3]), np.array([1, 4, 5, 7])
-    got_a, got_b, moved = plan_mod._extreme_pairs_within(work, a, b, limit=12.0)
+    got_a, got_b, moved = assignment._extreme_pairs_within(work, a, b, limit=12.0)
     # pairs (9, 0) -> 9, then (7, 0.5) -> 6.5 would reach 15.5 > 12: one pair
     assert list(got_a) == [0] and list(got_b) == [7] and moved == 9.0
-    got_a, got_b, moved = plan_mod._extreme_pairs_within(work, a, b, limit=16.0)
+    got_a, got_b, moved = assignment._extreme_pairs_within(work, a, b, limit=16.0)
     assert list(got_a) == [0, 2] and list(got_b) == [7, 5] and moved == 15.5
-    assert plan_mod._extreme_pairs_within(work, a, b, limit=8.9) is None  # the first pair alone is over
+    assert assignment._extreme_pairs_within(work, a, b, limit=8.9) is None  # the first pair alone is over
 
 
 def test_swap_steps_stay_few_where_every_chunk_is_light(monkeypatch):
@@ -481,11 +480,11 @@ def test_swap_steps_stay_few_where_every_chunk_is_light(monkeypatch):
     # (thousands here, quadratic in the chunks)
     steps = []
     for fn in ("_extreme_pairs_within", "_pair_nearest_half"):
-        def counted(*args, _orig=getattr(plan_mod, fn)):
+        def counted(*args, _orig=getattr(assignment, fn)):
             steps.append(1)
             return _orig(*args)
 
-        monkeypatch.setattr(plan_mod, fn, counted)
+        monkeypatch.setattr(assignment, fn, counted)
     plan = ContextParallelPlan(None, True, 8, seqlen=1 << 21, layout="local")
-    assert plan.work_imbalance <= 1 + plan_mod.REFINE_TOLERANCE
+    assert plan.work_imbalance <= 1 + assignment.REFINE_TOLERANCE
     assert len(steps) < plan.num_chunks // 100, (len(steps), plan.num_chunks)
