@@ -7,7 +7,13 @@ import json
 from typing import Any, Dict, List
 
 
+# Python's spellings, which json.loads would leave as strings ("False" is a true string)
+_PYTHON_LITERALS = {"True": True, "False": False, "None": None}
+
+
 def parse_value(text: str):
+    if text in _PYTHON_LITERALS:
+        return _PYTHON_LITERALS[text]
     try:
         return json.loads(text)
     except json.JSONDecodeError:

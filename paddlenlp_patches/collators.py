@@ -40,7 +40,9 @@ class _PackedCollator:
                  count_tokens: bool = False):
         self.pad_token_id = int(pad_token_id)
         self.flash_mask = bool(flash_mask)
-        self.pad_to_multiple_of = max(1, int(pad_to_multiple_of))
+        if isinstance(pad_to_multiple_of, bool) or not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of < 1:
+            raise ValueError(f"pad_to_multiple_of must be an int >= 1, got {pad_to_multiple_of!r}")
+        self.pad_to_multiple_of = pad_to_multiple_of
         self.count_tokens = bool(count_tokens)
 
     def _seq_len(self, rows) -> int:

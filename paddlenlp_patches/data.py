@@ -70,11 +70,15 @@ def resolve_data_file(path: str, split: str = "train") -> str:
 def read_jsonl(path: str) -> List[Tuple[str, dict]]:
     """``[(where, example), ...]`` with ``where = "file:line"``; blank lines are skipped."""
     out = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with open(path, "rb") as f:  # decoded line by line, so a bad byte is reported with its line
+        for lineno, raw in enumerate(f, 1):
+            where = f"{path}:{lineno}"
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise DataFormatError(f"{where}: not UTF-8 ({e.reason} at byte {e.start})") from None
             if not line.strip():
                 continue
-            where = f"{path}:{lineno}"
             try:
                 ex = json.loads(line)
             except json.JSONDecodeError as e:
@@ -336,6 +340,9 @@ def load_records(path: str, tokenizer, task: str, max_length: int, prompt_length
     SFT and ``max_seq_len``/``max_prompt_len`` for DPO/RM."""
     if task not in _TOKENIZERS:
         raise ValueError(f"task must be one of {sorted(_TOKENIZERS)}, got {task!r}")
+    for name, value in (("max_length", max_length), ("prompt_length", prompt_length)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     if prompt_length >= max_length:
         raise ValueError(f"the prompt length limit ({prompt_length}) must be smaller than the total "
                          f"length limit ({max_length})")

@@ -64,6 +64,8 @@ import time
 from types import SimpleNamespace
 from typing import Any, Dict, List, Optional
 
+from paddlenlp_patches import config_checks
+
 STAGES = ("sft", "lora", "dpo", "rm")
 
 DEFAULTS: Dict[str, Any] = {
@@ -189,6 +191,13 @@ def split_config(cfg: Dict[str, Any]):
         logger.warning("ignoring PaddleNLP keys without meaning here: %s", sorted(ignored))
     if opts["stage"] not in STAGES:
         raise ValueError(f"stage must be one of {STAGES}, got {opts['stage']!r}")
+    config_checks.check_runner_options(opts)
+    config_checks.check_dpo_options(dpo)
+    if dpo["loss_type"] in config_checks.REFERENCE_FREE_LOSS_TYPES:
+        dpo["reference_free"] = True  # PaddleNLP's or/simpo losses take no reference model
+    if opts["stage"] == "dpo" and opts["lora"] and dpo["ref_model_update_steps"] > 0:
+        raise ValueError("ref_model_update_steps > 0 cannot be combined with lora: the reference is the base "
+                         "model with the adapters off, which has no weights of its own to update")
     if opts["on_overflow"] not in ("truncate", "error", "skip"):
         raise ValueError(f"on_overflow must be truncate, error or skip, got {opts['on_overflow']!r}")
     for key in ("tensor_parallel_degree", "pipeline_parallel_degree"):
@@ -228,6 +237,8 @@ def _data_paths(opts, base_dir):
             raise ValueError("set dataset_name_or_path (a jsonl file or a directory with train.json)")
         src = _resolve(src, base_dir)
         if os.path.isdir(src):
+            if opts["dev_dataset_path"]:  # an explicit dev set wins over the directory's own
+                return src, _resolve(opts["dev_dataset_path"], base_dir)
             dev = os.path.join(src, "dev.json")
             dev = dev if os.path.isfile(dev) else os.path.join(src, "dev.jsonl")
             return src, (src if os.path.isfile(dev) else None)
@@ -239,8 +250,8 @@ def _data_paths(opts, base_dir):
 
 def _lengths(opts):
     if opts["stage"] in ("sft", "lora"):
-        return int(opts["max_length"]), int(opts["src_length"])
-    return int(opts["max_seq_len"]), int(opts["max_prompt_len"])
+        return opts["max_length"], opts["src_length"]
+    return opts["max_seq_len"], opts["max_prompt_len"]
 
 
 def build_datasets(opts, tokenizer, base_dir, want_eval: bool):
@@ -253,7 +264,7 @@ def build_datasets(opts, tokenizer, base_dir, want_eval: bool):
 
     def rows(path, split):
         recs = load_records(path, tokenizer, task, max_len, prompt_len, opts["on_overflow"], split=split)
-        return pack_records(recs, max_len, bool(opts["zero_padding"]), bool(opts["greedy_zero_padding"]))
+        return pack_records(recs, max_len, opts["zero_padding"], opts["greedy_zero_padding"])
 
     train = rows(train_path, "train")
     dev = rows(dev_path, "dev") if (want_eval and dev_path) else None
@@ -308,7 +319,7 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
     from paddlenlp_patches.tokenizer import load_tokenizer, pad_token_id
 
     stage = opts["stage"]
-    use_lora = stage == "lora" or bool(opts["lora"])
+    use_lora = stage == "lora" or opts["lora"]
     if use_lora and stage == "rm":
         raise ValueError("lora is supported for sft/lora/dpo, not rm")
     cp_degree, cp_method = context_parallel(targs, opts)
@@ -330,6 +341,10 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
     args = TrainingArguments(**targs)  # with sep/cp > 1: fleet.init with dp x sep hybrid groups
     # a partial or corrupt checkpoint stops here, before anything trains, on every rank
     resume = resolve_resume(args.resume_from_checkpoint, args.output_dir)
+    if resume is not None and stage == "dpo" and dpo_opts["ref_model_update_steps"] > 0:
+        raise ValueError("resuming DPO with ref_model_update_steps > 0 is not supported: checkpoints hold neither "
+                         "the reference model's updated weights nor PaddleNLP's step count that times its "
+                         "updates, so the resumed curve would differ")
     cp = None
     if cp_degree > 1:
         from paddle_flashmask.distributed import get_context_parallel_group
@@ -340,7 +355,7 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
         cp = ContextParallel(cp_degree, cp_method, group=get_context_parallel_group())
     # flash_mask or use_flash_attention: our op (PaddleNLP's flash path is GPU-only and drops dense
     # masks on CPU); both off: PaddleNLP's own eager path with dense masks (the baseline)
-    patch = bool(opts["flash_mask"] or opts["use_flash_attention"])
+    patch = opts["flash_mask"] or opts["use_flash_attention"]
     if patch:
         pp.enable_flashmask()
     else:
@@ -352,7 +367,7 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
     train_rows, dev_rows = build_datasets(opts, tokenizer, base_dir, bool(args.do_eval))
 
     model_cfg = modeling.build_config(model_path, opts["model_config"], len(tokenizer),
-                                      use_flash_attention=bool(opts["use_flash_attention"]))
+                                      use_flash_attention=opts["use_flash_attention"])
     for k, v in flags.items():
         setattr(model_cfg, k, v)
     if len(tokenizer) > model_cfg.vocab_size:
@@ -369,6 +384,8 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
     if getattr(model_cfg, "max_position_embeddings", max_len) < max_len:
         raise ValueError(f"max length {max_len} exceeds the model's max_position_embeddings "
                          f"{model_cfg.max_position_embeddings}")
+    config_checks.check_padded_length(max_len, opts["pad_to_multiple_of"],
+                                      getattr(model_cfg, "max_position_embeddings", None))
     # Parameter names (which key the optimizer's checkpointed state) restart from 0 in
     # every run, also when a process runs several: a resumed run matches its checkpoint.
     with paddle.utils.unique_name.guard():
@@ -393,7 +410,7 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
             if m is not None:
                 pp.enable_context_parallel(m)
 
-    collate = collators.COLLATORS[stage](pad_token_id(tokenizer), flash_mask=bool(opts["flash_mask"]),
+    collate = collators.COLLATORS[stage](pad_token_id(tokenizer), flash_mask=opts["flash_mask"],
                                          pad_to_multiple_of=opts["pad_to_multiple_of"], count_tokens=True)
     history = pp_trainer.LossHistory()
     common = dict(args=args, train_dataset=train_rows, eval_dataset=dev_rows, data_collator=collate,

@@ -21,10 +21,15 @@ def apply_lora(model, r: int = 8, lora_alpha: Optional[float] = None, lora_dropo
     if target_modules is None:
         fused = getattr(model.config, "fuse_attention_qkv", False)
         target_modules = FUSED_QKV_TARGETS if fused else ATTENTION_TARGETS
+    if isinstance(target_modules, str):  # list("q_proj") would be six one-letter regexes
+        raise ValueError(f"target_modules must be a list of regexes, got the string {target_modules!r}")
+    if lora_alpha is not None and not lora_alpha > 0:
+        raise ValueError(f"lora_alpha must be > 0, got {lora_alpha!r}")
     cfg = LoRAConfig(
         target_modules=list(target_modules),
         r=int(r),
-        lora_alpha=int(lora_alpha if lora_alpha is not None else 2 * r),
+        # a float as given: int() made 0.5 a zero scale, adapters that never train
+        lora_alpha=lora_alpha if lora_alpha is not None else 2 * r,
         lora_dropout=float(lora_dropout),
         dtype=dtype or getattr(model.config, "dtype", None) or "float32",
         base_model_name_or_path=getattr(model.config, "_name_or_path", None),

@@ -128,10 +128,15 @@ def load_config(config, overrides: Optional[Dict[str, Any]] = None):
     """``(config dict, base_dir)`` from a JSON path or a dict, with ``overrides`` applied."""
     if isinstance(config, (str, os.PathLike)):
         with open(config, encoding="utf-8") as f:
-            cfg = json.load(f)
+            try:
+                cfg = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{config}: invalid JSON ({e})") from None
         base_dir = os.path.dirname(os.path.abspath(config))
     else:
         cfg, base_dir = copy.deepcopy(dict(config)), os.getcwd()
+    if not isinstance(cfg, dict):
+        raise ValueError(f"a config must be a JSON object, got {type(cfg).__name__}")
     cfg.update(overrides or {})
     return cfg, base_dir
 
@@ -175,9 +180,35 @@ def parse_args(cfg: Dict[str, Any], base_dir: str):
     targs.max_seq_len = data_args.max_seq_len  # as the workflows: the trainers and collators read it here
     if model_args.stage not in ("SFT", "DPO"):
         raise ValueError(f"stage must be SFT or DPO (fine_tuning LoRA or full), got {model_args.stage!r}")
+    _check_lengths(data_args.max_seq_len, data_args.max_prompt_len)
+    if "save_final_model" in ours and not isinstance(ours["save_final_model"], bool):
+        raise ValueError(f"save_final_model must be true or false, got {ours['save_final_model']!r}")
     if not model_args.model_name_or_path and not ours.get("model_config"):
         raise ValueError("set model_name_or_path (a local PaddleFormers checkpoint) or model_config")
     return model_args, data_args, targs, ours
+
+
+def _check_lengths(max_seq_len, max_prompt_len):
+    """PaddleFormers takes any int; one that no example fits deletes every example (see
+    _check_an_example_fits), and a prompt limit of 0 or less cuts every prompt."""
+    for name, value in (("max_seq_len", max_seq_len), ("max_prompt_len", max_prompt_len)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    if max_prompt_len >= max_seq_len:
+        raise ValueError(f"max_prompt_len ({max_prompt_len}) must be smaller than max_seq_len ({max_seq_len})")
+
+
+def _check_an_example_fits(create_dataset, dcfg, dataset_args):
+    """PaddleFormers' iterator datasets run over their data again and again while training, and
+    skip the examples its truncation deletes: with none left, training waited forever. One pass
+    of the same data as a validation set (``is_valid``: a single pass) yields an example or ends."""
+    if str(dcfg.get("dataset_type", "iterator")).lower() == "map":
+        return
+    probe = create_dataset(**dataset_args, **dict(dcfg, is_valid=True))
+    if not any(len(item) > 0 for item in probe):
+        raise ValueError(f"no training example of {dataset_args['task_group']} fits max_seq_len "
+                         f"{dcfg['max_seq_len']} (max_prompt_len {dcfg['max_prompt_len']}): PaddleFormers deletes "
+                         "the examples its truncation cannot fit")
 
 
 def _is_cpu(device):
@@ -384,6 +415,7 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
 
     dcfg = dataset_config(model_args, data_args, targs, tokenizer)
     paths = dict(task_group_prob=data_args.train_dataset_prob, sub_dataset_type=data_args.train_dataset_type)
+    _check_an_example_fits(create_dataset, dcfg, dict(task_group=data_args.train_dataset_path, **paths))
     train_ds = create_dataset(task_group=data_args.train_dataset_path, **paths, **dcfg)
     eval_ds = None
     if targs.do_eval and data_args.eval_dataset_path:

@@ -164,14 +164,17 @@ class ContextParallelDPOCriterion(DPOCriterion):
 
 
 class RewardTrainer(FlashmaskTrainerMixin, Trainer):
-    """Pairwise reward-model training; logs the pairwise accuracy next to the loss."""
+    """Pairwise reward-model training; logs the pairwise accuracy next to the loss: correct pairs
+    over pairs since the last log (batches hold different numbers of pairs, so a mean of the
+    batches' accuracies would weigh a pair by its batch). This rank's pairs."""
 
     def compute_loss(self, model, inputs, return_outputs=False):
         loss, r_c, r_r = model(**inputs)
-        acc = float((r_c > r_r).astype("float32").mean())
         key = "train" if model.training else "eval"
-        self._pfm_acc = getattr(self, "_pfm_acc", {"train": [], "eval": []})
-        self._pfm_acc[key].append(acc)
+        self._pfm_acc = getattr(self, "_pfm_acc", {"train": [0, 0], "eval": [0, 0]})
+        counts = self._pfm_acc[key]
+        counts[0] += int((r_c > r_r).astype("int64").sum())
+        counts[1] += int(r_c.size)
         return (loss, (r_c, r_r)) if return_outputs else loss
 
     def prediction_step(self, model, inputs, prediction_loss_only=False, ignore_keys=None):
@@ -180,11 +183,12 @@ class RewardTrainer(FlashmaskTrainerMixin, Trainer):
         return loss.detach(), None, None
 
     def log(self, logs, **kwargs):
-        accs = getattr(self, "_pfm_acc", {"train": [], "eval": []})
+        counts = getattr(self, "_pfm_acc", {"train": [0, 0], "eval": [0, 0]})
         key = "train" if "loss" in logs else "eval"
-        if accs[key]:
-            logs[("" if key == "train" else "eval_") + "accuracy"] = round(sum(accs[key]) / len(accs[key]), 4)
-            accs[key].clear()
+        correct, pairs = counts[key]
+        if pairs:
+            logs[("" if key == "train" else "eval_") + "accuracy"] = round(correct / pairs, 4)
+            counts[key] = [0, 0]
         return super().log(logs, **kwargs)
 
 

@@ -235,3 +235,26 @@ def test_two_process_cpu_data_parallel(tmp_path):
 def test_context_parallel_keys_are_refused_with_a_clear_error(tmp_path, key):
     with pytest.raises(ValueError, match=f"{key}=2: context parallel runs through the PaddleNLP runner"):
         run("sft", tmp_path, max_steps=1, **{key: 2})
+
+
+def test_lengths_no_example_fits_is_an_error_not_an_endless_loop(tmp_path):
+    # PaddleFormers' training iterator runs over its data forever, skipping what truncation
+    # deletes: with max_seq_len 8 every example is deleted and training had waited for ever
+    with pytest.raises(ValueError, match="no training example of .* fits max_seq_len 8"):
+        run("sft", tmp_path, max_steps=2, max_seq_len=8, max_prompt_len=4)
+    for over, match in [(dict(max_seq_len=-5), "max_seq_len must be an int >= 1"),
+                        (dict(max_prompt_len=0), "max_prompt_len must be an int >= 1"),
+                        (dict(max_seq_len=64, max_prompt_len=64), "max_prompt_len .64. must be smaller"),
+                        (dict(save_final_model="false"), "save_final_model must be true or false")]:
+        with pytest.raises(ValueError, match=match):
+            run("sft", tmp_path, max_steps=1, **over)
+
+
+def test_bad_config_files_name_the_problem(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"stage": "SFT",')
+    with pytest.raises(ValueError, match="bad.json: invalid JSON"):
+        pff.run(str(bad))
+    bad.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="a config must be a JSON object, got list"):
+        pff.run(str(bad))

@@ -1,0 +1,167 @@
+"""The fine-tune runner's own checks of what a config or the data hands it: each mistake raises
+a ValueError naming the key before anything trains (a string "false" had read as true, a float
+``lora_alpha`` had been truncated to 0, a padded row had run past the model's positions into NaN
+weights), and the reward model's accuracy counts pairs, not batches."""
+
+import numpy as np
+import pytest
+
+from paddlenlp_test_env import cfg, require_paddlenlp  # noqa: E402
+
+require_paddlenlp()
+
+import paddle  # noqa: E402
+
+import paddlenlp_patches as pp  # noqa: E402
+from paddlenlp_patches import collators, finetune  # noqa: E402
+from paddlenlp_patches.cli import parse_value  # noqa: E402
+from paddlenlp_patches.data import DataFormatError, read_jsonl  # noqa: E402
+
+QUIET = {"disable_tqdm": True, "do_eval": False, "save_final_model": False, "logging_steps": 5}
+
+
+@pytest.fixture(autouse=True)
+def _restore_patch():
+    yield
+    pp.disable_flashmask()
+
+
+def _split(**overrides):
+    config, _ = finetune.load_config(cfg(overrides.pop("_stage", "sft")), overrides)
+    return finetune.split_config(config)
+
+
+def test_python_spellings_on_the_command_line():
+    assert parse_value("False") is False and parse_value("True") is True and parse_value("None") is None
+    assert parse_value("false") is False and parse_value("FALSE") == "FALSE"
+
+
+@pytest.mark.parametrize("key", ["zero_padding", "greedy_zero_padding", "flash_mask", "use_flash_attention",
+                                 "lora", "save_final_model"])
+def test_runner_flags_must_be_bools(key):
+    with pytest.raises(ValueError, match=f"{key} must be true or false, got 'false'"):
+        _split(**{key: "false"})
+
+
+@pytest.mark.parametrize("key, value", [("max_length", 256.7), ("src_length", -1), ("src_length", 0),
+                                        ("pad_to_multiple_of", 0), ("pad_to_multiple_of", -4),
+                                        ("lora_rank", 0), ("max_seq_len", "512")])
+def test_lengths_and_counts_must_be_positive_ints(key, value):
+    with pytest.raises(ValueError, match=f"{key} must be an int >= 1"):
+        _split(**{key: value})
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(lora_alpha=0), "lora_alpha must be a number > 0"),
+    (dict(lora_alpha="16"), "lora_alpha must be a number > 0"),
+    (dict(lora_dropout=1.0), r"lora_dropout must be a number in \[0, 1\)"),
+    (dict(lora_target_modules="q_proj"), "lora_target_modules must be a non-empty list of regexes"),
+    (dict(lora_target_modules=[]), "lora_target_modules must be a non-empty list of regexes"),
+])
+def test_lora_options(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        _split(_stage="lora", **overrides)
+
+
+def test_a_fractional_lora_alpha_scales_the_adapters(tmp_path):
+    from paddlenlp_patches.lora import apply_lora
+
+    out = finetune.run(cfg("lora"), dict(QUIET, max_steps=1, lora_alpha=0.5, output_dir=str(tmp_path)))
+    model = out["trainer"].model
+    scales = [m.scaling for m in model.sublayers() if hasattr(m, "lora_A")]
+    assert scales and scales == pytest.approx([0.5 / 8] * len(scales))  # lora_rank 8; int(0.5) had made it 0
+    with pytest.raises(ValueError, match="a list of regexes, got the string"):
+        apply_lora(model.model, r=4, target_modules=".*q_proj")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(beta="abc"), "beta must be a number"),
+    (dict(beta=None), "beta must be a number"),
+    (dict(label_smoothing="x"), "label_smoothing must be a number"),
+    (dict(loss_type="sigmod"), "loss_type must be one of"),
+    (dict(reference_free="false"), "reference_free must be true or false"),
+    (dict(ref_model_update_steps=2.5), "ref_model_update_steps must be an int"),
+    (dict(lora=True, ref_model_update_steps=1), "cannot be combined with lora"),
+])
+def test_dpo_options(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        _split(_stage="dpo", **overrides)
+
+
+def test_or_and_simpo_run_reference_free():
+    for loss_type in ("simpo", "or"):
+        _, dpo, _, _ = _split(_stage="dpo", loss_type=loss_type)
+        assert dpo["reference_free"] is True
+    _, dpo, _, _ = _split(_stage="dpo")
+    assert dpo["reference_free"] is False
+
+
+def test_padded_rows_must_fit_the_positions(tmp_path):
+    # max_length 512 fits the tiny model's 512 positions; padded to a multiple of 300 it is 600
+    with pytest.raises(ValueError, match="reach 600 tokens, past the model's max_position_embeddings 512"):
+        finetune.run(cfg("sft"), dict(QUIET, max_steps=1, max_length=512, pad_to_multiple_of=300,
+                                      output_dir=str(tmp_path)))
+    finetune.run(cfg("sft"), dict(QUIET, max_steps=1, max_length=512, pad_to_multiple_of=256,
+                                  output_dir=str(tmp_path)))  # 512 exactly: fits
+
+
+def test_resuming_dpo_with_reference_updates_is_refused(tmp_path, monkeypatch):
+    from paddlenlp_patches import checkpoint
+
+    monkeypatch.setattr(checkpoint, "resolve_resume", lambda value, output_dir: str(tmp_path / "checkpoint-4"))
+    with pytest.raises(ValueError, match="resuming DPO with ref_model_update_steps > 0"):
+        finetune.run(cfg("dpo"), dict(QUIET, max_steps=1, ref_model_update_steps=2, output_dir=str(tmp_path)))
+
+
+def test_an_explicit_dev_set_wins_over_the_directory(tmp_path):
+    (tmp_path / "train.json").write_text('{"src": "a=", "tgt": "b"}\n')
+    (tmp_path / "dev.json").write_text('{"src": "c=", "tgt": "d"}\n')
+    other = tmp_path / "other_dev.jsonl"
+    other.write_text('{"src": "e=", "tgt": "f"}\n')
+    opts, _, _, _ = _split(dataset_name_or_path=str(tmp_path), dev_dataset_path=str(other))
+    assert finetune._data_paths(opts, str(tmp_path)) == (str(tmp_path), str(other))
+    opts, _, _, _ = _split(dataset_name_or_path=str(tmp_path), dev_dataset_path=None)
+    assert finetune._data_paths(opts, str(tmp_path)) == (str(tmp_path), str(tmp_path))
+
+
+def test_a_line_that_is_not_utf8_is_named(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes('{"src": "a=", "tgt": "b"}\n{"src": "caf\xe9=", "tgt": "d"}\n'.encode("latin-1"))
+    with pytest.raises(DataFormatError, match=r"latin1.jsonl:2: not UTF-8"):
+        read_jsonl(str(path))
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes('\ufeff{"src": "a=", "tgt": "b"}\n'.encode("utf-8"))
+    assert read_jsonl(str(bom))[0][1] == {"src": "a=", "tgt": "b"}
+
+
+@pytest.mark.parametrize("value", [0, -4, 2.0, True])
+def test_collator_padding_multiple(value):
+    with pytest.raises(ValueError, match="pad_to_multiple_of must be an int >= 1"):
+        collators.COLLATORS["sft"](0, pad_to_multiple_of=value)
+
+
+def test_reward_accuracy_counts_pairs_not_batches(monkeypatch):
+    from paddlenlp.trainer import Trainer
+
+    from paddlenlp_patches.trainer import RewardTrainer
+
+    logged = []
+    monkeypatch.setattr(Trainer, "log", lambda self, logs, **kw: logged.append(dict(logs)))
+    trainer = RewardTrainer.__new__(RewardTrainer)  # compute_loss and log only
+
+    class Model:
+        training = False
+
+        def __init__(self, chosen, rejected):
+            self.out = (paddle.to_tensor(0.5), paddle.to_tensor(chosen), paddle.to_tensor(rejected))
+
+        def __call__(self, **inputs):
+            return self.out
+
+    trainer.compute_loss(Model([1.0, 0.0, 2.0], [0.0, 1.0, 1.0]), {})  # 2 of 3 pairs
+    trainer.compute_loss(Model([3.0], [1.0]), {})  # 1 of 1
+    trainer.log({"eval_loss": 0.4})
+    assert logged[-1]["eval_accuracy"] == 0.75  # 3 of 4 pairs (the batches' mean would be 0.8333)
+    trainer.log({"eval_loss": 0.4})
+    assert "eval_accuracy" not in logged[-1]  # counted afresh after each log
+    assert np.isclose(logged[0]["eval_loss"], 0.4)
