@@ -203,6 +203,9 @@ def split_config(cfg: Dict[str, Any]):
     for key in ("tensor_parallel_degree", "pipeline_parallel_degree"):
         if int(targs.get(key, 1) or 1) > 1:
             raise ValueError(f"{key} > 1 is not supported by this runner (data and context parallel only)")
+    for key in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+        if key in targs:
+            config_checks.check_positive_int(key, targs[key])  # 0 failed deep in PaddleNLP
     context_parallel(targs, opts)  # validates the context-parallel keys
     targs.setdefault("output_dir", os.path.join("output", opts["stage"]))
     if "recompute" in targs:

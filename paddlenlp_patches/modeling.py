@@ -47,7 +47,20 @@ def build_config(model_name_or_path: Optional[str], model_config: Optional[dict]
     if overrides["vocab_size"] < vocab_size:
         raise ValueError(f"model_config.vocab_size={overrides['vocab_size']} < tokenizer vocab {vocab_size}")
     overrides.setdefault("seq_length", overrides.get("max_position_embeddings", 2048))
-    return LlamaConfig(**overrides)
+    config = LlamaConfig(**overrides)
+    _check_heads(config)
+    return config
+
+
+def _check_heads(config):
+    """Head counts that do not divide had failed as a reshape error in the first forward."""
+    hidden, heads = config.hidden_size, config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    if heads < 1 or hidden % heads:
+        raise ValueError(f"model_config: hidden_size {hidden} must be a multiple of num_attention_heads {heads}")
+    if kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"model_config: num_attention_heads {heads} must be a multiple of num_key_value_heads "
+                         f"{kv_heads}")
 
 
 def build_model(task: str, config, model_name_or_path: Optional[str] = None, dtype: str = "float32",

@@ -45,7 +45,8 @@ def test_runner_flags_must_be_bools(key):
 
 @pytest.mark.parametrize("key, value", [("max_length", 256.7), ("src_length", -1), ("src_length", 0),
                                         ("pad_to_multiple_of", 0), ("pad_to_multiple_of", -4),
-                                        ("lora_rank", 0), ("max_seq_len", "512")])
+                                        ("lora_rank", 0), ("max_seq_len", "512"),
+                                        ("gradient_accumulation_steps", 0), ("per_device_train_batch_size", 0)])
 def test_lengths_and_counts_must_be_positive_ints(key, value):
     with pytest.raises(ValueError, match=f"{key} must be an int >= 1"):
         _split(**{key: value})
@@ -165,3 +166,14 @@ def test_reward_accuracy_counts_pairs_not_batches(monkeypatch):
     trainer.log({"eval_loss": 0.4})
     assert "eval_accuracy" not in logged[-1]  # counted afresh after each log
     assert np.isclose(logged[0]["eval_loss"], 0.4)
+
+
+@pytest.mark.parametrize("model_config, message", [
+    (dict(hidden_size=64, num_attention_heads=5), "hidden_size 64 must be a multiple of num_attention_heads 5"),
+    (dict(num_attention_heads=4, num_key_value_heads=3), "num_attention_heads 4 must be a multiple of num_key_value_heads 3"),
+])
+def test_model_heads_must_divide(tmp_path, model_config, message):
+    config, _ = finetune.load_config(cfg("sft"))
+    with pytest.raises(ValueError, match=message):
+        finetune.run(cfg("sft"), dict(QUIET, max_steps=1, output_dir=str(tmp_path),
+                                      model_config=dict(config["model_config"], **model_config)))
