@@ -126,3 +126,32 @@ def resolve_resume(resume_from_checkpoint, output_dir: str, check=check_checkpoi
         raise ValueError(f"resume_from_checkpoint must be a checkpoint directory or true, got {value!r}")
     check(value)
     return value
+
+
+# The runner's stage and LoRA flag, written into each checkpoint it saves: PaddleNLP's own
+# files do not say which stage wrote them, and a DPO run resumed from an SFT checkpoint of the
+# same model "continued" from its step with no word.
+RUN_FILE = "pfm_run.json"
+
+
+def write_run_marker(path: str, stage: str, lora: bool) -> None:
+    with open(os.path.join(path, RUN_FILE), "w", encoding="utf-8") as f:
+        json.dump({"stage": stage, "lora": bool(lora)}, f)
+
+
+def check_same_run(path: str, stage: str, lora: bool) -> None:
+    """A checkpoint written by another stage (or with/without LoRA) is an error; one without a
+    marker (written before markers, or by another tool) is taken as it is."""
+    marker = os.path.join(path, RUN_FILE)
+    if not os.path.isfile(marker):
+        return
+    try:
+        with open(marker, encoding="utf-8") as f:
+            wrote = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"checkpoint {path}: unreadable {RUN_FILE} ({e})") from None
+    if (wrote.get("stage"), bool(wrote.get("lora"))) != (stage, bool(lora)):
+        raise ValueError(f"checkpoint {path} was written by a {wrote.get('stage')} run"
+                         f"{' with LoRA' if wrote.get('lora') else ''}; this run is {stage}"
+                         f"{' with LoRA' if lora else ''}: resume a checkpoint of the same stage, or start "
+                         "from its saved model with model_name_or_path")

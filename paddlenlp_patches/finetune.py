@@ -318,7 +318,7 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
 
     import paddlenlp_patches as pp
     from paddlenlp_patches import collators, modeling, trainer as pp_trainer
-    from paddlenlp_patches.checkpoint import resolve_resume
+    from paddlenlp_patches.checkpoint import check_same_run, resolve_resume
     from paddlenlp_patches.tokenizer import load_tokenizer, pad_token_id
 
     stage = opts["stage"]
@@ -344,6 +344,8 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
     args = TrainingArguments(**targs)  # with sep/cp > 1: fleet.init with dp x sep hybrid groups
     # a partial or corrupt checkpoint stops here, before anything trains, on every rank
     resume = resolve_resume(args.resume_from_checkpoint, args.output_dir)
+    if resume is not None:
+        check_same_run(resume, stage, use_lora)
     if resume is not None and stage == "dpo" and dpo_opts["ref_model_update_steps"] > 0:
         raise ValueError("resuming DPO with ref_model_update_steps > 0 is not supported: checkpoints hold neither "
                          "the reference model's updated weights nor PaddleNLP's step count that times its "
@@ -417,7 +419,8 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
                                          pad_to_multiple_of=opts["pad_to_multiple_of"], count_tokens=True)
     history = pp_trainer.LossHistory()
     common = dict(args=args, train_dataset=train_rows, eval_dataset=dev_rows, data_collator=collate,
-                  tokenizer=tokenizer, callbacks=[history] + list(callbacks or []), context_parallel=cp)
+                  tokenizer=tokenizer, callbacks=[history, pp_trainer.RunMarker(stage, use_lora)] + list(callbacks or []),
+                  context_parallel=cp)
     if stage in ("sft", "lora"):
         trainer = pp_trainer.FlashmaskTrainer(model=model, **common)
     elif stage == "dpo":

@@ -18,6 +18,7 @@ over the dp x sep group, scaled by 1 / dp degree, i.e. sum over ``sep``, mean ov
 from __future__ import annotations
 
 import contextlib
+import os
 import resource
 import sys
 import time
@@ -26,7 +27,7 @@ import paddle
 from paddlenlp.trainer import Trainer, TrainerCallback
 from paddlenlp.trl import DPOCriterion, DPOTrainer
 
-from . import context_parallel
+from . import checkpoint, context_parallel
 from .collators import NUM_TOKENS_KEY
 
 
@@ -190,6 +191,19 @@ class RewardTrainer(FlashmaskTrainerMixin, Trainer):
             logs[("" if key == "train" else "eval_") + "accuracy"] = round(correct / pairs, 4)
             counts[key] = [0, 0]
         return super().log(logs, **kwargs)
+
+
+class RunMarker(TrainerCallback):
+    """Writes the run's stage and LoRA flag into each checkpoint it saves (checkpoint.RUN_FILE),
+    so that resuming it from another stage is an error."""
+
+    def __init__(self, stage: str, lora: bool):
+        self.stage, self.lora = stage, lora
+
+    def on_save(self, args, state, control, **kwargs):
+        path = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        if state.is_world_process_zero and os.path.isdir(path):
+            checkpoint.write_run_marker(path, self.stage, self.lora)
 
 
 class LossHistory(TrainerCallback):

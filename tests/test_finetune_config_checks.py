@@ -177,3 +177,19 @@ def test_model_heads_must_divide(tmp_path, model_config, message):
     with pytest.raises(ValueError, match=message):
         finetune.run(cfg("sft"), dict(QUIET, max_steps=1, output_dir=str(tmp_path),
                                       model_config=dict(config["model_config"], **model_config)))
+
+
+def test_a_checkpoint_of_another_stage_is_not_resumed(tmp_path):
+    out = str(tmp_path / "sft")
+    finetune.run(cfg("sft"), dict(QUIET, max_steps=2, save_strategy="steps", save_steps=2, output_dir=out))
+    ckpt = tmp_path / "sft" / "checkpoint-2"
+    assert (ckpt / "pfm_run.json").is_file()
+    with pytest.raises(ValueError, match="written by a sft run; this run is dpo"):
+        finetune.run(cfg("dpo"), dict(QUIET, max_steps=3, resume_from_checkpoint=str(ckpt),
+                                      output_dir=str(tmp_path / "dpo")))
+    with pytest.raises(ValueError, match="written by a sft run; this run is sft with LoRA"):
+        finetune.run(cfg("sft"), dict(QUIET, max_steps=3, lora=True, resume_from_checkpoint=str(ckpt),
+                                      output_dir=str(tmp_path / "lora")))
+    resumed = finetune.run(cfg("sft"), dict(QUIET, max_steps=3, logging_steps=1, resume_from_checkpoint=str(ckpt),
+                                            output_dir=out))
+    assert [s for s, _ in resumed["losses"]] == [3]  # the same stage resumes
