@@ -7,7 +7,7 @@ packed documents leak into each other), calls Paddle's GPU-only flashmask on the
 replaces the attention function with :func:`flashmask_attn_func`:
 
 - indices given (``[B, S]``, ``[B, Hm, S]``, ``[B, Hm, S, 1]`` or ``[B, Hm, S, C]``, int32 or
-  int64) -> our op, ``causal=True`` for C = 1, 2 and ``causal=False`` for C = 4 (a model config
+  int64; int64 values beyond int32 are errors, never wrapped) -> our op, ``causal=True`` for C = 1, 2 and ``causal=False`` for C = 4 (a model config
   attribute ``flashmask_causal`` overrides); GQA k/v are used as they come (no repeat with
   ``use_flash_attention=True``);
 - no indices and no dense mask, or a dense mask that is exactly causal -> our op, plain causal;
@@ -25,6 +25,9 @@ Patch points: the module attribute ``llama.modeling.scaled_dot_product_attention
 in, every ``LlamaAttention.attn_func`` (covers already-built models with
 ``use_flash_attention=False``, also inside LoRA or DataParallel wrappers). When disabled, the
 wrapper forwards to PaddleNLP's original function, so layers bound while enabled fall back too.
+Also ``llama.modeling.is_casual_mask``, by which ``LlamaModel.forward`` drops a dense mask it takes
+for causal when ``use_flash_attention`` is on: PaddleNLP's only asks that nothing below the
+diagonal be masked, which a prefix-LM or bidirectional mask passes; ours asks for exactly causal.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from paddlenlp.transformers.llama import modeling as llama_modeling
 from . import context_parallel
 from .indices import as_bhsc_int32
 
-_STATE = {"enabled": False, "orig_sdpa": None, "orig_fusion": None}
+_STATE = {"enabled": False, "orig_sdpa": None, "orig_fusion": None, "orig_is_causal": None}
 _ORIG_ATTR = "_pfm_orig_attn_func"
 
 
@@ -54,7 +57,9 @@ def _originals():
         fusion = fusion_ops.fusion_flash_attention
         _STATE["orig_sdpa"] = getattr(sdpa, "__wrapped_orig__", sdpa)
         _STATE["orig_fusion"] = getattr(fusion, "__wrapped_orig__", fusion)
-    return _STATE["orig_sdpa"], _STATE["orig_fusion"]
+        is_causal = llama_modeling.is_casual_mask
+        _STATE["orig_is_causal"] = getattr(is_causal, "__wrapped_orig__", is_causal)
+    return _STATE["orig_sdpa"], _STATE["orig_fusion"], _STATE["orig_is_causal"]
 
 
 def normalize_indices(ind, config=None):
@@ -85,6 +90,13 @@ def _dense_keep_is_causal(mask, q_len, kv_len) -> bool:
         keep = m == 0
     tril = paddle.tril(paddle.ones([q_len, kv_len], dtype="bool"))
     return bool((keep == tril).all())
+
+
+def exact_is_causal_mask(attention_mask) -> bool:
+    """For ``LlamaModel.forward``, which drops a dense mask it takes for causal when
+    use_flash_attention is on: PaddleNLP's ``is_casual_mask`` only asks that nothing below the
+    diagonal be masked, so a prefix-LM or bidirectional mask passed as plain causal, silently."""
+    return _dense_keep_is_causal(attention_mask, attention_mask.shape[-2], attention_mask.shape[-1])
 
 
 def indices_to_keep(ind, causal: bool, q_len: int):
@@ -233,11 +245,13 @@ def enable_flashmask(model=None):
     Call it before building models (they bind the patched function), and/or pass a built model
     (any wrapper: LoRAModel, DataParallel, a reward model) to rebind its attention layers.
     """
-    orig_sdpa, orig_fusion = _originals()
+    orig_sdpa, orig_fusion, orig_is_causal = _originals()
     if not getattr(llama_modeling.scaled_dot_product_attention, "__pfm_flashmask__", False):
         llama_modeling.scaled_dot_product_attention = _mark(flashmask_attn_func, orig_sdpa)
     if not getattr(fusion_ops.fusion_flash_attention, "__pfm_flashmask__", False):
         fusion_ops.fusion_flash_attention = _mark(flashmask_attn_func, orig_fusion)
+    if not getattr(llama_modeling.is_casual_mask, "__pfm_flashmask__", False):
+        llama_modeling.is_casual_mask = _mark(exact_is_causal_mask, orig_is_causal)
     _STATE["enabled"] = True
     if model is not None:
         for layer in _attention_layers(model):
@@ -253,6 +267,7 @@ def disable_flashmask(model=None):
     if _STATE["orig_sdpa"] is not None:
         llama_modeling.scaled_dot_product_attention = _STATE["orig_sdpa"]
         fusion_ops.fusion_flash_attention = _STATE["orig_fusion"]
+        llama_modeling.is_casual_mask = _STATE["orig_is_causal"]
     _STATE["enabled"] = False
     if model is not None:
         for layer in _attention_layers(model):

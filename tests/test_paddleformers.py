@@ -353,6 +353,10 @@ def test_entry_per_kv_head_indices_and_index_layouts():
     for layout in (one, one[:, :, :, 0], one[:, 0, :, 0], one.astype("int64")):
         out = pfp.flashmask_attention_forward(_Attn(2), q, k, v, attn_mask_startend_row_indices=layout)[0]
         assert maxdiff(out, ref) < 1e-5
+    wrapped = one.astype("int64").numpy()
+    wrapped[0, 0, 2, 0] = 2**32  # an int32 cast made it 0: every key masked, zeros, no error
+    with pytest.raises(ValueError, match="startend_row_indices values must be query rows in"):
+        pfp.flashmask_attention_forward(_Attn(2), q, k, v, attn_mask_startend_row_indices=paddle.to_tensor(wrapped))
 
 
 @pytest.mark.parametrize("Dq,Dv", [(24, 12), (12, 24)])

@@ -290,3 +290,38 @@ def test_gpu_fallback_asks_for_the_calls_value_head_dim(monkeypatch):
     cpu = paddle.zeros([1, 8, 2, 192])
     assert llama_attention._op_supports(cpu, paddle.zeros([1, 8, 2, 128]))  # CPU: every call, not asked
     assert len(asked) == 2
+
+
+def test_a_prefix_lm_dense_mask_is_not_taken_for_causal():
+    # PaddleNLP's is_casual_mask only asks that nothing below the diagonal be masked: with
+    # use_flash_attention on, LlamaModel.forward dropped this prefix-LM mask as "causal"
+    S, prefix = 20, 6
+    keep = np.tril(np.ones((S, S), dtype=bool))
+    keep[:prefix, :prefix] = True
+    mask = paddle.to_tensor(np.broadcast_to(keep, (2, 1, S, S)).copy())
+    ids = paddle.to_tensor(np.random.default_rng(5).integers(4, VOCAB, (2, S)))
+    model = tiny_model(True)
+    eager = clone(model, False)
+    want = eager(input_ids=ids, attention_mask=mask)[0].numpy()  # PaddleNLP's own eager path
+    causal = eager(input_ids=ids)[0].numpy()
+    assert np.abs(want - causal).max() > 1e-2  # the prefix matters
+    original = llama_attention.llama_modeling.is_casual_mask
+    pp.enable_flashmask(model)
+    assert np.abs(model(input_ids=ids, attention_mask=mask)[0].numpy() - want).max() < TOL
+    pp.disable_flashmask(model)
+    assert llama_attention.llama_modeling.is_casual_mask is original
+
+
+def test_indices_out_of_int32_or_not_a_tensor_are_errors():
+    pp.enable_flashmask()
+    model = tiny_model(True)
+    ids = paddle.to_tensor(np.random.default_rng(6).integers(4, VOCAB, (1, 16)))
+    good = np.full((1, 1, 16), 16, dtype="int64")
+    for wrapped in (2**32, 2**32 + 16, -(2**32)):  # a plain int32 cast gave 0, 16 and 0: no error
+        bad = good.copy()
+        bad[0, 0, 3] = wrapped
+        with pytest.raises(ValueError, match="startend_row_indices values must be query rows in"):
+            model(input_ids=ids, attn_mask_startend_row_indices=paddle.to_tensor(bad))
+    for not_a_tensor in (good, good.tolist()):
+        with pytest.raises(TypeError, match="must be a paddle.Tensor, got"):
+            model(input_ids=ids, attn_mask_startend_row_indices=not_a_tensor)
