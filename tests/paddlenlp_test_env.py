@@ -21,3 +21,16 @@ def require_paddlenlp():
 def cfg(name):
     """Path of configs/<name>.json."""
     return os.path.join(CONFIGS, f"{name}.json")
+
+
+# runner overrides for short test runs: no eval, no saved model, no progress bar
+QUIET = {"disable_tqdm": True, "do_eval": False, "save_final_model": False, "logging_steps": 5}
+
+
+@pytest.fixture(autouse=True)
+def restore_flashmask_patch():
+    """Imported by a test module: every test there leaves the PaddleNLP patch disabled."""
+    yield
+    import paddlenlp_patches
+
+    paddlenlp_patches.disable_flashmask()

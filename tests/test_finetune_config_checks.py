@@ -6,24 +6,16 @@ weights), and the reward model's accuracy counts pairs, not batches."""
 import numpy as np
 import pytest
 
-from paddlenlp_test_env import cfg, require_paddlenlp  # noqa: E402
+from paddlenlp_test_env import QUIET, cfg, require_paddlenlp, restore_flashmask_patch  # noqa: E402,F401
 
 require_paddlenlp()
 
 import paddle  # noqa: E402
 
-import paddlenlp_patches as pp  # noqa: E402
 from paddlenlp_patches import collators, finetune  # noqa: E402
 from paddlenlp_patches.cli import parse_value  # noqa: E402
 from paddlenlp_patches.data import DataFormatError, read_jsonl  # noqa: E402
 
-QUIET = {"disable_tqdm": True, "do_eval": False, "save_final_model": False, "logging_steps": 5}
-
-
-@pytest.fixture(autouse=True)
-def _restore_patch():
-    yield
-    pp.disable_flashmask()
 
 
 def _split(**overrides):

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from paddlenlp_test_env import CONFIGS, ROOT, cfg, require_paddlenlp  # noqa: E402
+from paddlenlp_test_env import CONFIGS, QUIET, ROOT, cfg, require_paddlenlp, restore_flashmask_patch  # noqa: E402,F401
 
 require_paddlenlp()
 
@@ -20,13 +20,6 @@ import paddlenlp_patches as pp  # noqa: E402
 from paddlenlp_patches import finetune  # noqa: E402
 from paddlenlp.trainer import TrainerCallback  # noqa: E402
 
-QUIET = {"disable_tqdm": True, "do_eval": False, "save_final_model": False, "logging_steps": 5}
-
-
-@pytest.fixture(autouse=True)
-def _restore_patch():
-    yield
-    pp.disable_flashmask()
 
 
 
