@@ -60,9 +60,7 @@ _MODEL_ATTR = "_pfm_orig_attn_impl"
 def normalize_indices(ind, is_causal=None):
     """``(indices [B, Hm, S, C] int32, causal)`` from PaddleFormers' layouts, PaddleFormers'
     causal rule (C = 1 causal, C = 4 not, C = 2 ``is_causal``, default causal)."""
-    if not isinstance(ind, paddle.Tensor):
-        raise TypeError(f"attn_mask_startend_row_indices must be a paddle.Tensor, got {type(ind).__name__}")
-    ind = as_bhsc_int32(ind)
+    ind = as_bhsc_int32(ind)  # also: a paddle.Tensor, int32 or int64
     if ind.ndim != 4 or ind.shape[-1] not in (1, 2, 4):
         raise ValueError("attn_mask_startend_row_indices must be [B, S], [B, Hm, S] or [B, Hm, S, C] with C "
                          f"in 1, 2, 4, got shape {list(ind.shape)}")

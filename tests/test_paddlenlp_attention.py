@@ -325,3 +325,31 @@ def test_indices_out_of_int32_or_not_a_tensor_are_errors():
     for not_a_tensor in (good, good.tolist()):
         with pytest.raises(TypeError, match="must be a paddle.Tensor, got"):
             model(input_ids=ids, attn_mask_startend_row_indices=not_a_tensor)
+
+
+def test_the_index_values_are_checked_once_a_batch_not_once_a_layer(monkeypatch):
+    # each layer had normalized the batch's indices into a new tensor, so the op checked the
+    # values (a host sync on GPU) once per layer per forward
+    from paddle_flashmask import attention as op_attention
+
+    from paddlenlp_patches.indices import as_bhsc_int32
+
+    checks = []
+    real = op_attention._check_index_values
+
+    def counted(ops, indices, seqlen_q, causal):
+        checks.append(op_attention._already_checked(indices, seqlen_q, causal))
+        return real(ops, indices, seqlen_q, causal)
+
+    monkeypatch.setattr(op_attention, "_check_index_values", counted)
+    pp.enable_flashmask()
+    model = tiny_model(True)  # 2 layers
+    ids = paddle.to_tensor(np.random.default_rng(7).integers(4, VOCAB, (2, 24)))
+    ind = paddle.to_tensor(np.full((2, 1, 24), 24, dtype="int32"))
+    for _ in range(3):
+        model(input_ids=ids, attn_mask_startend_row_indices=ind)
+    assert len(checks) == 6 and checks.count(False) == 1  # read back once, for the first layer
+    assert as_bhsc_int32(ind) is as_bhsc_int32(ind)
+    before = as_bhsc_int32(ind)
+    ind[0, 0, 3] = 5  # changed in place: normalized (and checked) again
+    assert as_bhsc_int32(ind) is not before and int(as_bhsc_int32(ind)[0, 0, 3, 0]) == 5
