@@ -166,8 +166,10 @@ class ContextParallelDPOCriterion(DPOCriterion):
 
 class RewardTrainer(FlashmaskTrainerMixin, Trainer):
     """Pairwise reward-model training; logs the pairwise accuracy next to the loss: correct pairs
-    over pairs since the last log (batches hold different numbers of pairs, so a mean of the
-    batches' accuracies would weigh a pair by its batch). This rank's pairs."""
+    over pairs (batches hold different numbers of pairs, so a mean of the batches' figures would
+    weigh a pair by its batch). Training logs count this rank's pairs since the last log; an
+    evaluation counts every rank's, and its loss is the mean over pairs too (PaddleNLP's loop
+    weighs each batch by its rows)."""
 
     def compute_loss(self, model, inputs, return_outputs=False):
         loss, r_c, r_r = model(**inputs)
@@ -176,7 +178,26 @@ class RewardTrainer(FlashmaskTrainerMixin, Trainer):
         counts = self._pfm_acc[key]
         counts[0] += int((r_c > r_r).astype("int64").sum())
         counts[1] += int(r_c.size)
+        if not model.training:
+            self._pfm_eval_loss_sum = getattr(self, "_pfm_eval_loss_sum", 0.0) + float(loss) * int(r_c.size)
         return (loss, (r_c, r_r)) if return_outputs else loss
+
+    def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
+                        metric_key_prefix="eval", max_eval_iters=-1):
+        self._pfm_acc = getattr(self, "_pfm_acc", {"train": [0, 0], "eval": [0, 0]})
+        self._pfm_acc["eval"], self._pfm_eval_loss_sum = [0, 0], 0.0
+        output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys,
+                                         metric_key_prefix, max_eval_iters)
+        correct, pairs = self._pfm_acc["eval"]
+        mine = paddle.to_tensor([[self._pfm_eval_loss_sum, float(pairs), float(correct)]], dtype="float64")
+        # every rank runs the loop, so every rank gathers (context-parallel ranks repeat the same
+        # pairs, which scales both sums alike)
+        loss_sum, pairs, correct = (float(x) for x in self._nested_gather(mine).numpy().sum(axis=0))
+        if pairs:
+            output.metrics[f"{metric_key_prefix}_loss"] = loss_sum / pairs
+            output.metrics[f"{metric_key_prefix}_accuracy"] = round(correct / pairs, 4)
+        self._pfm_acc["eval"], self._pfm_eval_loss_sum = [0, 0], 0.0  # counted: log() adds nothing
+        return output
 
     def prediction_step(self, model, inputs, prediction_loss_only=False, ignore_keys=None):
         with self._pfm_cp_batch(inputs), paddle.no_grad():

@@ -185,3 +185,25 @@ def test_a_checkpoint_of_another_stage_is_not_resumed(tmp_path):
     resumed = finetune.run(cfg("sft"), dict(QUIET, max_steps=3, logging_steps=1, resume_from_checkpoint=str(ckpt),
                                             output_dir=out))
     assert [s for s, _ in resumed["losses"]] == [3]  # the same stage resumes
+
+
+def test_reward_eval_loss_and_accuracy_are_means_over_pairs(tmp_path):
+    # PaddleNLP's evaluation loop weighs each batch's loss by its rows; packed rows hold 3-7
+    # pairs each, so that mean (and a mean of batch accuracies) weighs pairs unevenly
+    from paddlenlp_patches.collators import RMCollator
+
+    out = finetune.run(cfg("rm"), dict(QUIET, max_steps=10, do_eval=True, per_device_eval_batch_size=3,
+                                       output_dir=str(tmp_path)))
+    trainer = out["trainer"]
+    trainer.model.eval()
+    chosen, rejected = [], []
+    with paddle.no_grad():
+        for row in trainer.eval_dataset:  # one row at a time: no batch weighting at all
+            batch = {k: paddle.to_tensor(v) for k, v in RMCollator(0, True)([row]).items()}
+            _, c, r = trainer.model(**batch)
+            chosen += c.numpy().astype("float64").tolist()
+            rejected += r.numpy().astype("float64").tolist()
+    diff = np.array(chosen) - np.array(rejected)
+    want_loss = float(np.mean(np.logaddexp(0.0, -diff)))  # -log sigmoid, float64
+    assert out["eval"]["eval_loss"] == pytest.approx(want_loss, rel=1e-5)
+    assert out["eval"]["eval_accuracy"] == round(float(np.mean(diff > 0)), 4)
