@@ -21,6 +21,8 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
+from .config_checks import check_positive_int
+
 NUM_TOKENS_KEY = "_num_real_tokens"
 
 
@@ -40,9 +42,7 @@ class _PackedCollator:
                  count_tokens: bool = False):
         self.pad_token_id = int(pad_token_id)
         self.flash_mask = bool(flash_mask)
-        if isinstance(pad_to_multiple_of, bool) or not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of < 1:
-            raise ValueError(f"pad_to_multiple_of must be an int >= 1, got {pad_to_multiple_of!r}")
-        self.pad_to_multiple_of = pad_to_multiple_of
+        self.pad_to_multiple_of = check_positive_int("pad_to_multiple_of", pad_to_multiple_of)
         self.count_tokens = bool(count_tokens)
 
     def _seq_len(self, rows) -> int:

@@ -40,6 +40,8 @@ import logging
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from .config_checks import check_positive_int
+
 logger = logging.getLogger("paddlenlp_patches")
 
 OVERFLOW_POLICIES = ("truncate", "error", "skip")
@@ -340,9 +342,8 @@ def load_records(path: str, tokenizer, task: str, max_length: int, prompt_length
     SFT and ``max_seq_len``/``max_prompt_len`` for DPO/RM."""
     if task not in _TOKENIZERS:
         raise ValueError(f"task must be one of {sorted(_TOKENIZERS)}, got {task!r}")
-    for name, value in (("max_length", max_length), ("prompt_length", prompt_length)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    check_positive_int("max_length", max_length)
+    check_positive_int("prompt_length", prompt_length)
     if prompt_length >= max_length:
         raise ValueError(f"the prompt length limit ({prompt_length}) must be smaller than the total "
                          f"length limit ({max_length})")

@@ -346,10 +346,10 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
     resume = resolve_resume(args.resume_from_checkpoint, args.output_dir)
     if resume is not None:
         check_same_run(resume, stage, use_lora)
-    if resume is not None and stage == "dpo" and dpo_opts["ref_model_update_steps"] > 0:
-        raise ValueError("resuming DPO with ref_model_update_steps > 0 is not supported: checkpoints hold neither "
-                         "the reference model's updated weights nor PaddleNLP's step count that times its "
-                         "updates, so the resumed curve would differ")
+        if stage == "dpo" and dpo_opts["ref_model_update_steps"] > 0:
+            raise ValueError("resuming DPO with ref_model_update_steps > 0 is not supported: checkpoints hold "
+                             "neither the reference model's updated weights nor PaddleNLP's step count that times "
+                             "its updates, so the resumed curve would differ")
     cp = None
     if cp_degree > 1:
         from paddle_flashmask.distributed import get_context_parallel_group

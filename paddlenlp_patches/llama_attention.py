@@ -7,8 +7,8 @@ packed documents leak into each other), calls Paddle's GPU-only flashmask on the
 replaces the attention function with :func:`flashmask_attn_func`:
 
 - indices given (``[B, S]``, ``[B, Hm, S]``, ``[B, Hm, S, 1]`` or ``[B, Hm, S, C]``, int32 or
-  int64; int64 values beyond int32 are errors, never wrapped) -> our op, ``causal=True`` for C = 1, 2 and ``causal=False`` for C = 4 (a model config
-  attribute ``flashmask_causal`` overrides); GQA k/v are used as they come (no repeat with
+  int64; int64 values beyond int32 are errors, never wrapped) -> our op, ``causal=True`` for
+  C = 1, 2 and ``causal=False`` for C = 4 (a model config attribute ``flashmask_causal`` overrides); GQA k/v are used as they come (no repeat with
   ``use_flash_attention=True``);
 - no indices and no dense mask, or a dense mask that is exactly causal -> our op, plain causal;
 - any other dense mask (padding masks, block masks, ALiBi) -> an exact dense fp32-softmax path;

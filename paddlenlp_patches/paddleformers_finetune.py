@@ -44,6 +44,8 @@ if __name__ == "__main__" and not __package__:
     _HERE = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
+from paddlenlp_patches.config_checks import check_bool, check_positive_int  # noqa: E402
+
 OUR_KEYS = ("model_config", "save_final_model")
 # fused kernels are GPU-only in PaddleFormers; a random-init model on CPU must not ask for them
 CPU_SAFE_FLAGS = dict(fuse_rms_norm=False, apply_rope_fusion=False, fuse_swiglu=False,
@@ -181,8 +183,8 @@ def parse_args(cfg: Dict[str, Any], base_dir: str):
     if model_args.stage not in ("SFT", "DPO"):
         raise ValueError(f"stage must be SFT or DPO (fine_tuning LoRA or full), got {model_args.stage!r}")
     _check_lengths(data_args.max_seq_len, data_args.max_prompt_len)
-    if "save_final_model" in ours and not isinstance(ours["save_final_model"], bool):
-        raise ValueError(f"save_final_model must be true or false, got {ours['save_final_model']!r}")
+    if "save_final_model" in ours:
+        check_bool("save_final_model", ours["save_final_model"])
     if not model_args.model_name_or_path and not ours.get("model_config"):
         raise ValueError("set model_name_or_path (a local PaddleFormers checkpoint) or model_config")
     return model_args, data_args, targs, ours
@@ -191,9 +193,8 @@ def parse_args(cfg: Dict[str, Any], base_dir: str):
 def _check_lengths(max_seq_len, max_prompt_len):
     """PaddleFormers takes any int; one that no example fits deletes every example (see
     _check_an_example_fits), and a prompt limit of 0 or less cuts every prompt."""
-    for name, value in (("max_seq_len", max_seq_len), ("max_prompt_len", max_prompt_len)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    check_positive_int("max_seq_len", max_seq_len)
+    check_positive_int("max_prompt_len", max_prompt_len)
     if max_prompt_len >= max_seq_len:
         raise ValueError(f"max_prompt_len ({max_prompt_len}) must be smaller than max_seq_len ({max_seq_len})")
 

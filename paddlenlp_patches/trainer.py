@@ -171,32 +171,38 @@ class RewardTrainer(FlashmaskTrainerMixin, Trainer):
     evaluation counts every rank's, and its loss is the mean over pairs too (PaddleNLP's loop
     weighs each batch by its rows)."""
 
+    def _pair_counts(self):
+        """``{"train" | "eval": [correct pairs, pairs, loss summed over pairs]}`` since the last
+        log (the loss is summed in evaluation only: no extra read-back a training step)."""
+        if not hasattr(self, "_pfm_pairs"):
+            self._pfm_pairs = {"train": [0, 0, 0.0], "eval": [0, 0, 0.0]}
+        return self._pfm_pairs
+
     def compute_loss(self, model, inputs, return_outputs=False):
         loss, r_c, r_r = model(**inputs)
-        key = "train" if model.training else "eval"
-        self._pfm_acc = getattr(self, "_pfm_acc", {"train": [0, 0], "eval": [0, 0]})
-        counts = self._pfm_acc[key]
+        counts = self._pair_counts()["train" if model.training else "eval"]
+        pairs = int(r_c.size)
         counts[0] += int((r_c > r_r).astype("int64").sum())
-        counts[1] += int(r_c.size)
+        counts[1] += pairs
         if not model.training:
-            self._pfm_eval_loss_sum = getattr(self, "_pfm_eval_loss_sum", 0.0) + float(loss) * int(r_c.size)
+            counts[2] += float(loss) * pairs
         return (loss, (r_c, r_r)) if return_outputs else loss
 
     def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
                         metric_key_prefix="eval", max_eval_iters=-1):
-        self._pfm_acc = getattr(self, "_pfm_acc", {"train": [0, 0], "eval": [0, 0]})
-        self._pfm_acc["eval"], self._pfm_eval_loss_sum = [0, 0], 0.0
+        counts = self._pair_counts()
+        counts["eval"] = [0, 0, 0.0]
         output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys,
                                          metric_key_prefix, max_eval_iters)
-        correct, pairs = self._pfm_acc["eval"]
-        mine = paddle.to_tensor([[self._pfm_eval_loss_sum, float(pairs), float(correct)]], dtype="float64")
+        correct, pairs, loss_sum = counts["eval"]
+        mine = paddle.to_tensor([[loss_sum, float(pairs), float(correct)]], dtype="float64")
         # every rank runs the loop, so every rank gathers (context-parallel ranks repeat the same
         # pairs, which scales both sums alike)
         loss_sum, pairs, correct = (float(x) for x in self._nested_gather(mine).numpy().sum(axis=0))
         if pairs:
             output.metrics[f"{metric_key_prefix}_loss"] = loss_sum / pairs
             output.metrics[f"{metric_key_prefix}_accuracy"] = round(correct / pairs, 4)
-        self._pfm_acc["eval"], self._pfm_eval_loss_sum = [0, 0], 0.0  # counted: log() adds nothing
+        counts["eval"] = [0, 0, 0.0]  # counted: log() adds nothing
         return output
 
     def prediction_step(self, model, inputs, prediction_loss_only=False, ignore_keys=None):
@@ -205,12 +211,12 @@ class RewardTrainer(FlashmaskTrainerMixin, Trainer):
         return loss.detach(), None, None
 
     def log(self, logs, **kwargs):
-        counts = getattr(self, "_pfm_acc", {"train": [0, 0], "eval": [0, 0]})
+        counts = self._pair_counts()
         key = "train" if "loss" in logs else "eval"
-        correct, pairs = counts[key]
+        correct, pairs, _ = counts[key]
         if pairs:
             logs[("" if key == "train" else "eval_") + "accuracy"] = round(correct / pairs, 4)
-            counts[key] = [0, 0]
+            counts[key] = [0, 0, 0.0]
         return super().log(logs, **kwargs)
 
 

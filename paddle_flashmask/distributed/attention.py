@@ -12,7 +12,8 @@ import numpy as np
 import paddle
 
 from .. import validation
-from ..attention import GPU_KERNELS, _check_index_values, _contiguous, _resolve_deterministic, get_gpu_kernel
+from ..attention import (GPU_KERNELS, _check_index_values, _contiguous, _inplace_version, _resolve_deterministic,
+                         get_gpu_kernel)
 from .._loader import load_ops
 from . import allgather, comm, ulysses
 from .plan import ContextParallelPlan, mask_fingerprint
@@ -59,7 +60,7 @@ def _check_same_mask(plan, indices):
     # would compute a wrong answer quietly. The entry holds a weak reference: a new tensor
     # that reuses a dead one's id is checked again.
     key = ("mask_ok", id(indices))
-    version = indices._inplace_version() if hasattr(indices, "_inplace_version") else 0
+    version = _inplace_version(indices)
     entry = plan._device_cache.get(key)
     if entry is not None and entry[0]() is indices and entry[1] == version:
         return
