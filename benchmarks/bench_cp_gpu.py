@@ -141,7 +141,8 @@ class Sim:
         self.kernel = GPU_KERNELS[kernel]
 
     def spec(self, cls, r):
-        return cls(self.plan, r, None, self.indices, self.causal, self.scale, self.kernel, False, self.B, self.place)
+        return cls(self.plan, r, None, self.indices, self.causal, self.scale, self.kernel, False, self.B, self.place,
+                   self.D)
 
     # allgather: own keys, then each group of peers' (the keys this rank's rows see, as the
     # sparse exchange sends them; emulated by host copies), merged by LSE; backward: group

@@ -7,7 +7,7 @@
 # segmentation fault in Paddle's device init and racecheck/synccheck printed nothing before their timeouts
 # (benchmarks/results/h100/v19_final_checks/), costing up to 3 x SANITIZE_TIMEOUT_S of device time. The
 # sanitizer runs on the Paddle-free harness instead: ab_sm90.sh CHECKS=0 PASSES=0 SANITIZE=1.
-#   STAGES="harness tests sanitize overhead kernels hostprof bench peers"  TEST_SELECT="<pytest -k expression>"  BENCH_BUDGET_S=150
+#   STAGES="harness tests sanitize overhead kernels indexcheck hostparts hostprof bench peers"  TEST_SELECT="<pytest -k expression>"  BENCH_BUDGET_S=150
 #   OVERHEAD_LENGTHS="8192" OVERHEAD_MASKS="causal short_documents"  (overhead: benchmarks/op_overhead.py,
 #   per call / back to back / GPU only / host time of the op on those masks)
 #   BENCH_KERNELS="sm90 fa2"  (peers: benchmarks/device/peers.sh in the same call, outside the
@@ -108,6 +108,23 @@ if [[ " $STAGES " == *" kernels "* ]]; then
   [ -n "$clock_pid" ] && kill "$clock_pid" 2>/dev/null
   grep -E "^[|#]" "$OUT/op_host_block.log"
   stamp "kernels done"
+fi
+
+# indexcheck: what the op's index check costs a model's layers, checked once against every layer
+# (benchmarks/device/op_index_check.py; OP_INDEX_LAYERS, OP_INDEX_SEQLEN).
+if [[ " $STAGES " == *" indexcheck "* ]]; then
+  timeout "${INDEXCHECK_TIMEOUT_S:-120}" python3 benchmarks/device/op_index_check.py 2>&1 \
+    | grep -v -E "^W|^I[0-9]" > "$OUT/op_index_check.log"
+  echo "op_index_check exit ${PIPESTATUS[0]}"; grep -E "^[|#]" "$OUT/op_index_check.log"
+  stamp "indexcheck done"
+fi
+
+# hostparts: a forward call's host microseconds part by part (benchmarks/device/op_host_parts.py).
+if [[ " $STAGES " == *" hostparts "* ]]; then
+  timeout "${HOSTPARTS_TIMEOUT_S:-120}" python3 benchmarks/device/op_host_parts.py 2>&1 \
+    | grep -v -E "^W|^I[0-9]" > "$OUT/op_host_parts.log"
+  echo "op_host_parts exit ${PIPESTATUS[0]}"; grep -E "^[|#]" "$OUT/op_host_parts.log"
+  stamp "hostparts done"
 fi
 
 # hostprof: where a call's host time goes (benchmarks/device/op_host_profile.py under py-spy --native,

@@ -1,0 +1,25 @@
+"""benchmarks/bench_cp_gpu.py's dry run on CPU: every simulated rank of both context-parallel
+methods against the single-device op. The script's GPU check (benchmarks/device/cp_suite.sh) runs
+the same code, which had broken unseen when the distributed call specs gained head_dim (the
+thirty-sixth session's device call found it)."""
+
+import os
+import re
+import subprocess
+import sys
+
+from script_loader import ROOT
+
+
+def test_cpu_dry_run_checks_every_rank():
+    run = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "bench_cp_gpu.py"), "--device", "cpu", "--check",
+         "--dtypes", "float32", "--world-sizes", "2"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    summary = re.search(r"^check: (\d+) cases, (\d+) failed$", run.stdout, re.MULTILINE)
+    assert summary is not None, run.stdout[-2000:]
+    cases, failed = map(int, summary.groups())
+    assert cases >= 10 and failed == 0
+    methods = set(re.findall(r"^\| float32 \| \S+ \| \d+ \| 2 \| (\w+) \|", run.stdout, re.MULTILINE))
+    assert methods == {"allgather", "ulysses"}
