@@ -399,22 +399,32 @@ def rank_step_time(plan, r, it, causal, method, blocks, place, dtype, args, time
             if n:
                 parts.append((gi, tiled(blocks[Hk], n, place, dtype)))
         backs = [tiled(blocks[Hk], len(g) * L, place, dtype) for g in spec.groups()]
+        part_ms = {}  # with --parts: each piece synchronized and timed on its own, ms by label
+
+        def piece(label, fn):
+            if not args.parts:
+                return fn()
+            seconds, result = timer(fn)
+            part_ms[label] = part_ms.get(label, 0.0) + seconds * 1e3
+            return result
 
         def step():
             masks = spec.part_masks()
-            o, s_ = allgather.part_forward(spec, q, k, v, masks[0])
+            o, s_ = piece("own fwd", lambda: allgather.part_forward(spec, q, k, v, masks[0]))
             for gi, k_g in parts:
-                o_g, l_g = allgather.part_forward(spec, q, k_g, k_g, masks[1 + gi])
-                o, s_ = tensor_ops.merge_partial(o, s_, o_g, l_g)
+                o_g, l_g = piece(f"group {gi} fwd ({int(k_g.shape[1])} keys)",
+                                 lambda: allgather.part_forward(spec, q, k_g, k_g, masks[1 + gi]))
+                o, s_ = piece("merges", lambda: tensor_ops.merge_partial(o, s_, o_g, l_g))
             dq = None
             for gi, k_g in parts:
-                dq_g, _, _ = allgather.part_backward(spec, q, k_g, k_g, masks[1 + gi], o, s_, do)
-                dq = dq_g if dq is None else tensor_ops.accumulate(dq, dq_g)
-            dq_l, dk, dv = allgather.part_backward(spec, q, k, v, masks[0], o, s_, do)
+                dq_g, _, _ = piece(f"group {gi} bwd", lambda: allgather.part_backward(spec, q, k_g, k_g, masks[1 + gi],
+                                                                                      o, s_, do))
+                dq = dq_g if dq is None else piece("sums", lambda: tensor_ops.accumulate(dq, dq_g))
+            dq_l, dk, dv = piece("own bwd", lambda: allgather.part_backward(spec, q, k, v, masks[0], o, s_, do))
             if dq is not None:
-                tensor_ops.accumulate(dq_l, dq)
+                piece("sums", lambda: tensor_ops.accumulate(dq_l, dq))
             for back in backs:
-                dk, dv = tensor_ops.accumulate(dk, back), tensor_ops.accumulate(dv, back)
+                dk, dv = piece("sums", lambda: (tensor_ops.accumulate(dk, back), tensor_ops.accumulate(dv, back)))
     else:
         spec = ulysses.Spec(plan, r, None, it, causal, scale, kern, False, B, place, D)
         qh, dh = (tiled(blocks[H][:, :, : H // W], S, place, dtype) for _ in range(2))
@@ -445,7 +455,13 @@ def rank_step_time(plan, r, it, causal, method, blocks, place, dtype, args, time
                 tensor_ops.gather_units(back, h2s_un, u, [1, L, h, D])
 
     step()
-    return min(timer(step)[0] for _ in range(args.repeats))
+    best = min(timer(step)[0] for _ in range(args.repeats))
+    if method == "allgather" and args.parts:
+        part_ms.clear()
+        step()
+        print(f"#   rank {r} ({L} rows), pieces synchronized one by one, ms: " +
+              ", ".join(f"{label} {ms:.1f}" for label, ms in part_ms.items()), flush=True)
+    return best
 
 
 def add_common_args(ap):
@@ -474,6 +490,7 @@ def main():
     ap.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--dense-exchange", action="store_true", help="every key to every rank (no sparse exchange)")
     ap.add_argument("--budget-s", type=float, default=1e9)
+    ap.add_argument("--parts", action="store_true", help="allgather: also time each rank's pieces one by one")
     args = ap.parse_args()
     allgather.SPARSE_EXCHANGE = not args.dense_exchange
     place = paddle.CPUPlace() if args.device == "cpu" else paddle.CUDAPlace(0)

@@ -220,6 +220,30 @@ def test_fully_masked_rows(gpu_kernel):
     run_gpu_case(1, 1, 300, 300, 2, 1, 128, False, idx)
 
 
+def dead_query_blocks_indices(causal, cols, seqlen, live_rows):
+    """[2, 2, seqlen, cols] indices: mask head 0 of batch row 0 hides rows >= live_rows from every
+    column (the query blocks past them see no key: the Hopper forward's row aggregate skips their
+    lists); the other three (batch, mask head) rows are random, so whole-row aggregates of
+    different rows must not mix."""
+    idx = random_indices(np.random.default_rng(live_rows + cols), 2, 2, seqlen, seqlen, causal, cols)
+    if causal and cols == 1:
+        idx[0, 0, :, 0] = live_rows
+    elif cols == 2 and not causal:
+        idx[0, 0, :, 0], idx[0, 0, :, 1] = live_rows, 0  # LTS: masked from live_rows on; UTE 0
+    else:  # causal C = 2 (LTS, LTE) and C = 4 (LTS, LTE, UTS, UTE): the lower band [live_rows, Sq)
+        idx[0, 0, :, 0], idx[0, 0, :, 1] = live_rows, seqlen
+        if cols == 4:
+            idx[0, 0, :, 2], idx[0, 0, :, 3] = 0, 0
+    return idx
+
+
+@pytest.mark.parametrize("causal,cols", [f for f in FORMS if f[1] != 0])
+@pytest.mark.parametrize("live_rows", [0, 100, 256])
+def test_dead_query_blocks(gpu_kernel, causal, cols, live_rows):
+    idx = dead_query_blocks_indices(causal, cols, 700, live_rows)
+    run_gpu_case(seed_of(causal, cols, live_rows), 2, 700, 700, 4, 2, 128, causal, idx)
+
+
 @pytest.mark.parametrize("dim", [64, 128, HD256])
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_nan_in_a_query_row_stays_nan(gpu_kernel, dim, deterministic):

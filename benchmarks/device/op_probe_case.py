@@ -1,12 +1,13 @@
 """The call the op probes time (op_bwd_kernels.py, op_host_block.py, op_host_profile.py): causal,
 bf16, 32 query / 8 kv heads, D=128, standard normal inputs on GPU 0, in the Paddle GPU runtime.
 OP_BWD_SEQLEN (default 8192) and OP_BWD_KERNEL (sm90 or fa2, default sm90) choose the length and
-the family."""
+the family, OP_BWD_DIM the head dim (default 128), OP_BWD_MASK causal (default) or full."""
 
 import os
 import sys
 
-HEADS, HEADS_K, DIM = 32, 8, 128
+HEADS, HEADS_K = 32, 8
+MASKS = {"causal": True, "full": False}
 
 
 def op_calls():
@@ -22,6 +23,11 @@ def op_calls():
 
     seqlen = int(os.environ.get("OP_BWD_SEQLEN", "8192"))
     name = os.environ.get("OP_BWD_KERNEL", "sm90")
+    dim = int(os.environ.get("OP_BWD_DIM", "128"))
+    mask = os.environ.get("OP_BWD_MASK", "causal")
+    if mask not in MASKS:
+        raise ValueError(f"OP_BWD_MASK must be one of {sorted(MASKS)}, got {mask!r}")
+    causal = MASKS[mask]
     gpu = paddle.CUDAPlace(0)
     rng = np.random.default_rng(0)
 
@@ -32,19 +38,19 @@ def op_calls():
     pfm.build()
     pfm.set_gpu_kernel(name)
     kernel = GPU_KERNELS[name]
-    q, k, v = dev((1, seqlen, HEADS, DIM)), dev((1, seqlen, HEADS_K, DIM)), dev((1, seqlen, HEADS_K, DIM))
-    do = dev((1, seqlen, HEADS, DIM))
+    q, k, v = dev((1, seqlen, HEADS, dim)), dev((1, seqlen, HEADS_K, dim)), dev((1, seqlen, HEADS_K, dim))
+    do = dev((1, seqlen, HEADS, dim))
     for t in (q, k, v):
         t.stop_gradient = False
-    scale = DIM ** -0.5
-    out = pfm.flashmask_attention(q, k, v, causal=True)
-    out_raw, lse_raw = tensor_ops.attention_fwd(q, k, v, None, scale, True, kernel, False)
+    scale = dim ** -0.5
+    out = pfm.flashmask_attention(q, k, v, causal=causal)
+    out_raw, lse_raw = tensor_ops.attention_fwd(q, k, v, None, scale, causal, kernel, False)
     calls = {
-        "fwd": lambda: pfm.flashmask_attention(q, k, v, causal=True),
-        "fwd op alone": lambda: tensor_ops.attention_fwd(q, k, v, None, scale, True, kernel, False),
+        "fwd": lambda: pfm.flashmask_attention(q, k, v, causal=causal),
+        "fwd op alone": lambda: tensor_ops.attention_fwd(q, k, v, None, scale, causal, kernel, False),
         "bwd paddle.grad": lambda: paddle.grad([out], [q, k, v], [do], retain_graph=True),
-        "bwd op alone": lambda: tensor_ops.attention_bwd(q, k, v, None, out_raw, lse_raw, do, scale, True, kernel,
+        "bwd op alone": lambda: tensor_ops.attention_bwd(q, k, v, None, out_raw, lse_raw, do, scale, causal, kernel,
                                                          False),
     }
-    described = f"{paddle.device.cuda.get_device_name(0)}, causal {seqlen}, bf16, {HEADS}:{HEADS_K}, D={DIM}, {name}"
+    described = f"{paddle.device.cuda.get_device_name(0)}, {mask} {seqlen}, bf16, {HEADS}:{HEADS_K}, D={dim}, {name}"
     return described, calls
