@@ -24,11 +24,12 @@ import numpy as np
 import paddle
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.dirname(os.path.dirname(HERE))]
+sys.path[:0] = [os.path.dirname(os.path.dirname(HERE)), HERE]
 import paddle_flashmask as pfm  # noqa: E402
 from paddle_flashmask import _checked_calls  # noqa: E402
 from paddle_flashmask import attention as attention_module  # noqa: E402
 from paddle_flashmask.attention import GPU_KERNELS  # noqa: E402
+from op_probe_case import device_normal  # noqa: E402
 
 SEQLEN = int(os.environ.get("OP_PARTS_SEQLEN", "1024"))
 HEADS, HEADS_K, DIM = 32, 8, 128
@@ -36,14 +37,10 @@ LOOP, SYNC_EVERY = 200, 50
 
 
 def main():
-    gpu = paddle.CUDAPlace(0)
     rng = np.random.default_rng(0)
 
     def dev(shape, grad):
-        host = paddle.to_tensor(rng.standard_normal(shape, dtype=np.float32), place=paddle.CPUPlace())
-        t = host.astype("bfloat16")._copy_to(gpu, True)
-        t.stop_gradient = not grad
-        return t
+        return device_normal(rng, shape, stop_gradient=not grad)
 
     pfm.build()
     pfm.set_gpu_kernel("sm90")

@@ -29,6 +29,7 @@ import paddle_flashmask as pfm  # noqa: E402
 from paddle_flashmask import attention as attention_module  # noqa: E402
 from paddle_flashmask import masks  # noqa: E402
 from bench_gpu import StreamEvents  # noqa: E402
+from op_probe_case import device_normal  # noqa: E402
 
 SEQLEN = int(os.environ.get("OP_INDEX_SEQLEN", "8192"))
 LAYERS = int(os.environ.get("OP_INDEX_LAYERS", "12"))
@@ -41,8 +42,7 @@ def main():
     rng = np.random.default_rng(0)
 
     def dev(shape):
-        host = paddle.to_tensor(rng.standard_normal(shape, dtype=np.float32), place=paddle.CPUPlace())
-        return host.astype("bfloat16")._copy_to(gpu, True)
+        return device_normal(rng, shape)
 
     pfm.build()
     pfm.set_gpu_kernel("sm90")

@@ -22,6 +22,7 @@ import paddle_flashmask as pfm  # noqa: E402
 from paddle_flashmask.attention import GPU_KERNELS  # noqa: E402
 from paddle_flashmask.distributed import tensor_ops  # noqa: E402
 from bench_gpu import StreamEvents  # noqa: E402
+from op_probe_case import device_normal  # noqa: E402
 
 HEADS, HEADS_K, DIM, LIVE = 32, 8, 128, 16
 
@@ -31,8 +32,7 @@ def main():
     rng = np.random.default_rng(0)
 
     def dev(shape):
-        host = paddle.to_tensor(rng.standard_normal(shape, dtype=np.float32), place=paddle.CPUPlace())
-        return host.astype("bfloat16")._copy_to(gpu, True)
+        return device_normal(rng, shape)
 
     pfm.build()
     kernel = GPU_KERNELS["sm90"]

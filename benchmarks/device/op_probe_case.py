@@ -10,6 +10,18 @@ HEADS, HEADS_K = 32, 8
 MASKS = {"causal": True, "full": False}
 
 
+def device_normal(rng, shape, stop_gradient=True):
+    """A bf16 tensor of standard normal values (numpy ``rng``) on GPU 0: made on the host and
+    copied, since Paddle's own GPU kernels do not run in the trimmed runtime."""
+    import numpy as np
+    import paddle
+
+    host = paddle.to_tensor(rng.standard_normal(shape, dtype=np.float32), place=paddle.CPUPlace())
+    t = host.astype("bfloat16")._copy_to(paddle.CUDAPlace(0), True)
+    t.stop_gradient = stop_gradient
+    return t
+
+
 def op_calls():
     """(description, {name: call}) for the wrapper's forward, the forward op alone, the backward
     through paddle.grad and the backward op alone (out and LSE given: the context-parallel entry)."""
@@ -28,12 +40,10 @@ def op_calls():
     if mask not in MASKS:
         raise ValueError(f"OP_BWD_MASK must be one of {sorted(MASKS)}, got {mask!r}")
     causal = MASKS[mask]
-    gpu = paddle.CUDAPlace(0)
     rng = np.random.default_rng(0)
 
     def dev(shape):
-        host = paddle.to_tensor(rng.standard_normal(shape, dtype=np.float32), place=paddle.CPUPlace())
-        return host.astype("bfloat16")._copy_to(gpu, True)
+        return device_normal(rng, shape)
 
     pfm.build()
     pfm.set_gpu_kernel(name)
