@@ -481,6 +481,7 @@ def add_common_args(ap):
     ap.add_argument("--layouts", nargs="+", default=["auto"], help="plan layouts timed for allgather "
                     "(auto, chunks, local)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--parts", action="store_true", help="allgather: also time each rank's pieces one by one")
 
 
 def main():
@@ -490,7 +491,6 @@ def main():
     ap.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--dense-exchange", action="store_true", help="every key to every rank (no sparse exchange)")
     ap.add_argument("--budget-s", type=float, default=1e9)
-    ap.add_argument("--parts", action="store_true", help="allgather: also time each rank's pieces one by one")
     args = ap.parse_args()
     allgather.SPARSE_EXCHANGE = not args.dense_exchange
     place = paddle.CPUPlace() if args.device == "cpu" else paddle.CUDAPlace(0)

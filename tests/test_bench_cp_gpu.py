@@ -23,3 +23,20 @@ def test_cpu_dry_run_checks_every_rank():
     assert cases >= 10 and failed == 0
     methods = set(re.findall(r"^\| float32 \| \S+ \| \d+ \| 2 \| (\w+) \|", run.stdout, re.MULTILINE))
     assert methods == {"allgather", "ulysses"}
+
+
+def test_cpu_parts_times_every_piece_of_each_rank():
+    """--parts (allgather): each rank's pieces timed one by one, the part of received keys
+    included, beside the rank's step time."""
+    run = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "bench_cp_gpu.py"), "--device", "cpu", "--bench",
+         "--dtypes", "float32", "--world-sizes", "2", "--lengths", "1024", "--masks", "global_sliding_window",
+         "--methods", "allgather", "--t1-max", "0", "--repeats", "1", "--parts"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    pieces = re.findall(r"^#   rank (\d) \(\d+ rows\), pieces synchronized one by one, ms: (.*)$", run.stdout,
+                        re.MULTILINE)
+    assert sorted(rank for rank, _ in pieces) == ["0", "1"], run.stdout[-2000:]
+    for _, listing in pieces:
+        times = dict(re.findall(r"(own fwd|own bwd|group 0 fwd \(\d+ keys\)|group 0 bwd) ([\d.]+)", listing))
+        assert len(times) == 4 and all(float(ms) > 0 for ms in times.values()), listing
