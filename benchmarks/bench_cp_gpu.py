@@ -399,10 +399,10 @@ def rank_step_time(plan, r, it, causal, method, blocks, place, dtype, args, time
             if n:
                 parts.append((gi, tiled(blocks[Hk], n, place, dtype)))
         backs = [tiled(blocks[Hk], len(g) * L, place, dtype) for g in spec.groups()]
-        part_ms = {}  # with --parts: each piece synchronized and timed on its own, ms by label
+        part_ms = {}  # --parts: one more step, each piece synchronized and timed on its own, ms by label
 
         def piece(label, fn):
-            if not args.parts:
+            if not timing_pieces:
                 return fn()
             seconds, result = timer(fn)
             part_ms[label] = part_ms.get(label, 0.0) + seconds * 1e3
@@ -454,10 +454,11 @@ def rank_step_time(plan, r, it, causal, method, blocks, place, dtype, args, time
                 tensor_ops.gather_units(x, h2s, u, [S, u])
                 tensor_ops.gather_units(back, h2s_un, u, [1, L, h, D])
 
+    timing_pieces = False  # the step timed whole first, without the pieces' synchronizations
     step()
     best = min(timer(step)[0] for _ in range(args.repeats))
     if method == "allgather" and args.parts:
-        part_ms.clear()
+        timing_pieces = True
         step()
         print(f"#   rank {r} ({L} rows), pieces synchronized one by one, ms: " +
               ", ".join(f"{label} {ms:.1f}" for label, ms in part_ms.items()), flush=True)
