@@ -399,7 +399,9 @@ def rank_step_time(plan, r, it, causal, method, blocks, place, dtype, args, time
             if n:
                 parts.append((gi, tiled(blocks[Hk], n, place, dtype)))
         backs = [tiled(blocks[Hk], len(g) * L, place, dtype) for g in spec.groups()]
-        part_ms = {}  # --parts: one more step, each piece synchronized and timed on its own, ms by label
+        # --parts: after the step is timed whole, one more step with each piece synchronized and
+        # timed on its own (ms by label)
+        part_ms, timing_pieces = {}, False
 
         def piece(label, fn):
             if not timing_pieces:
@@ -454,7 +456,6 @@ def rank_step_time(plan, r, it, causal, method, blocks, place, dtype, args, time
                 tensor_ops.gather_units(x, h2s, u, [S, u])
                 tensor_ops.gather_units(back, h2s_un, u, [1, L, h, D])
 
-    timing_pieces = False  # the step timed whole first, without the pieces' synchronizations
     step()
     best = min(timer(step)[0] for _ in range(args.repeats))
     if method == "allgather" and args.parts:
