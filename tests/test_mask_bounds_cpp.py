@@ -21,3 +21,15 @@ def test_tile_parts_classification_is_exact_and_no_less_precise(tmp_path):
     mismatches, checked = run_cpp_check("tile_parts_check", tmp_path)
     assert checked == 40000
     assert mismatches == 0, f"{mismatches} of {checked} tiles misclassified (or a kind never seen)"
+
+
+@needs_cxx
+def test_row_aggregate_skips_only_query_blocks_no_column_shows(tmp_path):
+    """Both forwards scan no key block for a query block whose row's aggregate summary says every
+    column masks all its rows (cuda::rows_see_no_key). The aggregate as the prep pass makes it (64-column summaries
+    encoded as minima, reduced CTA by CTA over the rows each CTA spans, then into 0x7f-filled
+    slots) must be each row's merged summary, and every block it calls dead must be dead
+    elementwise."""
+    mismatches, checked = run_cpp_check("row_aggregate_check", tmp_path)
+    assert checked > 20000
+    assert mismatches == 0, f"{mismatches} mismatches over {checked} query blocks (or a case never seen)"

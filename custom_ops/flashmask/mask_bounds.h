@@ -138,6 +138,35 @@ FLASHMASK_HOST_DEVICE BlockBounds merge_block_bounds(BlockBounds a, const BlockB
   return a;
 }
 
+// A summary as eight minima (each max negated), so that a row's summaries can
+// be merged by atomicMin into slots a memset of 0x7f bytes starts at their
+// identity: 0x7f7f7f7f stands for "above every row" as 0x7fffffff does (both
+// exceed any row index; sequences stop at 2^31 rows), so decoding such a slot
+// classifies alike.
+constexpr int kEncodedBoundsInts = 8;
+constexpr unsigned char kEncodedBoundsIdentityByte = 0x7f;
+FLASHMASK_HOST_DEVICE void encode_block_bounds(const BlockBounds& s, int* out) {
+  out[0] = s.lts_min, out[1] = -s.lts_max, out[2] = s.lte_min, out[3] = -s.lte_max;
+  out[4] = s.uts_min, out[5] = -s.uts_max, out[6] = s.ute_min, out[7] = -s.ute_max;
+}
+FLASHMASK_HOST_DEVICE BlockBounds decode_block_bounds(const int* in) {
+  return BlockBounds{in[0], -in[1], in[2], -in[3], in[4], -in[5], in[6], -in[7]};
+}
+
+// The rows of a [rows, blocks_per_row] summary table that its items
+// [first_item, first_item + count) lie in: the first and how many (none for
+// count <= 0). A CTA of the prep pass reduces its items' rows in shared memory
+// (cuda::block_bounds_kernel): count items span at most count rows.
+struct SummaryRowSpan {
+  int64_t first;
+  int count;
+};
+FLASHMASK_HOST_DEVICE SummaryRowSpan summary_rows_spanned(int64_t first_item, int64_t count, int blocks_per_row) {
+  const int64_t first = first_item / blocks_per_row;
+  if (count <= 0) return SummaryRowSpan{first, 0};
+  return SummaryRowSpan{first, int((first_item + count - 1) / blocks_per_row - first + 1)};
+}
+
 // Adds one column to a summary: a column is the summary whose min == max.
 FLASHMASK_HOST_DEVICE void extend_block_bounds(BlockBounds& s, const ColumnBounds& b) {
   s = merge_block_bounds(s, BlockBounds{b.lts, b.lts, b.lte, b.lte, b.uts, b.uts, b.ute, b.ute});
@@ -195,6 +224,14 @@ enum class TileKind : int {
   kFull = 2,     // nothing masked: no mask work at all
 };
 
+// Whether every column's lower interval, or every column's upper one, covers
+// all rows [r0, r1), from the summary fields that decide it (a tile's or a
+// whole row's: cuda::mask_row_aggregates).
+FLASHMASK_HOST_DEVICE bool intervals_cover_rows(int lts_max, int lte_min, int uts_max, int ute_min, int r0,
+                                                int r1) {
+  return (r0 >= lts_max && r1 <= lte_min) || (r0 >= uts_max && r1 <= ute_min);
+}
+
 // Classifies the tile of query rows [r0, r1) x key columns [c0, c1), whose
 // columns are summarised by `s` when `has_bounds` (no column mask otherwise).
 // Conservative by design: when unsure it answers kPartial, whose elementwise
@@ -210,9 +247,7 @@ FLASHMASK_HOST_DEVICE TileKind classify_tile(bool has_bounds, const BlockBounds&
     if (c1 - 1 > r0 + offset) partial = true;
   }
   if (has_bounds) {
-    // Every column's lower (or upper) interval covers all rows of the tile.
-    if (r0 >= s.lts_max && r1 <= s.lte_min) return TileKind::kSkip;
-    if (r0 >= s.uts_max && r1 <= s.ute_min) return TileKind::kSkip;
+    if (intervals_cover_rows(s.lts_max, s.lte_min, s.uts_max, s.ute_min, r0, r1)) return TileKind::kSkip;
     // Every column's interval misses the tile entirely: it starts at or after
     // r1 or ends at or before r0 (an empty interval always qualifies).
     const bool lower_clear = r1 <= s.lts_min || r0 >= s.lte_max || s.lts_min >= s.lte_max;

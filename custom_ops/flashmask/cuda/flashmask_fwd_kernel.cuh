@@ -19,6 +19,7 @@
 #include "kernel_traits.h"
 #include "mma_utils.cuh"
 #include "tile_io.cuh"
+#include "workspace.h"
 
 namespace flashmask {
 namespace cuda {
@@ -100,6 +101,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   }
 
   const bool has_columns = p.mask.startend_row_indices != nullptr;
+  // A query block no column shows loads no key: its row's aggregate says so
+  // in one read, where the scan would classify every key block.
+  if (has_columns && rows_see_no_key(p, batch, head, r0, r1)) n_end = 0;
   const int mask_batch = p.mask.batch_stride == 0 ? 0 : batch;
   const int32_t* columns = has_columns ? p.mask.startend_row_indices +
                                              mask_batch * p.mask.batch_stride +

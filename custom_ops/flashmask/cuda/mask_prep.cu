@@ -23,25 +23,53 @@ namespace flashmask {
 namespace cuda {
 namespace {
 
-// One thread per (mask batch, mask head, key block): min/max of its bounds.
-__global__ void block_bounds_kernel(MaskParams mask, int num_mask_batches, int seqlen_q, int seqlen_k,
-                                    int k_blocks, BlockBounds* out) {
-  const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+// One thread per (mask batch, mask head, key block): min/max of its bounds,
+// and the row's aggregate over all its blocks (mask_row_aggregates, encoded as
+// minima: encode_block_bounds; its slots start at the identity). A CTA's
+// threads meet in shared memory first, one slot set per row the CTA spans, so
+// a row of n blocks takes about n / kBoundsThreads global atomics a slot.
+constexpr int kBoundsThreads = 128;  // so a CTA's items span at most this many rows (summary_rows_spanned)
+
+__global__ void __launch_bounds__(kBoundsThreads)
+block_bounds_kernel(MaskParams mask, int num_mask_batches, int seqlen_q, int seqlen_k, int k_blocks,
+                    BlockBounds* out, int* aggregates) {
+  __shared__ int cta_slots[kBoundsThreads][kEncodedBoundsInts];
+  const int64_t first_item = int64_t(blockIdx.x) * blockDim.x;
+  const int64_t item = first_item + threadIdx.x;
   const int64_t total = int64_t(num_mask_batches) * mask.num_heads * k_blocks;
-  if (item >= total) return;
-  const int block = int(item % k_blocks);
-  const int head = int((item / k_blocks) % mask.num_heads);
-  const int batch = int(item / (int64_t(k_blocks) * mask.num_heads));
-  const int32_t* cols =
-      mask.startend_row_indices + batch * mask.batch_stride + head * mask.head_stride;
-  BlockBounds s = empty_block_bounds();
-  const int end = min(seqlen_k, (block + 1) * kMaskBlockN);
-  for (int j = block * kMaskBlockN; j < end; ++j) {
-    extend_block_bounds(
-        s, load_column_bounds(cols + int64_t(j) * mask.col_stride, mask.num_cols, mask.causal,
-                              seqlen_q));
+  const int64_t items_here = total - first_item < int64_t(blockDim.x) ? total - first_item : int64_t(blockDim.x);
+  const SummaryRowSpan rows = summary_rows_spanned(first_item, items_here, k_blocks);
+  const int64_t first_row = rows.first;
+  const int cta_rows = rows.count;
+  for (int i = threadIdx.x; i < cta_rows * kEncodedBoundsInts; i += blockDim.x) {
+    cta_slots[i / kEncodedBoundsInts][i % kEncodedBoundsInts] = 0x7fffffff;
   }
-  out[item] = s;
+  __syncthreads();
+  if (item < total) {
+    const int block = int(item % k_blocks);
+    const int head = int((item / k_blocks) % mask.num_heads);
+    const int batch = int(item / (int64_t(k_blocks) * mask.num_heads));
+    const int32_t* cols =
+        mask.startend_row_indices + batch * mask.batch_stride + head * mask.head_stride;
+    BlockBounds s = empty_block_bounds();
+    const int end = min(seqlen_k, (block + 1) * kMaskBlockN);
+    for (int j = block * kMaskBlockN; j < end; ++j) {
+      extend_block_bounds(
+          s, load_column_bounds(cols + int64_t(j) * mask.col_stride, mask.num_cols, mask.causal,
+                                seqlen_q));
+    }
+    out[item] = s;
+    int encoded[kEncodedBoundsInts];
+    encode_block_bounds(s, encoded);
+    int* const slots = cta_slots[item / k_blocks - first_row];
+#pragma unroll
+    for (int i = 0; i < kEncodedBoundsInts; ++i) atomicMin(slots + i, encoded[i]);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < cta_rows * kEncodedBoundsInts; i += blockDim.x) {
+    const int r = i / kEncodedBoundsInts, f = i % kEncodedBoundsInts;
+    atomicMin(aggregates + (first_row + r) * kEncodedBoundsInts + f, cta_slots[r][f]);
+  }
 }
 
 __global__ void window_kernel(int32_t* dst, int seqlen_q, int seqlen_k, bool causal, int left,
@@ -396,10 +424,14 @@ void compute_block_bounds(const FwdParams& p, cudaStream_t stream) {
   const MaskParams& mask = p.mask;
   if (mask.startend_row_indices == nullptr) return;
   const int k_blocks = (p.seqlen_k + kMaskBlockN - 1) / kMaskBlockN;
-  const int64_t total = int64_t(mask_batches(p)) * mask.num_heads * k_blocks;
-  block_bounds_kernel<<<grid_for(total, 128), 128, 0, stream>>>(
+  const int64_t rows = int64_t(mask_batches(p)) * mask.num_heads;
+  const int64_t total = rows * k_blocks;
+  int* const aggregates = mask_row_aggregates(p);
+  FLASHMASK_CUDA_CHECK(cudaMemsetAsync(aggregates, kEncodedBoundsIdentityByte,
+                                       rows * kEncodedBoundsInts * sizeof(int), stream));
+  block_bounds_kernel<<<grid_for(total, kBoundsThreads), kBoundsThreads, 0, stream>>>(
       mask, mask_batches(p), p.seqlen_q, p.seqlen_k, k_blocks,
-      reinterpret_cast<BlockBounds*>(p.block_bounds));
+      reinterpret_cast<BlockBounds*>(p.block_bounds), aggregates);
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -420,7 +452,8 @@ namespace cuda {
 int64_t summary_elems(const FwdParams& p) {
   if (p.mask.startend_row_indices == nullptr) return 0;
   const int64_t k_blocks = (p.seqlen_k + kMaskBlockN - 1) / kMaskBlockN;
-  return int64_t(mask_batches(p)) * p.mask.num_heads * k_blocks * int64_t(sizeof(BlockBounds) / 4);
+  const int64_t rows = int64_t(mask_batches(p)) * p.mask.num_heads;
+  return rows * k_blocks * int64_t(sizeof(BlockBounds) / 4) + rows * kEncodedBoundsInts;
 }
 
 int32_t* tile_counters(const FwdParams& p) { return p.block_bounds + summary_elems(p); }

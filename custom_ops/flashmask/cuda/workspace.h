@@ -11,6 +11,8 @@
 #include <cstdint>
 
 #include "../flashmask_params.h"
+#include "../mask_bounds.h"
+#include "kernel_traits.h"
 
 namespace flashmask {
 namespace cuda {
@@ -26,10 +28,37 @@ FLASHMASK_HOST_DEVICE int64_t bwd_padded_rows(int seqlen_q) {
   return (int64_t(seqlen_q) + kBwdRowBlock - 1) / kBwdRowBlock * kBwdRowBlock;
 }
 
-// int32 elements of the block summaries (0 without a column mask).
+// int32 elements of the block summaries (0 without a column mask): the
+// [mask batches, Hm, 64-column blocks] BlockBounds table, then one aggregate a
+// (mask batch, mask head) row over all its columns (mask_row_aggregates).
 int64_t summary_elems(const FwdParams& p);
 // The tile counters inside p.block_bounds.
 int32_t* tile_counters(const FwdParams& p);
+
+// The summaries' per-row aggregates (encode_block_bounds form), one per
+// (mask batch, mask head) row, after the block table; compute_block_bounds
+// fills them beside the blocks. A query block that the aggregate of its row
+// classifies kSkip sees no key at all (a union's summary only widens, so it
+// skips no tile its parts would keep): both forwards then scan no key block
+// (rows_see_no_key), where reading every key block's summary cost the Hopper
+// forward ~35 us a dead tile at 512K keys.
+FLASHMASK_HOST_DEVICE int32_t* mask_row_aggregates(const FwdParams& p) {
+  const int64_t k_blocks = (p.seqlen_k + kMaskBlockN - 1) / kMaskBlockN;
+  const int64_t rows = int64_t(mask_batches(p)) * p.mask.num_heads;
+  return p.block_bounds + rows * k_blocks * int64_t(sizeof(BlockBounds) / 4);
+}
+
+// Whether the column mask hides every key from query rows [r0, r1) of the
+// (batch, head) row, read from its aggregate: one summary instead of one per
+// key block, which is what a block of rows that no column shows (context-
+// parallel parts, padding) would otherwise cost at every tile. Reads only the
+// four fields that decide it (the list builders run on few registers). Needs a
+// column mask (p.mask.startend_row_indices set).
+FLASHMASK_HOST_DEVICE bool rows_see_no_key(const FwdParams& p, int batch, int head, int r0, int r1) {
+  const int* e = mask_row_aggregates(p) + mask_summary_row(p, batch, head) * kEncodedBoundsInts;
+  const BlockBounds whole = decode_block_bounds(e);
+  return intervals_cover_rows(whole.lts_max, whole.lte_min, whole.uts_max, whole.ute_min, r0, r1);
+}
 
 // Keys per flag of dkv_written_flags: the sm90 backward's key block at this
 // head dim (BwdTraits::kBlockN: 128, or 64 past head dim 128).

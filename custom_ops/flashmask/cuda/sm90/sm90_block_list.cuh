@@ -10,6 +10,7 @@
 #include "../../flashmask_params.h"
 #include "../../mask_bounds.h"
 #include "../kernel_traits.h"
+#include "../workspace.h"
 
 namespace flashmask {
 namespace sm90 {
@@ -102,6 +103,11 @@ __device__ int build_live_key_blocks(const FwdParams& p, int batch, int head, in
     n_end = last_col < 0 ? 0 : min(n_blocks, last_col / kBlockN + 1);
   }
   const BlockBounds* summary = summary_row(p, batch, head);
+  // A query block no column shows builds no list (cuda::rows_see_no_key).
+  if (summary != nullptr && cuda::rows_see_no_key(p, batch, head, m_block * kBlockM,
+                                                  min(m_block * kBlockM + kBlockM, p.seqlen_q))) {
+    return 0;
+  }
   return compact_live_blocks<kThreads>(
       tid, 0, n_end, [&](int n) { return classify_block<kBlockM, kBlockN>(p, summary, batch, head, m_block, n); },
       list, warp_counts, sync);
