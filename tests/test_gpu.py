@@ -244,6 +244,44 @@ def test_dead_query_blocks(gpu_kernel, causal, cols, live_rows):
     run_gpu_case(seed_of(causal, cols, live_rows), 2, 700, 700, 4, 2, 128, causal, idx)
 
 
+def scattered_key_runs_indices(rng, causal, cols, mask_heads, seqlen_q, seqlen_k):
+    """[1, mask_heads, seqlen_k, cols] indices whose columns hide every query row but in five runs of
+    1-3000 keys anywhere (across the 2048-key coarse summaries): a run's columns show rows [a, b)
+    (causal forms: rows [0, b)). In the C = 4 form rows [0, 16) see every key besides (global rows),
+    and the columns outside the runs hide the rest by their lower interval, those inside by both
+    intervals: the context-parallel part of global + sliding window, where no whole-row aggregate
+    shows a dead block but the coarse summaries do."""
+    idx = np.zeros((1, mask_heads, seqlen_k, cols), np.int32)
+    hidden = {(True, 1): [0], (True, 2): [0, seqlen_q], (False, 2): [0, 0], (False, 4): [16, seqlen_q, 0, 0]}
+    idx[...] = hidden[(causal, cols)]
+    for h in range(mask_heads):
+        for _ in range(5):
+            n = int(rng.integers(1, 3000))
+            keys = slice(int(rng.integers(0, seqlen_k - n)), None)
+            keys = slice(keys.start, keys.start + n)
+            a = rng.integers(16, seqlen_q, n)
+            b = np.minimum(seqlen_q, a + rng.integers(1, 200, n))
+            if causal:
+                idx[0, h, keys, 0] = b  # LTS (LTE stays Sq): rows < b see the key
+            elif cols == 2:
+                idx[0, h, keys, 0], idx[0, h, keys, 1] = b, a  # LTS, UTE: rows [a, b) see it
+            else:
+                idx[0, h, keys] = np.stack([b, np.full(n, seqlen_q), np.full(n, 16), a], axis=-1)
+    return idx
+
+
+@pytest.mark.parametrize("causal,cols", [f for f in FORMS if f[1] != 0])
+@pytest.mark.parametrize("dim", [128, HD256])
+def test_scattered_key_runs(gpu_kernel, causal, cols, dim):
+    # 384 query rows against 70001 keys seen in a few runs: the Hopper forward's list builder passes
+    # the runs' gaps through the coarse summaries (these instances have 4-39 rounds of key blocks
+    # that find nothing with live blocks after them, at key blocks of 128 and of 64).
+    rng = np.random.default_rng(seed_of("runs", causal, cols))
+    idx = scattered_key_runs_indices(rng, causal, cols, 2, 384, 70001)
+    run_gpu_case(seed_of("runs", causal, cols, dim), 1, 384, 70001, 4, 2, dim, causal, idx,
+                 use_cpu_reference=True)
+
+
 @pytest.mark.parametrize("dim", [64, 128, HD256])
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_nan_in_a_query_row_stays_nan(gpu_kernel, dim, deterministic):

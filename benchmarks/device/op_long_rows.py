@@ -6,7 +6,10 @@ of all its 512K rows against 512K received keys where only the 16 global rows se
 32:8, D=128, forward only, CUDA events, median of 3:
 - dense: 128 query rows x N keys, no mask (the 32 long rows alone: 32 tiles of N/128 steps);
 - 16 live rows of 128: the same with rows 16-127 masked by the column mask (partial tiles);
-- 16 live rows of L: L query rows, rows >= 16 masked (L / 128 - 1 dead query blocks a head).
+- 16 live rows of L: L query rows, rows >= 16 masked (L / 128 - 1 dead query blocks a head);
+- the same, each 8192-key run of columns hiding rows >= 16 by its lower interval or by its upper
+  one in turn (C = 4), as the context-parallel part does: no whole-row aggregate shows the dead
+  blocks there, the 2048-key coarse summaries do.
     python3 benchmarks/device/op_long_rows.py
 """
 
@@ -43,17 +46,23 @@ def main():
     print("|---|---|---|---|---|")
     for keys in (65536, 524288):
         k, v = dev((1, keys, HEADS_K, DIM)), dev((1, keys, HEADS_K, DIM))
-        for rows, masked in ((128, False), (128, True), (keys, True)):
+        for rows, masked in ((128, None), (128, "rows >= 16 masked"), (keys, "rows >= 16 masked"),
+                             (keys, "rows >= 16 masked, two intervals")):
             q = dev((1, rows, HEADS, DIM))
             idx = None
-            if masked:  # non-causal C=2: rows i >= LTS_j or i < UTE_j masked; LTS = 16, UTE = 0
+            if masked == "rows >= 16 masked":  # non-causal C=2: rows i >= LTS_j or i < UTE_j masked; LTS = 16, UTE = 0
                 cols = np.zeros((1, 1, keys, 2), dtype=np.int32)
                 cols[..., 0] = LIVE
+            elif masked:  # C=4 [LTS, LTE, UTS, UTE]: [16, L, 0, 0], every other 8192 keys [L, L, 16, L]
+                cols = np.tile(np.array([LIVE, rows, 0, 0], dtype=np.int32), (1, 1, keys, 1))
+                runs = (np.arange(keys) // 8192) % 2 == 1
+                cols[0, 0, runs] = [rows, rows, LIVE, rows]
+            if masked:
                 idx = paddle.to_tensor(cols, place=paddle.CPUPlace())._copy_to(gpu, True)
             call = lambda: tensor_ops.attention_fwd(q, k, v, idx, scale, False, kernel, False)  # noqa: E731
             call()
             ms = float(np.median([events.time_ms(call) for _ in range(3)]))
-            print(f"| {keys} | {rows} | {'rows >= 16 masked' if masked else 'none'} | {ms:.3f} | "
+            print(f"| {keys} | {rows} | {masked or 'none'} | {ms:.3f} | "
                   f"{ms / (keys // 128) * 1e3:.2f} us |", flush=True)
             q = idx = None
 

@@ -153,18 +153,34 @@ FLASHMASK_HOST_DEVICE BlockBounds decode_block_bounds(const int* in) {
   return BlockBounds{in[0], -in[1], in[2], -in[3], in[4], -in[5], in[6], -in[7]};
 }
 
-// The rows of a [rows, blocks_per_row] summary table that its items
-// [first_item, first_item + count) lie in: the first and how many (none for
-// count <= 0). A CTA of the prep pass reduces its items' rows in shared memory
-// (cuda::block_bounds_kernel): count items span at most count rows.
-struct SummaryRowSpan {
+// Groups of a [rows, blocks_per_row] summary table: each row cut into runs of
+// blocks_per_group blocks (the last run of a row may be shorter), numbered row
+// by row: group (row, block / blocks_per_group) is row * groups_per_row +
+// block / blocks_per_group. blocks_per_group >= blocks_per_row makes a row one
+// group (the row aggregates); 32 the coarse summaries (cuda::mask_coarse_summaries).
+FLASHMASK_HOST_DEVICE int summary_groups_per_row(int blocks_per_row, int blocks_per_group) {
+  return (blocks_per_row + blocks_per_group - 1) / blocks_per_group;
+}
+FLASHMASK_HOST_DEVICE int64_t summary_group_of(int64_t item, int blocks_per_row, int blocks_per_group) {
+  return item / blocks_per_row * summary_groups_per_row(blocks_per_row, blocks_per_group) +
+         item % blocks_per_row / blocks_per_group;
+}
+
+// The groups that items [first_item, first_item + count) lie in: the first and
+// how many (none for count <= 0). The group number grows by at most one from an
+// item to the next, so count items span at most count groups: a CTA of the
+// prep pass reduces its items' groups in that many shared-memory slots
+// (cuda::block_bounds_kernel).
+struct SummaryGroupSpan {
   int64_t first;
   int count;
 };
-FLASHMASK_HOST_DEVICE SummaryRowSpan summary_rows_spanned(int64_t first_item, int64_t count, int blocks_per_row) {
-  const int64_t first = first_item / blocks_per_row;
-  if (count <= 0) return SummaryRowSpan{first, 0};
-  return SummaryRowSpan{first, int((first_item + count - 1) / blocks_per_row - first + 1)};
+FLASHMASK_HOST_DEVICE SummaryGroupSpan summary_groups_spanned(int64_t first_item, int64_t count, int blocks_per_row,
+                                                              int blocks_per_group) {
+  const int64_t first = summary_group_of(first_item, blocks_per_row, blocks_per_group);
+  if (count <= 0) return SummaryGroupSpan{first, 0};
+  return SummaryGroupSpan{
+      first, int(summary_group_of(first_item + count - 1, blocks_per_row, blocks_per_group) - first + 1)};
 }
 
 // Adds one column to a summary: a column is the summary whose min == max.

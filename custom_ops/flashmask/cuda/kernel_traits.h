@@ -7,6 +7,11 @@ namespace cuda {
 // Key columns per tile; also the granularity of the mask block summary that
 // the preprocessing kernel writes (one BlockBounds per kBlockN columns).
 constexpr int kMaskBlockN = 64;
+// Columns of a coarse mask summary (cuda::mask_coarse_summaries): 32 of the
+// 64-column ones merged, so a forward list builder can pass 2048 masked keys
+// at one read.
+constexpr int kCoarseSummaryBlocks = 32;
+constexpr int kCoarseMaskBlockN = kMaskBlockN * kCoarseSummaryBlocks;
 
 // The head dim of the tiles a call's head dim runs on, in either kernel family:
 // its own, or a wider instantiation's, as FlashAttention-2 and -3 run head dims

@@ -23,27 +23,54 @@ namespace flashmask {
 namespace cuda {
 namespace {
 
+// The summaries' groups a CTA's items fall in (rows, or coarse runs of
+// kCoarseSummaryBlocks): reduced in shared memory, one slot set per group the
+// CTA spans (at most one per item: summary_groups_spanned), then flushed by
+// atomicMin into the global slots.
+struct GroupSlots {
+  int (*cta)[kEncodedBoundsInts];  // [groups spanned][kEncodedBoundsInts], shared memory
+  SummaryGroupSpan span;
+  int* global;                     // the group table, encoded (mask_row_aggregates, ...)
+
+  __device__ void reset(int tid, int threads) const {
+    for (int i = tid; i < span.count * kEncodedBoundsInts; i += threads) {
+      cta[i / kEncodedBoundsInts][i % kEncodedBoundsInts] = 0x7fffffff;
+    }
+  }
+  __device__ void add(int64_t group, const int* encoded) const {
+#pragma unroll
+    for (int i = 0; i < kEncodedBoundsInts; ++i) atomicMin(&cta[group - span.first][i], encoded[i]);
+  }
+  __device__ void flush(int tid, int threads) const {
+    for (int i = tid; i < span.count * kEncodedBoundsInts; i += threads) {
+      const int g = i / kEncodedBoundsInts, f = i % kEncodedBoundsInts;
+      atomicMin(global + (span.first + g) * kEncodedBoundsInts + f, cta[g][f]);
+    }
+  }
+};
+
 // One thread per (mask batch, mask head, key block): min/max of its bounds,
-// and the row's aggregate over all its blocks (mask_row_aggregates, encoded as
-// minima: encode_block_bounds; its slots start at the identity). A CTA's
-// threads meet in shared memory first, one slot set per row the CTA spans, so
-// a row of n blocks takes about n / kBoundsThreads global atomics a slot.
-constexpr int kBoundsThreads = 128;  // so a CTA's items span at most this many rows (summary_rows_spanned)
+// then merged into its row's aggregate (mask_row_aggregates) and its coarse
+// summary (mask_coarse_summaries), both encoded as minima (encode_block_bounds;
+// their slots start at the identity). A CTA's threads meet in shared memory
+// first, so a group of n blocks takes about n / kBoundsThreads global atomics a
+// slot.
+constexpr int kBoundsThreads = 128;  // so a CTA's items span at most this many groups of either kind
 
 __global__ void __launch_bounds__(kBoundsThreads)
 block_bounds_kernel(MaskParams mask, int num_mask_batches, int seqlen_q, int seqlen_k, int k_blocks,
-                    BlockBounds* out, int* aggregates) {
-  __shared__ int cta_slots[kBoundsThreads][kEncodedBoundsInts];
+                    BlockBounds* out, int* aggregates, int* coarse) {
+  __shared__ int row_slots[kBoundsThreads][kEncodedBoundsInts];
+  __shared__ int coarse_slots[kBoundsThreads][kEncodedBoundsInts];
   const int64_t first_item = int64_t(blockIdx.x) * blockDim.x;
   const int64_t item = first_item + threadIdx.x;
   const int64_t total = int64_t(num_mask_batches) * mask.num_heads * k_blocks;
   const int64_t items_here = total - first_item < int64_t(blockDim.x) ? total - first_item : int64_t(blockDim.x);
-  const SummaryRowSpan rows = summary_rows_spanned(first_item, items_here, k_blocks);
-  const int64_t first_row = rows.first;
-  const int cta_rows = rows.count;
-  for (int i = threadIdx.x; i < cta_rows * kEncodedBoundsInts; i += blockDim.x) {
-    cta_slots[i / kEncodedBoundsInts][i % kEncodedBoundsInts] = 0x7fffffff;
-  }
+  const GroupSlots rows{row_slots, summary_groups_spanned(first_item, items_here, k_blocks, k_blocks), aggregates};
+  const GroupSlots runs{coarse_slots,
+                        summary_groups_spanned(first_item, items_here, k_blocks, kCoarseSummaryBlocks), coarse};
+  rows.reset(threadIdx.x, blockDim.x);
+  runs.reset(threadIdx.x, blockDim.x);
   __syncthreads();
   if (item < total) {
     const int block = int(item % k_blocks);
@@ -61,15 +88,12 @@ block_bounds_kernel(MaskParams mask, int num_mask_batches, int seqlen_q, int seq
     out[item] = s;
     int encoded[kEncodedBoundsInts];
     encode_block_bounds(s, encoded);
-    int* const slots = cta_slots[item / k_blocks - first_row];
-#pragma unroll
-    for (int i = 0; i < kEncodedBoundsInts; ++i) atomicMin(slots + i, encoded[i]);
+    rows.add(summary_group_of(item, k_blocks, k_blocks), encoded);
+    runs.add(summary_group_of(item, k_blocks, kCoarseSummaryBlocks), encoded);
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < cta_rows * kEncodedBoundsInts; i += blockDim.x) {
-    const int r = i / kEncodedBoundsInts, f = i % kEncodedBoundsInts;
-    atomicMin(aggregates + (first_row + r) * kEncodedBoundsInts + f, cta_slots[r][f]);
-  }
+  rows.flush(threadIdx.x, blockDim.x);
+  runs.flush(threadIdx.x, blockDim.x);
 }
 
 __global__ void window_kernel(int32_t* dst, int seqlen_q, int seqlen_k, bool causal, int left,
@@ -426,12 +450,14 @@ void compute_block_bounds(const FwdParams& p, cudaStream_t stream) {
   const int k_blocks = (p.seqlen_k + kMaskBlockN - 1) / kMaskBlockN;
   const int64_t rows = int64_t(mask_batches(p)) * mask.num_heads;
   const int64_t total = rows * k_blocks;
+  // The row aggregates and the coarse summaries lie one after the other: one memset to their identity.
   int* const aggregates = mask_row_aggregates(p);
+  const int64_t groups = rows * (1 + coarse_summaries(p));
   FLASHMASK_CUDA_CHECK(cudaMemsetAsync(aggregates, kEncodedBoundsIdentityByte,
-                                       rows * kEncodedBoundsInts * sizeof(int), stream));
+                                       groups * kEncodedBoundsInts * sizeof(int), stream));
   block_bounds_kernel<<<grid_for(total, kBoundsThreads), kBoundsThreads, 0, stream>>>(
       mask, mask_batches(p), p.seqlen_q, p.seqlen_k, k_blocks,
-      reinterpret_cast<BlockBounds*>(p.block_bounds), aggregates);
+      reinterpret_cast<BlockBounds*>(p.block_bounds), aggregates, mask_coarse_summaries(p));
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -453,7 +479,7 @@ int64_t summary_elems(const FwdParams& p) {
   if (p.mask.startend_row_indices == nullptr) return 0;
   const int64_t k_blocks = (p.seqlen_k + kMaskBlockN - 1) / kMaskBlockN;
   const int64_t rows = int64_t(mask_batches(p)) * p.mask.num_heads;
-  return rows * k_blocks * int64_t(sizeof(BlockBounds) / 4) + rows * kEncodedBoundsInts;
+  return rows * k_blocks * int64_t(sizeof(BlockBounds) / 4) + rows * (1 + coarse_summaries(p)) * kEncodedBoundsInts;
 }
 
 int32_t* tile_counters(const FwdParams& p) { return p.block_bounds + summary_elems(p); }

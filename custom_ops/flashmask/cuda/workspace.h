@@ -30,10 +30,18 @@ FLASHMASK_HOST_DEVICE int64_t bwd_padded_rows(int seqlen_q) {
 
 // int32 elements of the block summaries (0 without a column mask): the
 // [mask batches, Hm, 64-column blocks] BlockBounds table, then one aggregate a
-// (mask batch, mask head) row over all its columns (mask_row_aggregates).
+// (mask batch, mask head) row over all its columns (mask_row_aggregates), then
+// the row's coarse summaries (mask_coarse_summaries).
 int64_t summary_elems(const FwdParams& p);
 // The tile counters inside p.block_bounds.
 int32_t* tile_counters(const FwdParams& p);
+
+// The 64-column summaries of a row, and its coarse summaries (kCoarseSummaryBlocks
+// of them merged, the last one of a row over what is left).
+FLASHMASK_HOST_DEVICE int summary_blocks(const FwdParams& p) { return (p.seqlen_k + kMaskBlockN - 1) / kMaskBlockN; }
+FLASHMASK_HOST_DEVICE int coarse_summaries(const FwdParams& p) {
+  return summary_groups_per_row(summary_blocks(p), kCoarseSummaryBlocks);
+}
 
 // The summaries' per-row aggregates (encode_block_bounds form), one per
 // (mask batch, mask head) row, after the block table; compute_block_bounds
@@ -43,21 +51,38 @@ int32_t* tile_counters(const FwdParams& p);
 // (rows_see_no_key), where reading every key block's summary cost the Hopper
 // forward ~35 us a dead tile at 512K keys.
 FLASHMASK_HOST_DEVICE int32_t* mask_row_aggregates(const FwdParams& p) {
-  const int64_t k_blocks = (p.seqlen_k + kMaskBlockN - 1) / kMaskBlockN;
   const int64_t rows = int64_t(mask_batches(p)) * p.mask.num_heads;
-  return p.block_bounds + rows * k_blocks * int64_t(sizeof(BlockBounds) / 4);
+  return p.block_bounds + rows * summary_blocks(p) * int64_t(sizeof(BlockBounds) / 4);
+}
+
+// The coarse summaries, [mask rows, coarse_summaries(p)] in the same encoded
+// form, after the row aggregates; compute_block_bounds fills them too. Where
+// every column of one hides a query block's rows, so does every column of each
+// key block inside it: the Hopper forward's list builder passes such runs of
+// keys in one read (sm90::build_live_key_blocks). That is what a row aggregate
+// cannot see when each column hides the rows by one of its two intervals but
+// not all by the same one (a context-parallel part of global + sliding window).
+FLASHMASK_HOST_DEVICE int32_t* mask_coarse_summaries(const FwdParams& p) {
+  const int64_t rows = int64_t(mask_batches(p)) * p.mask.num_heads;
+  return mask_row_aggregates(p) + rows * kEncodedBoundsInts;
+}
+
+// Whether the encoded summary `e` (a row aggregate or a coarse summary) hides
+// rows [r0, r1) from every one of its columns. Reads only the four fields that
+// decide it (the list builders run on few registers).
+FLASHMASK_HOST_DEVICE bool encoded_summary_hides_rows(const int* e, int r0, int r1) {
+  // decode_block_bounds' lts_max, lte_min, uts_max, ute_min
+  return intervals_cover_rows(-e[1], e[2], -e[5], e[6], r0, r1);
 }
 
 // Whether the column mask hides every key from query rows [r0, r1) of the
 // (batch, head) row, read from its aggregate: one summary instead of one per
 // key block, which is what a block of rows that no column shows (context-
-// parallel parts, padding) would otherwise cost at every tile. Reads only the
-// four fields that decide it (the list builders run on few registers). Needs a
-// column mask (p.mask.startend_row_indices set).
+// parallel parts, padding) would otherwise cost at every tile. Needs a column
+// mask (p.mask.startend_row_indices set).
 FLASHMASK_HOST_DEVICE bool rows_see_no_key(const FwdParams& p, int batch, int head, int r0, int r1) {
-  const int* e = mask_row_aggregates(p) + mask_summary_row(p, batch, head) * kEncodedBoundsInts;
-  const BlockBounds whole = decode_block_bounds(e);
-  return intervals_cover_rows(whole.lts_max, whole.lte_min, whole.uts_max, whole.ute_min, r0, r1);
+  return encoded_summary_hides_rows(
+      mask_row_aggregates(p) + mask_summary_row(p, batch, head) * kEncodedBoundsInts, r0, r1);
 }
 
 // Keys per flag of dkv_written_flags: the sm90 backward's key block at this

@@ -30,11 +30,17 @@ __device__ __forceinline__ bool live_block_partial(uint16_t entry) {
 // `list` in ascending order (partial ones flagged), with each of kThreads
 // threads (`tid` 0..kThreads-1, whole warps) classifying one block per round.
 // `sync()` is a barrier over exactly those threads; `warp_counts` is
-// kThreads / 32 ints of shared memory. Returns the number of entries (in
-// every thread); the list is complete when it returns.
-template <int kThreads, typename KindOf, typename Sync>
+// kThreads / 32 ints of shared memory. After a round that found nothing,
+// `skip_ahead(i)` (called by all of them) gives the block to go on from, at or
+// after i: one no earlier block from i on is live (the identity by default).
+// Returns the number of entries (in every thread); the list is complete when
+// it returns.
+struct NoSkipAhead {
+  __device__ int operator()(int i) const { return i; }
+};
+template <int kThreads, typename KindOf, typename Sync, typename SkipAhead = NoSkipAhead>
 __device__ int compact_live_blocks(int tid, int begin, int end, KindOf kind_of, uint16_t* list,
-                                   int* warp_counts, Sync sync) {
+                                   int* warp_counts, Sync sync, SkipAhead skip_ahead = SkipAhead()) {
   static_assert(kThreads % 32 == 0, "whole warps");
   constexpr int kWarps = kThreads / 32;
   const int lane = tid % 32;
@@ -59,8 +65,32 @@ __device__ int compact_live_blocks(int tid, int begin, int end, KindOf kind_of, 
     }
     total += round;
     sync();  // warp_counts is rewritten next round; the list is complete
+    if (round == 0 && base + kThreads < end) base = skip_ahead(base + kThreads) - kThreads;
   }
   return total;
+}
+
+// The first of the coarse summaries [begin, end) (encoded, from `coarse`) that
+// does not hide rows [r0, r1) from all its columns (end if none), with
+// kThreads threads reading one each a round. Same threads, barrier and scratch
+// as compact_live_blocks, and free again when it returns.
+template <int kThreads, typename Sync>
+__device__ int first_coarse_summary_showing_rows(const int* coarse, int begin, int end, int r0, int r1, int tid,
+                                                 int* warp_counts, Sync sync) {
+  constexpr int kWarps = kThreads / 32;
+  for (int base = begin; base < end; base += kThreads) {
+    const int c = base + tid;
+    const bool shows = c < end && !cuda::encoded_summary_hides_rows(coarse + c * kEncodedBoundsInts, r0, r1);
+    const unsigned found = __ballot_sync(0xffffffffu, shows);
+    if (tid % 32 == 0) warp_counts[tid / 32] = found != 0 ? base + tid + __ffs(found) - 1 : end;
+    sync();
+    int first = end;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) first = min(first, warp_counts[w]);
+    sync();  // warp_counts is rewritten next round or by the caller
+    if (first < end) return first;
+  }
+  return end;
 }
 
 // The head's row of 64-column block summaries (null without a column mask).
@@ -103,14 +133,25 @@ __device__ int build_live_key_blocks(const FwdParams& p, int batch, int head, in
     n_end = last_col < 0 ? 0 : min(n_blocks, last_col / kBlockN + 1);
   }
   const BlockBounds* summary = summary_row(p, batch, head);
+  auto kind_of = [&](int n) { return classify_block<kBlockM, kBlockN>(p, summary, batch, head, m_block, n); };
+  if (summary == nullptr) return compact_live_blocks<kThreads>(tid, 0, n_end, kind_of, list, warp_counts, sync);
+  const int r0 = m_block * kBlockM, r1 = min(r0 + kBlockM, p.seqlen_q);
   // A query block no column shows builds no list (cuda::rows_see_no_key).
-  if (summary != nullptr && cuda::rows_see_no_key(p, batch, head, m_block * kBlockM,
-                                                  min(m_block * kBlockM + kBlockM, p.seqlen_q))) {
-    return 0;
-  }
-  return compact_live_blocks<kThreads>(
-      tid, 0, n_end, [&](int n) { return classify_block<kBlockM, kBlockN>(p, summary, batch, head, m_block, n); },
-      list, warp_counts, sync);
+  if (cuda::rows_see_no_key(p, batch, head, r0, r1)) return 0;
+  // After a round of key blocks that were all skipped, the coarse summaries
+  // find the next run of keys that any column shows: the key block holding its
+  // first column is where classifying goes on (the blocks passed lie inside
+  // coarse summaries whose every column hides these rows).
+  auto skip_ahead = [&](int n) {
+    const int* coarse = cuda::mask_coarse_summaries(p) +
+                        mask_summary_row(p, batch, head) * cuda::coarse_summaries(p) * kEncodedBoundsInts;
+    const int c_end = min(cuda::coarse_summaries(p), (n_end * kBlockN + cuda::kCoarseMaskBlockN - 1) /
+                                                         cuda::kCoarseMaskBlockN);
+    const int c = first_coarse_summary_showing_rows<kThreads>(coarse, n * kBlockN / cuda::kCoarseMaskBlockN, c_end,
+                                                              r0, r1, tid, warp_counts, sync);
+    return c >= c_end ? n_end : max(n, c * cuda::kCoarseMaskBlockN / kBlockN);
+  };
+  return compact_live_blocks<kThreads>(tid, 0, n_end, kind_of, list, warp_counts, sync, skip_ahead);
 }
 
 // Forward of a call with no mask at all (not causal, no column or block
