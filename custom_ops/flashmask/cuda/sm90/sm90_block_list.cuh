@@ -32,7 +32,7 @@ __device__ __forceinline__ bool live_block_partial(uint16_t entry) {
 // `sync()` is a barrier over exactly those threads; `warp_counts` is
 // kThreads / 32 ints of shared memory. After a round that found nothing,
 // `skip_ahead(i)` (called by all of them) gives the block to go on from, at or
-// after i: one no earlier block from i on is live (the identity by default).
+// after i, with no live block from i up to it (the identity by default).
 // Returns the number of entries (in every thread); the list is complete when
 // it returns.
 struct NoSkipAhead {
