@@ -1,8 +1,9 @@
 """Few live query rows against many keys in one Hopper forward call (the Paddle GPU runtime; a probe).
 
 A context-parallel rank that holds a global+sliding-window mask's global rows runs a part forward
-of all its 512K rows against 512K received keys where only the 16 global rows see any key
-(bench_cp_gpu.py --parts: 51 ms on one H200). This times the pieces of that call apart, bf16,
+of all its 512K rows against 512K received keys where the 16 global rows see every key and 4063
+of the 4096 query blocks none (bench_cp_gpu.py --parts: 51 ms on one H200 before the row and
+coarse summaries of the mask prep, 16 ms after). This times the pieces of such a call apart, bf16,
 32:8, D=128, forward only, CUDA events, median of 3:
 - dense: 128 query rows x N keys, no mask (the 32 long rows alone: 32 tiles of N/128 steps);
 - 16 live rows of 128: the same with rows 16-127 masked by the column mask (partial tiles);
