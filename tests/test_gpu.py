@@ -222,9 +222,9 @@ def test_fully_masked_rows(gpu_kernel):
 
 def dead_query_blocks_indices(causal, cols, seqlen, live_rows):
     """[2, 2, seqlen, cols] indices: mask head 0 of batch row 0 hides rows >= live_rows from every
-    column (the query blocks past them see no key: the Hopper forward's row aggregate skips their
-    lists); the other three (batch, mask head) rows are random, so whole-row aggregates of
-    different rows must not mix."""
+    column (the query blocks past them see no key: both forwards' row aggregate skips them); the
+    other three (batch, mask head) rows are random, so whole-row aggregates of different rows must
+    not mix."""
     idx = random_indices(np.random.default_rng(live_rows + cols), 2, 2, seqlen, seqlen, causal, cols)
     if causal and cols == 1:
         idx[0, 0, :, 0] = live_rows
@@ -257,8 +257,8 @@ def scattered_key_runs_indices(rng, causal, cols, mask_heads, seqlen_q, seqlen_k
     for h in range(mask_heads):
         for _ in range(5):
             n = int(rng.integers(1, 3000))
-            keys = slice(int(rng.integers(0, seqlen_k - n)), None)
-            keys = slice(keys.start, keys.start + n)
+            start = int(rng.integers(0, seqlen_k - n))
+            keys = slice(start, start + n)
             a = rng.integers(16, seqlen_q, n)
             b = np.minimum(seqlen_q, a + rng.integers(1, 200, n))
             if causal:

@@ -447,8 +447,8 @@ void bwd_pre_post(const BwdParams& p, cudaStream_t stream, bool pre) {
 void compute_block_bounds(const FwdParams& p, cudaStream_t stream) {
   const MaskParams& mask = p.mask;
   if (mask.startend_row_indices == nullptr) return;
-  const int k_blocks = (p.seqlen_k + kMaskBlockN - 1) / kMaskBlockN;
-  const int64_t rows = int64_t(mask_batches(p)) * mask.num_heads;
+  const int k_blocks = summary_blocks(p);
+  const int64_t rows = summary_table_rows(p);
   const int64_t total = rows * k_blocks;
   // The row aggregates and the coarse summaries lie one after the other: one memset to their identity.
   int* const aggregates = mask_row_aggregates(p);
@@ -477,9 +477,9 @@ namespace cuda {
 
 int64_t summary_elems(const FwdParams& p) {
   if (p.mask.startend_row_indices == nullptr) return 0;
-  const int64_t k_blocks = (p.seqlen_k + kMaskBlockN - 1) / kMaskBlockN;
-  const int64_t rows = int64_t(mask_batches(p)) * p.mask.num_heads;
-  return rows * k_blocks * int64_t(sizeof(BlockBounds) / 4) + rows * (1 + coarse_summaries(p)) * kEncodedBoundsInts;
+  const int64_t rows = summary_table_rows(p);
+  return rows * summary_blocks(p) * int64_t(sizeof(BlockBounds) / 4) +
+         rows * (1 + coarse_summaries(p)) * kEncodedBoundsInts;
 }
 
 int32_t* tile_counters(const FwdParams& p) { return p.block_bounds + summary_elems(p); }

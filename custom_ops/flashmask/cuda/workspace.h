@@ -36,8 +36,12 @@ int64_t summary_elems(const FwdParams& p);
 // The tile counters inside p.block_bounds.
 int32_t* tile_counters(const FwdParams& p);
 
-// The 64-column summaries of a row, and its coarse summaries (kCoarseSummaryBlocks
+// The summary tables' rows, one per (mask batch, mask head) (mask_summary_row);
+// a row's 64-column summaries, and its coarse summaries (kCoarseSummaryBlocks
 // of them merged, the last one of a row over what is left).
+FLASHMASK_HOST_DEVICE int64_t summary_table_rows(const FwdParams& p) {
+  return int64_t(mask_batches(p)) * p.mask.num_heads;
+}
 FLASHMASK_HOST_DEVICE int summary_blocks(const FwdParams& p) { return (p.seqlen_k + kMaskBlockN - 1) / kMaskBlockN; }
 FLASHMASK_HOST_DEVICE int coarse_summaries(const FwdParams& p) {
   return summary_groups_per_row(summary_blocks(p), kCoarseSummaryBlocks);
@@ -51,8 +55,7 @@ FLASHMASK_HOST_DEVICE int coarse_summaries(const FwdParams& p) {
 // (rows_see_no_key), where reading every key block's summary cost the Hopper
 // forward ~35 us a dead tile at 512K keys.
 FLASHMASK_HOST_DEVICE int32_t* mask_row_aggregates(const FwdParams& p) {
-  const int64_t rows = int64_t(mask_batches(p)) * p.mask.num_heads;
-  return p.block_bounds + rows * summary_blocks(p) * int64_t(sizeof(BlockBounds) / 4);
+  return p.block_bounds + summary_table_rows(p) * summary_blocks(p) * int64_t(sizeof(BlockBounds) / 4);
 }
 
 // The coarse summaries, [mask rows, coarse_summaries(p)] in the same encoded
@@ -63,8 +66,7 @@ FLASHMASK_HOST_DEVICE int32_t* mask_row_aggregates(const FwdParams& p) {
 // cannot see when each column hides the rows by one of its two intervals but
 // not all by the same one (a context-parallel part of global + sliding window).
 FLASHMASK_HOST_DEVICE int32_t* mask_coarse_summaries(const FwdParams& p) {
-  const int64_t rows = int64_t(mask_batches(p)) * p.mask.num_heads;
-  return mask_row_aggregates(p) + rows * kEncodedBoundsInts;
+  return mask_row_aggregates(p) + summary_table_rows(p) * kEncodedBoundsInts;
 }
 
 // Whether the encoded summary `e` (a row aggregate or a coarse summary) hides

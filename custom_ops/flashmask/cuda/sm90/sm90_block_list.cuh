@@ -96,9 +96,8 @@ __device__ int first_coarse_summary_showing_rows(const int* coarse, int begin, i
 // The head's row of 64-column block summaries (null without a column mask).
 __device__ __forceinline__ const BlockBounds* summary_row(const FwdParams& p, int batch, int head) {
   if (p.mask.startend_row_indices == nullptr) return nullptr;
-  const int summary_blocks = (p.seqlen_k + cuda::kMaskBlockN - 1) / cuda::kMaskBlockN;
   return reinterpret_cast<const BlockBounds*>(p.block_bounds) +
-         mask_summary_row(p, batch, head) * summary_blocks;
+         mask_summary_row(p, batch, head) * cuda::summary_blocks(p);
 }
 
 // Tile (m, n): skipped, unmasked or partial (mask_bounds.h), from the
