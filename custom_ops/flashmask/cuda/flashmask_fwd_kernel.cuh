@@ -131,9 +131,28 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     return classify_tile(has_columns ? &block_bounds[n] : nullptr, causal, seqlen_q, seqlen_k, r0,
                          r1, n * kBlockN, n * kBlockN + kBlockN);
   };
+  // After a window of 32 key blocks that were all skipped: the first coarse
+  // summary at or after key block n that shows any of these rows (a warp's 32
+  // a round), and the key block holding its first column (the blocks passed
+  // lie inside summaries that hide every row here: cuda::mask_coarse_summaries).
+  auto skip_ahead = [&](int n) {
+    if (!has_columns) return n;
+    const int* coarse = mask_coarse_summaries(p) + mask_summary_row(p, batch, head) * coarse_summaries(p) *
+                                                       kEncodedBoundsInts;
+    const int c_end = min(coarse_summaries(p), (n_end * kBlockN + kCoarseMaskBlockN - 1) / kCoarseMaskBlockN);
+    for (int c0 = n * kBlockN / kCoarseMaskBlockN; c0 < c_end; c0 += 32) {
+      const int c = c0 + lane;
+      const unsigned shown = __ballot_sync(
+          0xffffffffu, c < c_end && !encoded_summary_hides_rows(coarse + c * kEncodedBoundsInts, r0, r1));
+      if (shown != 0) return max(n, (c0 + __ffs(shown) - 1) * kCoarseMaskBlockN / kBlockN);
+    }
+    return n_end;
+  };
   // The first live key block at or after `from` (n_end if none) and its kind.
   LiveBlockScan scan;
-  auto next_live_block = [&](int from, TileKind& kind) { return scan.next(from, n_end, lane, classify, kind); };
+  auto next_live_block = [&](int from, TileKind& kind) {
+    return scan.next(from, n_end, lane, classify, kind, skip_ahead);
+  };
 
   const T* q = static_cast<const T*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
   const T* k = static_cast<const T*>(p.k) + batch * p.k_batch_stride + head_k * p.k_head_stride;

@@ -150,12 +150,18 @@ __device__ __forceinline__ bool element_masked(const ColumnBounds* bounds, bool 
 // warp classifies 32 blocks at once, one per lane (one round of summary loads
 // instead of one dependent load per skipped block), and keeps the window's
 // live and partial bits for the following calls; every lane of the warp
-// holds the same answer.
+// holds the same answer. After a window of 32 that holds no live block,
+// `skip_ahead(i)` (called by the whole warp) gives the block to go on from, at
+// or after i: no block from i up to it is live (the identity by default).
+struct NoSkipAhead {
+  __device__ __forceinline__ int operator()(int i) const { return i; }
+};
 struct LiveBlockScan {
   int base = -64;
   unsigned live = 0, partial = 0;
-  template <typename Classify>
-  __device__ __forceinline__ int next(int from, int end, int lane, const Classify& classify, TileKind& kind) {
+  template <typename Classify, typename SkipAhead = NoSkipAhead>
+  __device__ __forceinline__ int next(int from, int end, int lane, const Classify& classify, TileKind& kind,
+                                      const SkipAhead& skip_ahead = SkipAhead()) {
     for (;;) {
       if (from >= end) return end;
       if (from >= base + 32) {
@@ -163,6 +169,10 @@ struct LiveBlockScan {
         const TileKind lane_kind = from + lane < end ? classify(from + lane) : TileKind::kSkip;
         live = __ballot_sync(0xffffffffu, lane_kind != TileKind::kSkip);
         partial = __ballot_sync(0xffffffffu, lane_kind == TileKind::kPartial);
+        if (live == 0 && base + 32 < end) {
+          from = skip_ahead(base + 32);
+          continue;
+        }
       }
       const unsigned ahead = live & (0xffffffffu << (from - base));
       if (ahead != 0) {
