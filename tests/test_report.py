@@ -278,6 +278,38 @@ def test_dump_bench_masks_writes_the_benchmarks_instances(tmp_path, capsys):
         dump.main([str(tmp_path), "512", "random_eviction"])
 
 
+def test_dump_cp_part_mask_writes_the_parts_rows_and_keys(tmp_path, capsys):
+    """A context-parallel part written for --time-mask-file hides exactly what the whole mask hides
+    among that rank's rows and that part's keys; a part whose key count differs from its row count,
+    a rank or part out of range, are refused by name."""
+    dump = load_script("benchmarks/device/dump_cp_part_mask.py")
+    bench_cp = load_script("benchmarks/bench_cp_gpu.py")
+    import paddle
+    from paddle_flashmask import masks
+    from paddle_flashmask.distributed import ContextParallelPlan, allgather
+
+    S, W, name = 8192, 2, "global_sliding_window"
+    assert dump.main([str(tmp_path), str(S), str(W), name, "0", "1"]) == 0
+    line = capsys.readouterr().out.strip().split("\n")[-1]
+    path = tmp_path / f"{name}_{S}_w{W}_r0_p1.i32"
+    idx, causal = bench_cp.long_context_mask(name, S)
+    plan = ContextParallelPlan(idx, causal, W, method="allgather", seqlen=S)
+    spec = allgather.Spec(plan, 0, None, paddle.to_tensor(idx), causal, 1.0, None, False, 1, paddle.CPUPlace(), 128)
+    rows, keys = plan.local_rows(0), spec.part_keys(spec.groups()[0])
+    cols = idx.shape[-1]
+    assert line == f"--time-mask-file {path} {len(keys)} {cols} 0 {name}_{S}_w{W}_r0_p1"
+    part = np.fromfile(path, dtype=np.int32).reshape(1, 1, len(keys), cols)
+    whole = masks.to_dense(idx, causal, seqlen_q=S)[0, 0]
+    np.testing.assert_array_equal(masks.to_dense(part, False, seqlen_q=len(rows))[0, 0], whole[np.ix_(rows, keys)])
+    assert whole[np.ix_(rows, keys)].any() and not whole[np.ix_(rows, keys)].all()  # a mask, not a block
+    with pytest.raises(SystemExit, match="3472 keys"):  # rank 1's part of rank 0's keys: 4096 rows
+        dump.main([str(tmp_path), str(S), str(W), name, "1", "1"])
+    with pytest.raises(SystemExit, match="RANK must be in"):
+        dump.main([str(tmp_path), str(S), str(W), name, "2", "0"])
+    with pytest.raises(SystemExit, match="PART must be in"):
+        dump.main([str(tmp_path), str(S), str(W), name, "0", "2"])
+
+
 def test_clock_summary_sets_the_log_beside_each_records_window(tmp_path, capsys):
     clocks = load_script("benchmarks/device/clock_summary.py")
     import datetime
