@@ -24,15 +24,21 @@ def main(argv):
         print(__doc__)
         return 2
     out_dir, seqlen, names = argv[0], int(argv[1]), argv[2:]
-    os.makedirs(out_dir, exist_ok=True)
     for name in names:
         idx, causal = bench_mask(masks, name, seqlen, 8)  # the sweeps' 32:8 (kv heads matter to none taken)
         if idx is None or idx.shape[0] != 1 or idx.shape[1] != 1:
             raise SystemExit(f"{name}: the harness takes one mask head and batch 1 (indices {None if idx is None else idx.shape})")
-        path = os.path.join(out_dir, f"{name}_{seqlen}.i32")
-        np.ascontiguousarray(idx[0, 0], dtype=np.int32).tofile(path)
-        print(f"--time-mask-file {path} {seqlen} {idx.shape[-1]} {int(causal)} {name}")
+        print(write_for_harness(out_dir, f"{name}_{seqlen}", idx[0, 0], causal, name))
     return 0
+
+
+def write_for_harness(out_dir, stem, columns, causal, label):
+    """Writes one mask's columns [S, C] as raw int32 OUT_DIR/<stem>.i32 and returns the harness
+    arguments that time it under `label`."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"{stem}.i32")
+    np.ascontiguousarray(columns, dtype=np.int32).tofile(path)
+    return f"--time-mask-file {path} {columns.shape[0]} {columns.shape[1]} {int(causal)} {label}"
 
 
 if __name__ == "__main__":

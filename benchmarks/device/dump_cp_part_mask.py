@@ -14,14 +14,14 @@ length for rows and keys, so only a part with as many keys as rows can be writte
 import os
 import sys
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
 
 import paddle  # noqa: E402
 
 from bench_cp_gpu import long_context_mask  # noqa: E402
+from dump_bench_masks import write_for_harness  # noqa: E402
 from paddle_flashmask.distributed import ContextParallelPlan, allgather  # noqa: E402
 
 
@@ -47,12 +47,9 @@ def main(argv):
     rows, keys = plan.num_local_rows(rank), m.shape[2]
     if rows != keys:
         raise SystemExit(f"part {part} of rank {rank} has {rows} rows and {keys} keys; the harness takes one length")
-    os.makedirs(out_dir, exist_ok=True)
     tag = f"{name}_{seqlen}_w{world_size}_r{rank}_p{part}"
-    path = os.path.join(out_dir, f"{tag}.i32")
-    np.ascontiguousarray(m[0, 0], dtype=np.int32).tofile(path)
     # the parts are not causal themselves: the plan folds causality into their columns
-    print(f"--time-mask-file {path} {keys} {m.shape[-1]} 0 {tag}")
+    print(write_for_harness(out_dir, tag, m[0, 0], False, tag))
     return 0
 
 
