@@ -248,6 +248,13 @@ FLASHMASK_HOST_DEVICE bool intervals_cover_rows(int lts_max, int lte_min, int ut
   return (r0 >= lts_max && r1 <= lte_min) || (r0 >= uts_max && r1 <= ute_min);
 }
 
+// The step a live-block scan takes after a window or round that listed
+// nothing when it has no summary to pass hidden blocks with: none (the
+// FA2-class LiveBlockScan and the Hopper compact_live_blocks).
+struct NoSkipAhead {
+  FLASHMASK_HOST_DEVICE int operator()(int i) const { return i; }
+};
+
 // Classifies the tile of query rows [r0, r1) x key columns [c0, c1), whose
 // columns are summarised by `s` when `has_bounds` (no column mask otherwise).
 // Conservative by design: when unsure it answers kPartial, whose elementwise

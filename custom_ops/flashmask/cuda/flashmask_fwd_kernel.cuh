@@ -137,9 +137,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   // lie inside summaries that hide every row here: cuda::mask_coarse_summaries).
   auto skip_ahead = [&](int n) {
     if (!has_columns) return n;
-    const int* coarse = mask_coarse_summaries(p) + mask_summary_row(p, batch, head) * coarse_summaries(p) *
-                                                       kEncodedBoundsInts;
-    const int c_end = min(coarse_summaries(p), (n_end * kBlockN + kCoarseMaskBlockN - 1) / kCoarseMaskBlockN);
+    const int c_end = coarse_summaries_holding(p, n_end * kBlockN);
+    const int* coarse = row_coarse_summaries(p, batch, head);
     for (int c0 = n * kBlockN / kCoarseMaskBlockN; c0 < c_end; c0 += 32) {
       const int c = c0 + lane;
       const unsigned shown = __ballot_sync(

@@ -153,9 +153,6 @@ __device__ __forceinline__ bool element_masked(const ColumnBounds* bounds, bool 
 // holds the same answer. After a window of 32 that holds no live block,
 // `skip_ahead(i)` (called by the whole warp) gives the block to go on from, at
 // or after i: no block from i up to it is live (the identity by default).
-struct NoSkipAhead {
-  __device__ __forceinline__ int operator()(int i) const { return i; }
-};
 struct LiveBlockScan {
   int base = -64;
   unsigned live = 0, partial = 0;

@@ -8,6 +8,7 @@
 // padding of the sm90 backward's row statistics (BwdParams::row_stats).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "../flashmask_params.h"
@@ -67,6 +68,16 @@ FLASHMASK_HOST_DEVICE int32_t* mask_row_aggregates(const FwdParams& p) {
 // not all by the same one (a context-parallel part of global + sliding window).
 FLASHMASK_HOST_DEVICE int32_t* mask_coarse_summaries(const FwdParams& p) {
   return mask_row_aggregates(p) + summary_table_rows(p) * kEncodedBoundsInts;
+}
+
+// The (batch, head) row's coarse summaries, and how many of them hold keys
+// [0, keys): what both forwards' scans read after key blocks that listed
+// nothing.
+FLASHMASK_HOST_DEVICE const int* row_coarse_summaries(const FwdParams& p, int batch, int head) {
+  return mask_coarse_summaries(p) + mask_summary_row(p, batch, head) * coarse_summaries(p) * kEncodedBoundsInts;
+}
+FLASHMASK_HOST_DEVICE int coarse_summaries_holding(const FwdParams& p, int keys) {
+  return std::min(coarse_summaries(p), (keys + kCoarseMaskBlockN - 1) / kCoarseMaskBlockN);
 }
 
 // Whether the encoded summary `e` (a row aggregate or a coarse summary) hides

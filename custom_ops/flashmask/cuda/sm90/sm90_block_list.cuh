@@ -35,9 +35,6 @@ __device__ __forceinline__ bool live_block_partial(uint16_t entry) {
 // after i, with no live block from i up to it (the identity by default).
 // Returns the number of entries (in every thread); the list is complete when
 // it returns.
-struct NoSkipAhead {
-  __device__ int operator()(int i) const { return i; }
-};
 template <int kThreads, typename KindOf, typename Sync, typename SkipAhead = NoSkipAhead>
 __device__ int compact_live_blocks(int tid, int begin, int end, KindOf kind_of, uint16_t* list,
                                    int* warp_counts, Sync sync, SkipAhead skip_ahead = SkipAhead()) {
@@ -142,10 +139,8 @@ __device__ int build_live_key_blocks(const FwdParams& p, int batch, int head, in
   // first column is where classifying goes on (the blocks passed lie inside
   // coarse summaries whose every column hides these rows).
   auto skip_ahead = [&](int n) {
-    const int* coarse = cuda::mask_coarse_summaries(p) +
-                        mask_summary_row(p, batch, head) * cuda::coarse_summaries(p) * kEncodedBoundsInts;
-    const int c_end = min(cuda::coarse_summaries(p), (n_end * kBlockN + cuda::kCoarseMaskBlockN - 1) /
-                                                         cuda::kCoarseMaskBlockN);
+    const int* coarse = cuda::row_coarse_summaries(p, batch, head);
+    const int c_end = cuda::coarse_summaries_holding(p, n_end * kBlockN);
     const int c = first_coarse_summary_showing_rows<kThreads>(coarse, n * kBlockN / cuda::kCoarseMaskBlockN, c_end,
                                                               r0, r1, tid, warp_counts, sync);
     return c >= c_end ? n_end : max(n, c * cuda::kCoarseMaskBlockN / kBlockN);
