@@ -273,8 +273,8 @@ def scattered_key_runs_indices(rng, causal, cols, mask_heads, seqlen_q, seqlen_k
 @pytest.mark.parametrize("causal,cols", [f for f in FORMS if f[1] != 0])
 @pytest.mark.parametrize("dim", [128, HD256])
 def test_scattered_key_runs(gpu_kernel, causal, cols, dim):
-    # 384 query rows against 70001 keys seen in a few runs: the Hopper forward's list builder passes
-    # the runs' gaps through the coarse summaries (these instances have 4-39 rounds of key blocks
+    # 384 query rows against 70001 keys seen in a few runs: both forwards pass the runs' gaps through
+    # the coarse summaries (these instances have 4-39 rounds of key blocks
     # that find nothing with live blocks after them, at key blocks of 128 and of 64).
     rng = np.random.default_rng(seed_of("runs", causal, cols))
     idx = scattered_key_runs_indices(rng, causal, cols, 2, 384, 70001)

@@ -26,8 +26,8 @@ def test_tile_parts_classification_is_exact_and_no_less_precise(tmp_path):
 @needs_cxx
 def test_row_and_coarse_aggregates_hide_only_masked_rows(tmp_path):
     """Both forwards scan no key block for a query block whose row's aggregate summary says every
-    column masks all its rows (cuda::rows_see_no_key), and the Hopper forward's list builder passes
-    the keys of a coarse summary (32 of the 64-column ones) that says so. Both as the prep pass makes
+    column masks all its rows (cuda::rows_see_no_key), and both forwards' scans pass the keys of a
+    coarse summary (32 of the 64-column ones) that says so. Both as the prep pass makes
     them (64-column summaries encoded as minima, reduced CTA by CTA over the groups each CTA spans,
     then into 0x7f-filled slots, in the op's workspace layout) must equal the merged summaries of
     their blocks, and every query block they hide must be masked elementwise."""

@@ -9,8 +9,8 @@
 // against each group's merged summary (equal, or both beyond every row), and
 // against the dense truth: where the forwards take a query block as seeing no
 // key (cuda::rows_see_no_key), every column masks every row of the block;
-// where a coarse summary hides a query block's rows (the Hopper forward's list
-// builder then passes its keys), each of its columns masks them. Several rows
+// where a coarse summary hides a query block's rows (both forwards' scans then
+// pass its keys), each of its columns masks them. Several rows
 // (mask heads) a trial, few keys in some (CTAs span many rows), many in others
 // (several coarse summaries a row). Prints mismatches (0 expected; no dead
 // block or hiding coarse summary ever found, or no CTA spanning several rows,

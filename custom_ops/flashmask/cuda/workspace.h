@@ -62,8 +62,8 @@ FLASHMASK_HOST_DEVICE int32_t* mask_row_aggregates(const FwdParams& p) {
 // The coarse summaries, [mask rows, coarse_summaries(p)] in the same encoded
 // form, after the row aggregates; compute_block_bounds fills them too. Where
 // every column of one hides a query block's rows, so does every column of each
-// key block inside it: the Hopper forward's list builder passes such runs of
-// keys in one read (sm90::build_live_key_blocks). That is what a row aggregate
+// key block inside it: both forwards pass such runs of keys in one read
+// (sm90::build_live_key_blocks, the FA2-class forward's LiveBlockScan step). That is what a row aggregate
 // cannot see when each column hides the rows by one of its two intervals but
 // not all by the same one (a context-parallel part of global + sliding window).
 FLASHMASK_HOST_DEVICE int32_t* mask_coarse_summaries(const FwdParams& p) {
