@@ -34,3 +34,13 @@ def test_row_and_coarse_aggregates_hide_only_masked_rows(tmp_path):
     mismatches, checked = run_cpp_check("summary_aggregates_check", tmp_path)
     assert checked > 20000
     assert mismatches == 0, f"{mismatches} mismatches over {checked} query blocks (or a case never seen)"
+
+
+@needs_cxx
+def test_hidden_query_blocks_passed_in_at_most_two_steps(tmp_path):
+    """The FA2-class staged backward's scan over a key block's query blocks, after a window that
+    listed none, goes on from first_block_not_hidden: it must be the first block no single interval
+    of the tile's merged summary covers, and every block it passes must be masked elementwise."""
+    mismatches, checked = run_cpp_check("hidden_blocks_check", tmp_path)
+    assert checked == 20000
+    assert mismatches == 0, f"{mismatches} mismatches over {checked} starts (or a case never seen)"

@@ -255,6 +255,29 @@ struct NoSkipAhead {
   FLASHMASK_HOST_DEVICE int operator()(int i) const { return i; }
 };
 
+// The first block of `block_rows` query rows at or after block m that the key
+// tile summarised by `s` does not hide by one interval alone: every block from
+// m up to it lies inside the lower interval of every column ([lts_max,
+// lte_min)) or inside the upper one ([uts_max, ute_min)), which classify_tile
+// skips. Two steps at most: the block holding an interval's end is not inside
+// that interval, and after passing one interval and then the other, the block
+// holding the second's end lies past the first's. For a backward that scans a
+// key block's query blocks: a key of a global row's prefix hides every other
+// row, thousands of query blocks that one subtraction passes.
+FLASHMASK_HOST_DEVICE int first_block_not_hidden(const BlockBounds& s, int m, int block_rows) {
+  for (int step = 0; step < 2; ++step) {
+    const int r0 = m * block_rows, r1 = r0 + block_rows;
+    if (r0 >= s.lts_max && r1 <= s.lte_min) {
+      m = s.lte_min / block_rows;
+    } else if (r0 >= s.uts_max && r1 <= s.ute_min) {
+      m = s.ute_min / block_rows;
+    } else {
+      break;
+    }
+  }
+  return m;
+}
+
 // Classifies the tile of query rows [r0, r1) x key columns [c0, c1), whose
 // columns are summarised by `s` when `has_bounds` (no column mask otherwise).
 // Conservative by design: when unsure it answers kPartial, whose elementwise

@@ -240,8 +240,16 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   // kind: a key block of a sliding window or a document sees a few dozen of
   // the sequence's query blocks, and one at a time, the scan past the last of
   // them cost more issue slots than the live steps.
+  // After a window of 32 that were all skipped, the scan goes on from the
+  // first block this key block's columns do not all hide by one interval
+  // (first_block_not_hidden, from the merged summary in registers).
+  auto skip_ahead = [&](int m) {
+    return has_columns ? min(q_blocks, first_block_not_hidden(tile_bounds, m, kBlockM)) : m;
+  };
   LiveBlockScan scan;
-  auto next_live_block = [&](int from, TileKind& kind) { return scan.next(from, q_blocks, lane, classify, kind); };
+  auto next_live_block = [&](int from, TileKind& kind) {
+    return scan.next(from, q_blocks, lane, classify, kind, skip_ahead);
+  };
   auto rows_of = [&](int m) { return min(kBlockM, seqlen_q - m * kBlockM); };
   // Q/dO copies step their first address (copy_tile_async).
   auto load_q = [&](int m, int buf) {
