@@ -302,8 +302,21 @@ def test_dump_cp_part_mask_writes_the_parts_rows_and_keys(tmp_path, capsys):
     whole = masks.to_dense(idx, causal, seqlen_q=S)[0, 0]
     np.testing.assert_array_equal(masks.to_dense(part, False, seqlen_q=len(rows))[0, 0], whole[np.ix_(rows, keys)])
     assert whole[np.ix_(rows, keys)].any() and not whole[np.ix_(rows, keys)].all()  # a mask, not a block
-    with pytest.raises(SystemExit, match="3472 keys"):  # rank 1's part of rank 0's keys: 4096 rows
+    with pytest.raises(SystemExit, match="3472 keys.*--pad-keys"):  # rank 1's part of rank 0's keys: 4096 rows
         dump.main([str(tmp_path), str(S), str(W), name, "1", "1"])
+    # Padded: the part's keys, then keys that hide every row.
+    assert dump.main([str(tmp_path), str(S), str(W), name, "1", "1", "--pad-keys"]) == 0
+    rows1 = plan.local_rows(1)
+    spec1 = allgather.Spec(plan, 1, None, paddle.to_tensor(idx), causal, 1.0, None, False, 1, paddle.CPUPlace(), 128)
+    keys1 = spec1.part_keys(spec1.groups()[0])
+    padded = np.fromfile(tmp_path / f"{name}_{S}_w{W}_r1_p1.i32", dtype=np.int32).reshape(1, 1, len(rows1), cols)
+    dense1 = masks.to_dense(padded, False, seqlen_q=len(rows1))[0, 0]
+    assert len(keys1) == 3472
+    np.testing.assert_array_equal(dense1[:, :len(keys1)], whole[np.ix_(rows1, keys1)])
+    assert not dense1[:, len(keys1):].any()
+    for num_cols in (2, 4):  # the forms of a non-causal part
+        hide = dump.hiding_columns(3, num_cols, 100)[None, None]
+        assert not masks.to_dense(hide, False, seqlen_q=100).any(), num_cols
     with pytest.raises(SystemExit, match="RANK must be in"):
         dump.main([str(tmp_path), str(S), str(W), name, "2", "0"])
     with pytest.raises(SystemExit, match="PART must be in"):

@@ -3,12 +3,14 @@ one exchange group's keys, as the allgather method builds it: `allgather.Spec.pa
 raw int32 [S, C], for the harness's `--time-mask-file`: the bare kernels on the very part that
 `bench_cp_gpu.py --parts` times inside the op (and ncu on them, without Paddle on the device):
 
-    python3 benchmarks/device/dump_cp_part_mask.py OUT_DIR S W MASK RANK PART
+    python3 benchmarks/device/dump_cp_part_mask.py OUT_DIR S W MASK RANK PART [--pad-keys]
     -> OUT_DIR/<MASK>_<S>_w<W>_r<RANK>_p<PART>.i32 and the harness arguments to time it
 
 PART 0 is the rank's own keys, PART g + 1 exchange group g's. The plan is bench_cp_gpu.py's
 (`long_context_mask(MASK, S)`, the allgather method, its default layout); the harness takes one
-length for rows and keys, so only a part with as many keys as rows can be written.
+length for rows and keys, so only a part with as many keys as rows can be written, or, with
+--pad-keys, one with fewer keys than rows, its keys followed by columns that hide every row (the
+kernels skip those key blocks whole: the part's own key blocks do the same work as in the op).
 """
 
 import os
@@ -18,6 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
+import numpy as np  # noqa: E402
 import paddle  # noqa: E402
 
 from bench_cp_gpu import long_context_mask  # noqa: E402
@@ -26,6 +29,8 @@ from paddle_flashmask.distributed import ContextParallelPlan, allgather  # noqa:
 
 
 def main(argv):
+    pad_keys = "--pad-keys" in argv
+    argv = [a for a in argv if a != "--pad-keys"]
     if len(argv) != 6:
         print(__doc__)
         return 2
@@ -45,12 +50,22 @@ def main(argv):
         raise SystemExit(f"part {part} of rank {rank} is empty or unmasked: nothing to write")
     m = masks[part].numpy()
     rows, keys = plan.num_local_rows(rank), m.shape[2]
-    if rows != keys:
-        raise SystemExit(f"part {part} of rank {rank} has {rows} rows and {keys} keys; the harness takes one length")
+    columns = m[0, 0]
+    if keys < rows and pad_keys:
+        columns = np.concatenate([columns, hiding_columns(rows - keys, columns.shape[1], rows)])
+    elif rows != keys:
+        raise SystemExit(f"part {part} of rank {rank} has {rows} rows and {keys} keys; the harness takes one "
+                         "length" + ("" if keys > rows else " (--pad-keys pads the keys)"))
     tag = f"{name}_{seqlen}_w{world_size}_r{rank}_p{part}"
     # the parts are not causal themselves: the plan folds causality into their columns
-    print(write_for_harness(out_dir, tag, m[0, 0], False, tag))
+    print(write_for_harness(out_dir, tag, columns, False, tag))
     return 0
+
+
+def hiding_columns(count, num_cols, rows):
+    """`count` columns of a non-causal mask with `num_cols` bounds that hide all `rows` rows."""
+    hide_all = {2: [0, 0], 4: [0, rows, 0, 0]}[num_cols]  # LTS = 0 (C = 4: [0, rows) masked)
+    return np.tile(np.asarray(hide_all, dtype=np.int32), (count, 1))
 
 
 if __name__ == "__main__":
