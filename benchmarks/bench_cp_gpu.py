@@ -35,7 +35,7 @@ import paddle_flashmask as pfm  # noqa: E402
 from paddle_flashmask import long_sequence  # noqa: E402
 from mask_area import attention_flops  # noqa: E402
 from paddle_flashmask import masks  # noqa: E402
-from paddle_flashmask.distributed import ContextParallelPlan, allgather, layouts, tensor_ops, ulysses  # noqa: E402
+from paddle_flashmask.distributed import ContextParallelPlan, allgather, layouts, spacing, tensor_ops, ulysses  # noqa: E402
 from paddle_flashmask.attention import GPU_KERNELS  # noqa: E402
 
 
@@ -132,6 +132,23 @@ def emulate_exchange(xs, packs, unit, splits, unpacks, out_shapes, dtype, place)
 
 # ---- one step of every simulated rank ----------------------------------------------------------
 
+def spaced(spec, gi, x):
+    """A group part's ``[B, keys, ...]`` host array as its kernel call takes it: the keys among
+    zero padding slots where the part has them (allgather.Spec.part_slots)."""
+    slots = spec.part_slots(gi)
+    if slots is None:
+        return x
+    out = np.zeros((x.shape[0], slots[1]) + x.shape[2:], x.dtype)
+    out[:, slots[0]] = x
+    return out
+
+
+def unspaced(spec, gi, x):
+    """The part's keys' rows of a kernel call's ``[B, slots, ...]`` result, in arrival order."""
+    slots = spec.part_slots(gi)
+    return x if slots is None else x[:, slots[0]]
+
+
 class Sim:
     def __init__(self, plan, indices, causal, dtype, place, B, H, Hk, D, kernel):
         self.plan, self.indices, self.causal = plan, indices, causal
@@ -162,16 +179,16 @@ class Sim:
                 if sum(s.size for s in keys) == 0:  # no key of this group is seen here
                     parts.append((srcs, keys, None, None, None))
                     continue
-                k_g = host(np.concatenate([to_f32(k[x])[:, s] for x, s in zip(srcs, keys)], axis=1))
-                v_g = host(np.concatenate([to_f32(v[x])[:, s] for x, s in zip(srcs, keys)], axis=1))
+                k_g, v_g = (host(spaced(specs[r], gi, np.concatenate([to_f32(t[x])[:, s] for x, s in zip(srcs, keys)],
+                                                                     axis=1))) for t in (k, v))
                 out_g, lse_g = allgather.part_forward(specs[r], q[r], k_g, v_g, masks[1 + gi])
                 out, lse = tensor_ops.merge_partial(out, lse, out_g, lse_g)
                 parts.append((srcs, keys, k_g, v_g, masks[1 + gi]))
             dq = None
-            for srcs, keys, k_g, v_g, m in parts:
+            for gi, (srcs, keys, k_g, v_g, m) in enumerate(parts):
                 if k_g is not None:
                     dq_g, dk_g, dv_g = allgather.part_backward(specs[r], q[r], k_g, v_g, m, out, lse, do[r])
-                    dk_g, dv_g = to_f32(dk_g), to_f32(dv_g)
+                    dk_g, dv_g = (unspaced(specs[r], gi, to_f32(t)) for t in (dk_g, dv_g))
                     dq = dq_g if dq is None else tensor_ops.accumulate(dq, dq_g)
                 off = 0
                 for x, s in zip(srcs, keys):  # each source's keys go home, zeros where not sent
@@ -232,6 +249,23 @@ class Sim:
         return list(zip(out, dq, dk, dv))
 
 
+class small_spacing:
+    """allgather's key spacing (paddle_flashmask/distributed/spacing.py) at the check's length:
+    8-key blocks and a cut where a merge leaves 2 more 4-row blocks live, so that the check's
+    parts get padding slots (at the kernels' 128 / 64 / 1024 only long parts do)."""
+
+    def __init__(self, on):
+        self.on = on
+
+    def __enter__(self):
+        self.saved = (spacing.BLOCK_KEYS, spacing.BLOCK_ROWS, spacing.MIN_WASTE_ROWS)
+        if self.on:
+            spacing.BLOCK_KEYS, spacing.BLOCK_ROWS, spacing.MIN_WASTE_ROWS = 8, 4, 8
+
+    def __exit__(self, *exc):
+        spacing.BLOCK_KEYS, spacing.BLOCK_ROWS, spacing.MIN_WASTE_ROWS = self.saved
+
+
 def check(args, place):
     B, H, Hk, D = 2, 8, 2, 64
     failures, lines = 0, []
@@ -247,7 +281,9 @@ def check(args, place):
                 out = pfm.flashmask_attention(qd, kd, vd, it, causal=causal)
                 ref = [to_f32(out)] + [to_f32(g) for g in paddle.grad([out], [qd, kd, vd], [dod])]
                 for W in args.world_sizes:
-                    for method in args.methods + (["allgather_per_peer"] if W > 2 else []):
+                    extra = ["allgather_per_peer"] if W > 2 else []
+                    extra += ["allgather_spaced"] if "allgather" in args.methods else []
+                    for method in args.methods + extra:
                         if method == "ulysses" and (H % W or Hk % W):
                             continue
                         # per_peer: one exchange and kernel call per peer, as when parts hit 2^19 keys
@@ -256,7 +292,9 @@ def check(args, place):
                         plan = ContextParallelPlan(idx, causal, W, method=base, seqlen=S)
                         sim = Sim(plan, it, causal, dtype, place, B, H, Hk, D, args.kernel)
                         shard = lambda x: [device_tensor(plan.shard(x, r), dtype, place) for r in range(W)]
-                        got = getattr(sim, base)(shard(q), shard(k), shard(v), shard(do))
+                        with small_spacing(method == "allgather_spaced"):
+                            got = getattr(sim, base)(shard(q), shard(k), shard(v), shard(do))
+                        spaced = sum(1 for key, slots in plan._host_cache.items() if key[0] == "slots" and slots)
                         worst = 0.0
                         for r in range(W):
                             rows = plan.local_rows(r)
@@ -265,7 +303,8 @@ def check(args, place):
                         allgather.KEYS_PER_PART = 1 << 19
                         ok = worst <= 1e-2
                         failures += not ok
-                        line = f"| {dtype} | {name} | {S} | {W} | {method} | {worst:.2e} | {'ok' if ok else 'FAIL'} |"
+                        line = (f"| {dtype} | {name} | {S} | {W} | {method} | {worst:.2e} | {'ok' if ok else 'FAIL'} |"
+                                + (f" {spaced} parts spaced out |" if method == "allgather_spaced" else ""))
                         lines.append(line)
                         print(line, flush=True)
     print(f"check: {len(lines)} cases, {failures} failed")
@@ -396,8 +435,8 @@ def rank_step_time(plan, r, it, causal, method, blocks, place, dtype, args, time
         parts = []
         for gi, g in enumerate(spec.groups()):
             n = sum(spec.num_sent(x, r) for x in spec.sources(g))
-            if n:
-                parts.append((gi, tiled(blocks[Hk], n, place, dtype)))
+            if n:  # the kernel call's keys: padding slots too (allgather.Spec.part_length)
+                parts.append((gi, tiled(blocks[Hk], spec.part_length(gi, g), place, dtype)))
         backs = [tiled(blocks[Hk], len(g) * L, place, dtype) for g in spec.groups()]
         # --parts: after the step is timed whole, one more step with each piece synchronized and
         # timed on its own (ms by label)

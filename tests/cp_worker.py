@@ -45,8 +45,10 @@ def single_device(q, k, v, do, idx, causal):
     return [t.numpy() for t in (out, lse, dq, dk, dv)]
 
 
-def context_parallel(q, k, v, do, idx, causal, W, rank, method, chunk_size=None, layout="auto"):
+def context_parallel(q, k, v, do, idx, causal, W, rank, method, chunk_size=None, layout="auto", plan_box=None):
     plan = ContextParallelPlan(idx, causal, W, method=method, chunk_size=chunk_size, seqlen=q.shape[1], layout=layout)
+    if plan_box is not None:  # the caller reads what the call left in the plan
+        plan_box.append(plan)
     rows = plan.local_rows(rank)
     ql, kl, vl = (paddle.to_tensor(plan.shard(x, rank), stop_gradient=False) for x in (q, k, v))
     it = None if idx is None else paddle.to_tensor(idx)
@@ -69,6 +71,27 @@ def mask_cases(S, H, Hk, seed):
     out.append(("plain_causal", None, True))
     out.append(("no_mask", None, False))
     return out
+
+
+class small_spacing:
+    """allgather's key spacing (distributed/spacing.py) at this test's lengths: 8-key blocks, a
+    cut where a merge leaves 2 more 4-row blocks live, so tiny masks get padding slots too."""
+
+    def __enter__(self):
+        from paddle_flashmask.distributed import spacing
+
+        self.saved = (spacing.BLOCK_KEYS, spacing.BLOCK_ROWS, spacing.MIN_WASTE_ROWS)
+        spacing.BLOCK_KEYS, spacing.BLOCK_ROWS, spacing.MIN_WASTE_ROWS = 8, 4, 8
+
+    def __exit__(self, *exc):
+        from paddle_flashmask.distributed import spacing
+
+        spacing.BLOCK_KEYS, spacing.BLOCK_ROWS, spacing.MIN_WASTE_ROWS = self.saved
+
+
+def spaced_parts(plan, rank):
+    """Group parts of this rank's last allgather call that had padding slots."""
+    return sum(1 for key, slots in plan._host_cache.items() if key[0] == "slots" and key[1] == rank and slots)
 
 
 def run_cases(W, rank, results):
@@ -106,8 +129,10 @@ def run_cases(W, rank, results):
     for S, name, idx, causal, Dv, chunk_size, sparse, *layout in cases:
         q, k, v, do = case_inputs(S * 7 + len(name), B, S, H, Hk, D, Dv)
         ref = single_device(q, k, v, do, idx, causal)
-        for method in ("allgather", "ulysses", "allgather_per_peer"):
+        for method in ("allgather", "ulysses", "allgather_per_peer", "allgather_spaced"):
             if method == "allgather_per_peer" and (W == 2 or S != 130):
+                continue
+            if method == "allgather_spaced" and (S != 130 or not sparse):
                 continue
             if method == "ulysses" and (H % W or Hk % W or (idx is not None and idx.shape[1] % W and idx.shape[1] > 1)):
                 continue
@@ -118,8 +143,15 @@ def run_cases(W, rank, results):
             if name.endswith("_pieces"):
                 os.environ["PADDLE_FLASHMASK_SPLIT_SEQLEN"] = "64"
             try:
-                rows, got = context_parallel(q, k, v, do, idx, causal, W, rank, method.split("_")[0], chunk_size,
-                                             *layout)
+                if method == "allgather_spaced":
+                    with small_spacing():
+                        plan_box = []
+                        rows, got = context_parallel(q, k, v, do, idx, causal, W, rank, "allgather", chunk_size,
+                                                     *layout, plan_box=plan_box)
+                    results["spaced_parts"] += spaced_parts(plan_box[0], rank)
+                else:
+                    rows, got = context_parallel(q, k, v, do, idx, causal, W, rank, method.split("_")[0], chunk_size,
+                                                 *layout)
                 want = [ref[0][:, rows], ref[1][:, :, rows], ref[2][:, rows]]
                 errs = [rel(got[0], want[0]), float(np.nanmax(np.abs(np.where(np.isinf(want[1]), 0, got[1] - want[1])))),
                         rel(got[2], want[2])]
@@ -208,7 +240,7 @@ def main():
     out_dir = sys.argv[1]
     dist.init_parallel_env()
     W, rank = dist.get_world_size(), dist.get_rank()
-    results = {"rank": rank, "world_size": W, "cases": [], "bad": []}
+    results = {"rank": rank, "world_size": W, "cases": [], "bad": [], "spaced_parts": 0}
     paddle.seed(0)
     run_cases(W, rank, results)
     run_bad_input(W, rank, results)

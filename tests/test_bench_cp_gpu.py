@@ -22,7 +22,9 @@ def test_cpu_dry_run_checks_every_rank():
     cases, failed = map(int, summary.groups())
     assert cases >= 10 and failed == 0
     methods = set(re.findall(r"^\| float32 \| \S+ \| \d+ \| 2 \| (\w+) \|", run.stdout, re.MULTILINE))
-    assert methods == {"allgather", "ulysses"}
+    assert methods == {"allgather", "ulysses", "allgather_spaced"}
+    spaced = re.findall(r"^\| float32 \| \S+ \| \d+ \| 2 \| allgather_spaced \| .* (\d+) parts spaced out \|$", run.stdout, re.MULTILINE)
+    assert sum(map(int, spaced)) > 0, run.stdout[-2000:]  # the check has parts with padding slots
 
 
 def test_cpu_parts_times_every_piece_of_each_rank():

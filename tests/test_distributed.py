@@ -43,7 +43,10 @@ def test_every_rank_matches_the_single_device_op(results):
     for res in results:
         cases = res["cases"]
         methods = {c["case"].split("/")[0] for c in cases}
-        assert methods == ({"allgather", "ulysses"} if W == 2 else {"allgather", "allgather_per_peer"}), methods
+        assert methods == ({"allgather", "ulysses", "allgather_spaced"} if W == 2
+                           else {"allgather", "allgather_per_peer", "allgather_spaced"}), methods
+        # allgather with its received keys among padding slots (small key blocks: spacing.py)
+        assert res["spaced_parts"] > 0
         assert len(cases) >= (2 * 2 * 18 if W == 2 else 3 * 18)
         tags = " ".join(c["case"] for c in cases)
         assert "_dv8/" in tags and "_hm4/" in tags  # value's own head dim, a mask head per query head

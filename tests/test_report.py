@@ -296,27 +296,34 @@ def test_dump_cp_part_mask_writes_the_parts_rows_and_keys(tmp_path, capsys):
     plan = ContextParallelPlan(idx, causal, W, method="allgather", seqlen=S)
     spec = allgather.Spec(plan, 0, None, paddle.to_tensor(idx), causal, 1.0, None, False, 1, paddle.CPUPlace(), 128)
     rows, keys = plan.local_rows(0), spec.part_keys(spec.groups()[0])
+    assert spec.part_slots(0) is None  # rank 0's part: its keys back to back
     cols = idx.shape[-1]
     assert line == f"--time-mask-file {path} {len(keys)} {cols} 0 {name}_{S}_w{W}_r0_p1"
     part = np.fromfile(path, dtype=np.int32).reshape(1, 1, len(keys), cols)
     whole = masks.to_dense(idx, causal, seqlen_q=S)[0, 0]
     np.testing.assert_array_equal(masks.to_dense(part, False, seqlen_q=len(rows))[0, 0], whole[np.ix_(rows, keys)])
     assert whole[np.ix_(rows, keys)].any() and not whole[np.ix_(rows, keys)].all()  # a mask, not a block
-    with pytest.raises(SystemExit, match="3472 keys.*--pad-keys"):  # rank 1's part of rank 0's keys: 4096 rows
-        dump.main([str(tmp_path), str(S), str(W), name, "1", "1"])
-    # Padded: the part's keys, then keys that hide every row.
-    assert dump.main([str(tmp_path), str(S), str(W), name, "1", "1", "--pad-keys"]) == 0
+    # rank 1's part of rank 0's keys: 4096 rows, 3472 keys spaced out over 3584 slots (the global
+    # tokens apart from the window's keys, distributed/spacing.py)
     rows1 = plan.local_rows(1)
     spec1 = allgather.Spec(plan, 1, None, paddle.to_tensor(idx), causal, 1.0, None, False, 1, paddle.CPUPlace(), 128)
     keys1 = spec1.part_keys(spec1.groups()[0])
+    slots1, length1 = spec1.part_slots(0)
+    assert len(keys1) == 3472 and length1 == 3584
+    with pytest.raises(SystemExit, match="3584 keys.*--pad-keys"):
+        dump.main([str(tmp_path), str(S), str(W), name, "1", "1"])
+    # Padded: the part's slots as its kernel call has them, then keys that hide every row.
+    assert dump.main([str(tmp_path), str(S), str(W), name, "1", "1", "--pad-keys"]) == 0
     padded = np.fromfile(tmp_path / f"{name}_{S}_w{W}_r1_p1.i32", dtype=np.int32).reshape(1, 1, len(rows1), cols)
     dense1 = masks.to_dense(padded, False, seqlen_q=len(rows1))[0, 0]
-    assert len(keys1) == 3472
-    np.testing.assert_array_equal(dense1[:, :len(keys1)], whole[np.ix_(rows1, keys1)])
-    assert not dense1[:, len(keys1):].any()
-    for num_cols in (2, 4):  # the forms of a non-causal part
-        hide = dump.hiding_columns(3, num_cols, 100)[None, None]
-        assert not masks.to_dense(hide, False, seqlen_q=100).any(), num_cols
+    np.testing.assert_array_equal(dense1[:, slots1], whole[np.ix_(rows1, keys1)])
+    padding = np.ones(len(rows1), bool)
+    padding[slots1] = False
+    assert not dense1[:, padding].any()
+    for num_cols in (2, 4):  # the forms of a non-causal part: every band covers all rows
+        hide = dump.hiding_columns(3, num_cols, 100)
+        assert not masks.to_dense(hide[None, None], False, seqlen_q=100).any(), num_cols
+        np.testing.assert_array_equal(hide, np.tile([0, 100] * (num_cols // 2), (3, 1)))
     with pytest.raises(SystemExit, match="RANK must be in"):
         dump.main([str(tmp_path), str(S), str(W), name, "2", "0"])
     with pytest.raises(SystemExit, match="PART must be in"):

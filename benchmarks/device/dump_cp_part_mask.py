@@ -11,6 +11,8 @@ PART 0 is the rank's own keys, PART g + 1 exchange group g's. The plan is bench_
 length for rows and keys, so only a part with as many keys as rows can be written, or, with
 --pad-keys, one with fewer keys than rows, its keys followed by columns that hide every row (the
 kernels skip those key blocks whole: the part's own key blocks do the same work as in the op).
+A part's keys are as its kernel call has them: spaced out among padding slots where the part has
+them (`allgather.Spec.part_slots`; PADDLE_FLASHMASK_CP_SPACING=0 writes them back to back).
 """
 
 import os
@@ -63,9 +65,10 @@ def main(argv):
 
 
 def hiding_columns(count, num_cols, rows):
-    """`count` columns of a non-causal mask with `num_cols` bounds that hide all `rows` rows."""
-    hide_all = {2: [0, 0], 4: [0, rows, 0, 0]}[num_cols]  # LTS = 0 (C = 4: [0, rows) masked)
-    return np.tile(np.asarray(hide_all, dtype=np.int32), (count, 1))
+    """`count` columns of a non-causal mask with `num_cols` bounds that hide all `rows` rows, every
+    band covering them all (as the remap op's padding slots: a block mixing them with real
+    columns keeps those columns' min/max summary)."""
+    return np.tile(np.asarray([0, rows] * (num_cols // 2), dtype=np.int32), (count, 1))
 
 
 if __name__ == "__main__":

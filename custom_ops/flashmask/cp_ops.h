@@ -22,6 +22,11 @@ namespace flashmask {
 // rows < g maps a global row bound to a local one. For each local key column
 // jj (global key key_rows[jj]) the output gives the same masked rows in local
 // coordinates, always in the causal=False form (cp_remap_column below).
+// key_rows[jj] == kCpNoKey marks a padding slot (a part's keys spaced out so
+// that no key block mixes far-apart row ranges): its column hides every row
+// with both bands covering all of them, so it widens no block summary.
+constexpr int64_t kCpNoKey = -1;
+
 struct CpRemapParams {
   const int32_t* indices = nullptr;  // [batch, heads, seqlen, num_cols]; nullptr: absent (causal only)
   int64_t batch = 1, heads = 1;      // of indices (1, 1 when absent)
@@ -52,7 +57,12 @@ FLASHMASK_HOST_DEVICE int32_t cp_local_row(const CpRemapParams& p, int64_t g) {
 // non-causal form expresses as an upper band [0, ss(g)).
 FLASHMASK_HOST_DEVICE void cp_remap_column(const CpRemapParams& p, const int32_t* col, int64_t g,
                                            int32_t* dst) {
-  if (col == nullptr) {  // causal only: [L, ss(g)]
+  if (g == kCpNoKey) {  // [0, L] or [0, L, 0, L]: every band masks all L rows
+    for (int k = 0; k < p.out_cols; k += 2) {
+      dst[k] = 0;
+      dst[k + 1] = p.row_table[p.num_chunks];
+    }
+  } else if (col == nullptr) {  // causal only: [L, ss(g)]
     dst[0] = p.row_table[p.num_chunks];
     dst[1] = cp_local_row(p, g);
   } else if (p.causal && p.num_cols == 1) {  // [ss(LTS), ss(g)]
@@ -70,7 +80,7 @@ FLASHMASK_HOST_DEVICE void cp_remap_column(const CpRemapParams& p, const int32_t
 
 void cp_remap_indices_cpu(const CpRemapParams& p);
 // key_rows are not checked here (the Python layer builds them); the kernel
-// clamps each to [0, S - 1] so no read goes out of bounds.
+// clamps each but kCpNoKey to [0, S - 1] so no read goes out of bounds.
 void cp_remap_indices_cuda(const CpRemapParams& p, void* stream);
 
 // Merges two partial attention results over disjoint key sets:

@@ -11,7 +11,9 @@ large kernel calls do the work. Backward: each group part's backward (with the m
 out/LSE), its dK/dV sent back to their owners at once, then the local part while they
 travel; every rank sums what it receives for its keys in a fixed order. Each part reads
 the global mask through the remap op (local query rows, that part's key columns), so
-tiles are skipped exactly as on one device. Any mask form, head count, GQA.
+tiles are skipped exactly as on one device. A group's keys are spaced out in its kernel call
+where neighbours see far-apart rows (``spacing``: zero padding slots that hide every row), so
+no key block's summary spans rows none of its keys see. Any mask form, head count, GQA.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 from paddle.autograd import PyLayer
 
 from ..long_sequence import sm90_max_seqlen
-from . import comm, tensor_ops
+from . import comm, spacing, tensor_ops
 from .spec import CallSpec
 
 # Keys of one kernel call at most, on top of what the Hopper kernels take at the call's head
@@ -31,6 +33,8 @@ from .spec import CallSpec
 KEYS_PER_PART = 1 << 19
 # PADDLE_FLASHMASK_CP_SPARSE=0 sends every key to every rank (for comparisons).
 SPARSE_EXCHANGE = os.environ.get("PADDLE_FLASHMASK_CP_SPARSE", "1") != "0"
+# PADDLE_FLASHMASK_CP_SPACING=0 keeps a part's keys back to back (for comparisons).
+SPACED_PARTS = os.environ.get("PADDLE_FLASHMASK_CP_SPACING", "1") != "0"
 
 
 class Spec(CallSpec):
@@ -72,6 +76,46 @@ class Spec(CallSpec):
         """Global key positions of a group's part on this rank, in arrival order."""
         return np.concatenate([self.plan.local_rows(s)[self.sent(s, self.rank)] for s in self.sources(group)])
 
+    def part_slots(self, gi):
+        """(slots, length) of group gi's part in its kernel call (``spacing.key_slots``: where
+        each arriving key sits, and the call's keys with the padding slots), or None when the
+        keys sit back to back; the same for every mask tensor of this plan."""
+        if not SPACED_PARTS:
+            return None
+        key = ("slots", self.rank, gi, SPARSE_EXCHANGE, self.keys_per_part())
+        cache = self.plan._host_cache
+        if key not in cache:
+            cache[key] = self._spaced_slots(self.part_keys(self.groups()[gi]))
+        return cache[key]
+
+    def _spaced_slots(self, keys):
+        if keys.size < 2 or (self.plan._indices_host is None and not self.causal):
+            return None  # a lone key, or no mask: nothing to space out
+        import paddle
+
+        # the part's columns as its kernel call gets them, remapped on the host by the same op
+        cpu = paddle.CPUPlace()
+        idx = self.plan._indices_host
+        idx_t = None if idx is None else paddle.to_tensor(np.ascontiguousarray(idx, dtype=np.int32), place=cpu)
+        columns = tensor_ops.remap_indices(idx_t, paddle.to_tensor(keys, place=cpu),
+                                           paddle.to_tensor(self.plan.row_table(self.rank), place=cpu),
+                                           self.causal, self.plan.chunk_size, self.plan.seqlen).numpy()
+        return spacing.key_slots(columns, self.L, self.keys_per_part())
+
+    def part_length(self, gi, group):
+        """Keys of group gi's kernel call, padding slots included."""
+        slots = self.part_slots(gi)
+        return sum(self.num_sent(s, self.rank) for s in self.sources(group)) if slots is None else slots[1]
+
+    def spaced_units(self, gi, units):
+        """``units`` (positions in ``[B, part keys]``, batch-major) as positions in
+        ``[B, part_length]``: where the keys sit among the padding slots."""
+        slots = self.part_slots(gi)
+        if slots is None:
+            return units
+        n = slots[0].size
+        return units // n * slots[1] + slots[0][units % n]
+
     def part_masks(self):
         """[mask of this rank's own keys, mask of each group's keys] for this rank's rows;
         cached per indices tensor (every layer of a model passes the same one)."""
@@ -79,7 +123,7 @@ class Spec(CallSpec):
         if self.indices is None and not self.causal:
             return [None] * (1 + len(groups))  # full attention: nothing to mask
         key = ("masks", self.rank, id(self.indices) if self.indices is not None else None, str(self.place),
-               SPARSE_EXCHANGE, self.keys_per_part())
+               SPARSE_EXCHANGE, SPACED_PARTS, self.keys_per_part())
         hit = self.plan._device_cache.get(key)
         if hit is not None and (self.indices is None or hit[0]() is self.indices):
             return hit[1]
@@ -91,7 +135,12 @@ class Spec(CallSpec):
             if keys.size == 0:  # nothing of this group reaches this rank's rows
                 masks.append(None)
                 continue
-            keys_t = self.index(("part_keys", gi, SPARSE_EXCHANGE), lambda: keys)
+            if gi >= 0 and self.part_slots(gi) is not None:  # padding slots: -1, a column hiding every row
+                slots, length = self.part_slots(gi)
+                spaced = np.full(length, -1, dtype=np.int64)
+                spaced[slots] = keys
+                keys = spaced
+            keys_t = self.index(("part_keys", gi, SPARSE_EXCHANGE, SPACED_PARTS), lambda: keys)
             masks.append(tensor_ops.remap_indices(self.indices, keys_t, table, self.causal, self.plan.chunk_size,
                                                   self.plan.seqlen))
         ref = weakref.ref(self.indices) if self.indices is not None else None
@@ -128,10 +177,20 @@ def _send_kv(spec, x, gi, group):
     B, L, Hk, D = [int(d) for d in x.shape]
     srcs, dsts = spec.sources(group), spec.destinations(group)
     lens = [spec.num_sent(s, spec.rank) for s in srcs]
-    # pieces arrive rank by rank; with B > 1 they are regrouped batch-major (a copy)
-    unpack = None if B == 1 else spec.index(("kv_unpack", gi, SPARSE_EXCHANGE), lambda: _batch_major(spec, lens))
+    # pieces arrive rank by rank; with B > 1 they are regrouped batch-major, and spaced out
+    # among padding slots (zero units) where the part has them (a copy)
+    length = spec.part_length(gi, group)
+    if B == 1 and spec.part_slots(gi) is None:
+        unpack = None
+    else:
+        def spread():
+            arrived = _batch_major(spec, lens) if B > 1 else np.arange(sum(lens), dtype=np.int64)
+            out = np.full(B * length, -1, dtype=np.int64)
+            out[spec.spaced_units(gi, np.arange(arrived.size, dtype=np.int64))] = arrived
+            return out
+        unpack = spec.index(("kv_unpack", gi, SPARSE_EXCHANGE, SPACED_PARTS), spread)
     return comm.exchange(x, _kv_pack(spec, L, dsts, gi), Hk * D, _group_splits(spec, group, False), unpack,
-                         [B, sum(lens), Hk, D], spec.group, spec.rank)
+                         [B, length, Hk, D], spec.group, spec.rank)
 
 
 def _kv_pack(spec, L, dsts, gi):
@@ -146,16 +205,17 @@ def _kv_pack(spec, L, dsts, gi):
 def _send_back(spec, dx, gi, group):
     B, keys, Hk, D = [int(d) for d in dx.shape]
     srcs, dsts = spec.sources(group), spec.destinations(group)
-    # dK/dV of each source's keys back to it: pieces [source][B, keys from it] in rank order
-    if B == 1:
+    # dK/dV of each source's keys back to it: pieces [source][B, keys from it] in rank order,
+    # read from among the padding slots where the part has them
+    if B == 1 and spec.part_slots(gi) is None:
         pack = None
     else:
         def inverse():
             order = _batch_major(spec, [spec.num_sent(s, spec.rank) for s in srcs])
             inv = np.empty_like(order)
             inv[order] = np.arange(order.size, dtype=np.int64)
-            return inv
-        pack = spec.index(("dkv_pack", gi, SPARSE_EXCHANGE), inverse)
+            return spec.spaced_units(gi, inv)
+        pack = spec.index(("dkv_pack", gi, SPARSE_EXCHANGE, SPACED_PARTS), inverse)
     # arriving: from each destination (ascending) [B, keys it needed]; spread over
     # [destination, B, L] with zeros for the keys a destination did not get
     if _sends_everything(spec, [(spec.rank, t) for t in dsts]):

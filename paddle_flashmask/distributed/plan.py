@@ -172,6 +172,7 @@ class ContextParallelPlan:
             self._choose_layout()
         self._rows = [self._rows_of(r) for r in range(self.world_size)]
         self._device_cache = {}
+        self._host_cache = {}  # per-rank layouts the methods derive from the mask (allgather's part slots)
         self._seen = {}  # rank -> bool [S]: key columns its rows attend to
         self._needed = {}  # (src, dst) -> keys_needed
         self._intervals = None  # workload.masked_intervals, computed at the first keys_needed

@@ -40,10 +40,10 @@ void dispatch_float(DType dtype, Fn&& fn) {
 
 void cp_remap_indices_cpu(const CpRemapParams& p) {
   for (int64_t jj = 0; jj < p.num_keys; ++jj) {
-    if (p.key_rows[jj] < 0 || p.key_rows[jj] >= p.seqlen) {
+    if ((p.key_rows[jj] < 0 && p.key_rows[jj] != kCpNoKey) || p.key_rows[jj] >= p.seqlen) {
       throw std::invalid_argument("cp_remap_indices: key_rows[" + std::to_string(jj) + "] = " +
                                   std::to_string(p.key_rows[jj]) + " is outside [0, " +
-                                  std::to_string(p.seqlen) + ")");
+                                  std::to_string(p.seqlen) + ") and not -1 (a padding slot)");
     }
   }
   const int64_t columns = p.batch * p.heads * p.num_keys;
@@ -54,7 +54,7 @@ void cp_remap_indices_cpu(const CpRemapParams& p) {
       const int64_t jj = c % p.num_keys, bh = c / p.num_keys;
       const int64_t g = p.key_rows[jj];
       const int32_t* col =
-          p.indices == nullptr ? nullptr : p.indices + (bh * p.seqlen + g) * p.num_cols;
+          p.indices == nullptr || g == kCpNoKey ? nullptr : p.indices + (bh * p.seqlen + g) * p.num_cols;
       cp_remap_column(p, col, g, p.out + c * p.out_cols);
     }
   });

@@ -56,9 +56,9 @@ __global__ void remap_indices_kernel(CpRemapParams p) {
        c += int64_t(gridDim.x) * blockDim.x) {
     const int64_t jj = c % p.num_keys, bh = c / p.num_keys;
     int64_t g = p.key_rows[jj];
-    g = g < 0 ? 0 : (g >= p.seqlen ? p.seqlen - 1 : g);  // unchecked input: stay in bounds
+    if (g != kCpNoKey) g = g < 0 ? 0 : (g >= p.seqlen ? p.seqlen - 1 : g);  // unchecked input: stay in bounds
     const int32_t* col =
-        p.indices == nullptr ? nullptr : p.indices + (bh * p.seqlen + g) * p.num_cols;
+        p.indices == nullptr || g == kCpNoKey ? nullptr : p.indices + (bh * p.seqlen + g) * p.num_cols;
     cp_remap_column(p, col, g, p.out + c * p.out_cols);
   }
 }

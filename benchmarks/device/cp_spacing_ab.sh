@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Device call 2 (after `bash .gpu1/device-install.sh`): allgather's received parts with their keys
+# spaced out (distributed/spacing.py) against back to back (PADDLE_FLASHMASK_CP_SPACING=0), 1M
+# tokens, CP_AB_WORLD ranks (2) simulated on one GPU, per-rank pieces timed (--parts); first
+# (CP_AB_CHECK=1, the default) the GPU check of every method, the spaced one included.
+# Carry .gpu2 and .gpu_objs. CP_AB_BUDGET_S bounds the timing part.
+set -uo pipefail
+OUT=${OUT:-/tmp/pfm_out}; mkdir -p "$OUT"
+source benchmarks/device/runtime_env.sh
+if [ "${CP_AB_CHECK:-1}" = 1 ]; then
+  timeout 200 python3 benchmarks/bench_cp_gpu.py --check --dtypes bfloat16 --world-sizes 2 4 > "$OUT/cp_check.log" 2>&1
+  echo "check exit $?"; grep -E "FAIL|^check:|Error|error" "$OUT/cp_check.log" | tail -8
+  stamp "check done"
+fi
+T1=$(date +%s)
+for kernel in ${CP_AB_KERNELS:-sm90 fa2}; do
+  for spacing in 1 0; do
+    (( $(date +%s) - T1 > ${CP_AB_BUDGET_S:-300} )) && { echo "SKIPPED $kernel spacing=$spacing (budget)"; continue; }
+    echo "## kernel $kernel spacing $spacing" | tee -a "$OUT/cp_spacing_ab.log"
+    PADDLE_FLASHMASK_CP_SPACING=$spacing timeout 200 python3 benchmarks/bench_cp_gpu.py --bench --dtypes bfloat16 \
+      --world-sizes ${CP_AB_WORLD:-2} --lengths 1048576 --masks ${CP_AB_MASKS:-share_question global_sliding_window causal_document} \
+      --methods allgather --t1-max 0 --parts --repeats 2 --kernel $kernel 2>&1 | grep -v -E "^W|^I[0-9]" \
+      | tee -a "$OUT/cp_spacing_ab.log" | grep -E "^\| [a-z]|pieces"
+    stamp "$kernel spacing=$spacing done"
+  done
+done
