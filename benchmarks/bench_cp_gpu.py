@@ -133,20 +133,22 @@ def emulate_exchange(xs, packs, unit, splits, unpacks, out_shapes, dtype, place)
 # ---- one step of every simulated rank ----------------------------------------------------------
 
 def spaced(spec, gi, x):
-    """A group part's ``[B, keys, ...]`` host array as its kernel call takes it: the keys among
-    zero padding slots where the part has them (allgather.Spec.part_slots)."""
-    slots = spec.part_slots(gi)
-    if slots is None:
-        return x
-    out = np.zeros((x.shape[0], slots[1]) + x.shape[2:], x.dtype)
-    out[:, slots[0]] = x
-    return out
+    """A group's arrived ``[B, keys, ...]`` host array as its buffer: after the lead, among zero
+    padding slots where the part has them (allgather.Spec.spaced_units)."""
+    B, n = x.shape[:2]
+    out = np.zeros((B * spec.part_length(gi, spec.groups()[gi]),) + x.shape[2:], x.dtype)
+    out[spec.spaced_units(gi, np.arange(B * n))] = x.reshape((B * n,) + x.shape[2:])
+    return out.reshape((B, -1) + x.shape[2:])
 
 
-def unspaced(spec, gi, x):
-    """The part's keys' rows of a kernel call's ``[B, slots, ...]`` result, in arrival order."""
-    slots = spec.part_slots(gi)
-    return x if slots is None else x[:, slots[0]]
+def unspaced(spec, gi, x, offset=None):
+    """The group's keys' rows, in arrival order, of its buffer's ``[B, slots, ...]`` result (or,
+    with ``offset``, of the fused call's, where the buffer starts at that key)."""
+    B, width = x.shape[:2]
+    n = sum(spec.num_sent(s, spec.rank) for s in spec.sources(spec.groups()[gi]))
+    at = spec.spaced_units(gi, np.arange(B * n)) if offset is None else \
+        spec.spaced_units(gi, np.arange(B * n), width, offset)
+    return x.reshape((B * width,) + x.shape[2:])[at].reshape((B, n) + x.shape[2:])
 
 
 class Sim:
@@ -170,41 +172,55 @@ class Sim:
         host = lambda a: device_tensor(a, self.dtype, self.place)  # a transfer
         saved, sent = [], {}
         for r in range(W):
-            masks = specs[r].part_masks()
-            out, lse = allgather.part_forward(specs[r], q[r], k[r], v[r], masks[0])
+            sp = specs[r]
+            masks, groups, first = sp.part_masks(), sp.groups(), 1 if sp.fused() else 0
+            arrived = []  # per group: (sources, their keys, K buffer, V buffer) on the host
+            for gi, g in enumerate(groups):
+                srcs = sp.sources(g)
+                keys = [sp.sent(x, r) for x in srcs]
+                k_g, v_g = (spaced(sp, gi, np.concatenate([to_f32(t[x])[:, s] for x, s in zip(srcs, keys)], axis=1))
+                            for t in (k, v))
+                arrived.append((srcs, keys, k_g, v_g))
+            if first:  # group 0's keys in the own keys' call
+                k_main, v_main = (host(np.concatenate([to_f32(t[r]), a], axis=1))
+                                  for t, a in ((k, arrived[0][2]), (v, arrived[0][3])))
+            else:
+                k_main, v_main = k[r], v[r]
+            out, lse = allgather.part_forward(sp, q[r], k_main, v_main, masks[0])
             parts = []
-            for gi, g in enumerate(specs[r].groups()):
-                srcs = specs[r].sources(g)
-                keys = [specs[r].sent(x, r) for x in srcs]
-                if sum(s.size for s in keys) == 0:  # no key of this group is seen here
-                    parts.append((srcs, keys, None, None, None))
+            for gi in range(first, len(groups)):
+                srcs, keys, k_g, v_g = arrived[gi]
+                if k_g.shape[1] == 0:  # no key of this group is seen here
+                    parts.append((gi, None, None))
                     continue
-                k_g, v_g = (host(spaced(specs[r], gi, np.concatenate([to_f32(t[x])[:, s] for x, s in zip(srcs, keys)],
-                                                                     axis=1))) for t in (k, v))
-                out_g, lse_g = allgather.part_forward(specs[r], q[r], k_g, v_g, masks[1 + gi])
+                k_g, v_g = host(k_g), host(v_g)
+                out_g, lse_g = allgather.part_forward(sp, q[r], k_g, v_g, masks[1 + gi])
                 out, lse = tensor_ops.merge_partial(out, lse, out_g, lse_g)
-                parts.append((srcs, keys, k_g, v_g, masks[1 + gi]))
-            dq = None
-            for gi, (srcs, keys, k_g, v_g, m) in enumerate(parts):
+                parts.append((gi, k_g, v_g))
+            dq, back = None, {}
+            for gi, k_g, v_g in parts:
                 if k_g is not None:
-                    dq_g, dk_g, dv_g = allgather.part_backward(specs[r], q[r], k_g, v_g, m, out, lse, do[r])
-                    dk_g, dv_g = (unspaced(specs[r], gi, to_f32(t)) for t in (dk_g, dv_g))
+                    dq_g, dk_g, dv_g = allgather.part_backward(sp, q[r], k_g, v_g, masks[1 + gi], out, lse, do[r])
+                    back[gi] = tuple(unspaced(sp, gi, to_f32(t)) for t in (dk_g, dv_g))
                     dq = dq_g if dq is None else tensor_ops.accumulate(dq, dq_g)
+            dq_l, dk, dv = allgather.part_backward(sp, q[r], k_main, v_main, masks[0], out, lse, do[r])
+            dq = dq_l if dq is None else tensor_ops.accumulate(dq_l, dq)
+            if first:  # the fused call's keys: the own ones, then group 0's buffer
+                back[0] = tuple(unspaced(sp, 0, to_f32(t), offset=sp.L) for t in (dk, dv))
+                dk, dv = (host(to_f32(t)[:, :sp.L]) for t in (dk, dv))
+            for gi, (srcs, keys, _, _) in enumerate(arrived):
                 off = 0
                 for x, s in zip(srcs, keys):  # each source's keys go home, zeros where not sent
                     shape = (self.B, self.plan.num_local_rows(x), self.Hk, self.D)
                     dk_x, dv_x = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
                     if s.size:
-                        dk_x[:, s], dv_x[:, s] = dk_g[:, off:off + s.size], dv_g[:, off:off + s.size]
+                        dk_x[:, s], dv_x[:, s] = back[gi][0][:, off:off + s.size], back[gi][1][:, off:off + s.size]
                     sent[(r, x)] = (dk_x, dv_x)
                     off += s.size
-            saved.append((out, lse, dq))
+            saved.append((out, dq, dk, dv))
         res = []
         for r in range(W):
-            out, lse, dq = saved[r]
-            dq_l, dk, dv = allgather.part_backward(specs[r], q[r], k[r], v[r], specs[r].part_masks()[0], out, lse,
-                                                   do[r])
-            dq = dq_l if dq is None else tensor_ops.accumulate(dq_l, dq)
+            out, dq, dk, dv = saved[r]
             for g in specs[r].groups():  # as allgather.backward receives them
                 senders = sorted((r + d) % W for d in g)
                 dk = tensor_ops.accumulate(dk, host(np.stack([sent[(t, r)][0] for t in senders])))
@@ -282,12 +298,14 @@ def check(args, place):
                 ref = [to_f32(out)] + [to_f32(g) for g in paddle.grad([out], [qd, kd, vd], [dod])]
                 for W in args.world_sizes:
                     extra = ["allgather_per_peer"] if W > 2 else []
-                    extra += ["allgather_spaced"] if "allgather" in args.methods else []
+                    # spaced: the key spacing at toy sizes; apart: the own keys' call without group 0's
+                    extra += ["allgather_spaced", "allgather_apart"] if "allgather" in args.methods else []
                     for method in args.methods + extra:
                         if method == "ulysses" and (H % W or Hk % W):
                             continue
                         # per_peer: one exchange and kernel call per peer, as when parts hit 2^19 keys
                         allgather.KEYS_PER_PART = 1 if method == "allgather_per_peer" else 1 << 19
+                        allgather.FUSE_OWN = method != "allgather_apart"
                         base = method.split("_")[0]
                         plan = ContextParallelPlan(idx, causal, W, method=base, seqlen=S)
                         sim = Sim(plan, it, causal, dtype, place, B, H, Hk, D, args.kernel)
@@ -301,6 +319,7 @@ def check(args, place):
                             errs = [rel(to_f32(g), w[:, rows]) for g, w in zip(got[r], ref)]
                             worst = max(worst, *errs)
                         allgather.KEYS_PER_PART = 1 << 19
+                        allgather.FUSE_OWN = True
                         ok = worst <= 1e-2
                         failures += not ok
                         line = (f"| {dtype} | {name} | {S} | {W} | {method} | {worst:.2e} | {'ok' if ok else 'FAIL'} |"
@@ -432,12 +451,16 @@ def rank_step_time(plan, r, it, causal, method, blocks, place, dtype, args, time
         # what the exchanges bring (each group's K/V: the keys r's rows see) and send back
         # (dK/dV pieces for r's keys, spread over all of them); a group that brings nothing
         # is not computed
+        groups, first = spec.groups(), 1 if spec.fused() else 0
         parts = []
-        for gi, g in enumerate(spec.groups()):
-            n = sum(spec.num_sent(x, r) for x in spec.sources(g))
+        for gi in range(first, len(groups)):
+            n = sum(spec.num_sent(x, r) for x in spec.sources(groups[gi]))
             if n:  # the kernel call's keys: padding slots too (allgather.Spec.part_length)
-                parts.append((gi, tiled(blocks[Hk], spec.part_length(gi, g), place, dtype)))
-        backs = [tiled(blocks[Hk], len(g) * L, place, dtype) for g in spec.groups()]
+                parts.append((gi, tiled(blocks[Hk], spec.part_length(gi, groups[gi]), place, dtype)))
+        # fused: group 0's buffer joins the own keys in the first call (allgather.Spec.fused)
+        buffer0 = tiled(blocks[Hk], spec.part_length(0, groups[0]), place, dtype) if first else None
+        main = "own + group 0" if first else "own"
+        backs = [tiled(blocks[Hk], len(g) * L, place, dtype) for g in groups]
         # --parts: after the step is timed whole, one more step with each piece synchronized and
         # timed on its own (ms by label)
         part_ms, timing_pieces = {}, False
@@ -451,7 +474,13 @@ def rank_step_time(plan, r, it, causal, method, blocks, place, dtype, args, time
 
         def step():
             masks = spec.part_masks()
-            o, s_ = piece("own fwd", lambda: allgather.part_forward(spec, q, k, v, masks[0]))
+            if first:
+                k_main = piece("concat", lambda: tensor_ops.concat([k, buffer0], 1))
+                v_main = piece("concat", lambda: tensor_ops.concat([v, buffer0], 1))
+            else:
+                k_main, v_main = k, v
+            o, s_ = piece(f"{main} fwd ({int(k_main.shape[1])} keys)",
+                          lambda: allgather.part_forward(spec, q, k_main, v_main, masks[0]))
             for gi, k_g in parts:
                 o_g, l_g = piece(f"group {gi} fwd ({int(k_g.shape[1])} keys)",
                                  lambda: allgather.part_forward(spec, q, k_g, k_g, masks[1 + gi]))
@@ -461,9 +490,12 @@ def rank_step_time(plan, r, it, causal, method, blocks, place, dtype, args, time
                 dq_g, _, _ = piece(f"group {gi} bwd", lambda: allgather.part_backward(spec, q, k_g, k_g, masks[1 + gi],
                                                                                       o, s_, do))
                 dq = dq_g if dq is None else piece("sums", lambda: tensor_ops.accumulate(dq, dq_g))
-            dq_l, dk, dv = piece("own bwd", lambda: allgather.part_backward(spec, q, k, v, masks[0], o, s_, do))
+            dq_l, dk, dv = piece(f"{main} bwd", lambda: allgather.part_backward(spec, q, k_main, v_main, masks[0],
+                                                                                 o, s_, do))
             if dq is not None:
                 piece("sums", lambda: tensor_ops.accumulate(dq_l, dq))
+            if first:  # the own keys' dK/dV out of the fused call's
+                dk, dv = piece("sums", lambda: (allgather._own_keys(spec, dk), allgather._own_keys(spec, dv)))
             for back in backs:
                 dk, dv = piece("sums", lambda: (tensor_ops.accumulate(dk, back), tensor_ops.accumulate(dv, back)))
     else:

@@ -74,14 +74,19 @@ def mask_cases(S, H, Hk, seed):
 
 
 class small_spacing:
-    """allgather's key spacing (distributed/spacing.py) at this test's lengths: 8-key blocks, a
-    cut where a merge leaves 2 more 4-row blocks live, so tiny masks get padding slots too."""
+    """allgather's key spacing (distributed/spacing.py) at this test's lengths (when ``on``):
+    8-key blocks, a cut where a merge leaves 2 more 4-row blocks live, so tiny masks get
+    padding slots too."""
+
+    def __init__(self, on=True):
+        self.on = on
 
     def __enter__(self):
         from paddle_flashmask.distributed import spacing
 
         self.saved = (spacing.BLOCK_KEYS, spacing.BLOCK_ROWS, spacing.MIN_WASTE_ROWS)
-        spacing.BLOCK_KEYS, spacing.BLOCK_ROWS, spacing.MIN_WASTE_ROWS = 8, 4, 8
+        if self.on:
+            spacing.BLOCK_KEYS, spacing.BLOCK_ROWS, spacing.MIN_WASTE_ROWS = 8, 4, 8
 
     def __exit__(self, *exc):
         from paddle_flashmask.distributed import spacing
@@ -92,6 +97,11 @@ class small_spacing:
 def spaced_parts(plan, rank):
     """Group parts of this rank's last allgather call that had padding slots."""
     return sum(1 for key, slots in plan._host_cache.items() if key[0] == "slots" and key[1] == rank and slots)
+
+
+def fused_calls(plan):
+    """Whether the plan's allgather calls took group 0's keys beside the own ones."""
+    return any(key[0] == "groups" and grouping[1] for key, grouping in plan._host_cache.items())
 
 
 def run_cases(W, rank, results):
@@ -129,10 +139,10 @@ def run_cases(W, rank, results):
     for S, name, idx, causal, Dv, chunk_size, sparse, *layout in cases:
         q, k, v, do = case_inputs(S * 7 + len(name), B, S, H, Hk, D, Dv)
         ref = single_device(q, k, v, do, idx, causal)
-        for method in ("allgather", "ulysses", "allgather_per_peer", "allgather_spaced"):
+        for method in ("allgather", "ulysses", "allgather_per_peer", "allgather_spaced", "allgather_apart"):
             if method == "allgather_per_peer" and (W == 2 or S != 130):
                 continue
-            if method == "allgather_spaced" and (S != 130 or not sparse):
+            if method in ("allgather_spaced", "allgather_apart") and (S != 130 or not sparse):
                 continue
             if method == "ulysses" and (H % W or Hk % W or (idx is not None and idx.shape[1] % W and idx.shape[1] > 1)):
                 continue
@@ -140,18 +150,20 @@ def run_cases(W, rank, results):
             # per_peer: one all-to-all and kernel call per peer, as when parts hit 2^19 keys
             allgather.KEYS_PER_PART = 1 if method == "allgather_per_peer" else 1 << 19
             allgather.SPARSE_EXCHANGE = sparse
+            # apart: the own keys' call apart from group 0's, as where they do not fit one call
+            allgather.FUSE_OWN = method != "allgather_apart"
             if name.endswith("_pieces"):
                 os.environ["PADDLE_FLASHMASK_SPLIT_SEQLEN"] = "64"
             try:
-                if method == "allgather_spaced":
-                    with small_spacing():
-                        plan_box = []
-                        rows, got = context_parallel(q, k, v, do, idx, causal, W, rank, "allgather", chunk_size,
-                                                     *layout, plan_box=plan_box)
-                    results["spaced_parts"] += spaced_parts(plan_box[0], rank)
-                else:
+                plan_box = []
+                with small_spacing(method == "allgather_spaced"):
                     rows, got = context_parallel(q, k, v, do, idx, causal, W, rank, method.split("_")[0], chunk_size,
-                                                 *layout)
+                                                 *layout, plan_box=plan_box)
+                if method == "allgather_spaced":
+                    results["spaced_parts"] += spaced_parts(plan_box[0], rank)
+                if method.startswith("allgather"):
+                    fused = results["fused_calls"].setdefault(method, 0)
+                    results["fused_calls"][method] = fused + fused_calls(plan_box[0])
                 want = [ref[0][:, rows], ref[1][:, :, rows], ref[2][:, rows]]
                 errs = [rel(got[0], want[0]), float(np.nanmax(np.abs(np.where(np.isinf(want[1]), 0, got[1] - want[1])))),
                         rel(got[2], want[2])]
@@ -164,6 +176,7 @@ def run_cases(W, rank, results):
                 results["cases"].append({"case": tag, "error": traceback.format_exc()[-2000:]})
             finally:
                 allgather.SPARSE_EXCHANGE = True
+                allgather.FUSE_OWN = True
                 os.environ.pop("PADDLE_FLASHMASK_SPLIT_SEQLEN", None)
 
 
@@ -240,7 +253,7 @@ def main():
     out_dir = sys.argv[1]
     dist.init_parallel_env()
     W, rank = dist.get_world_size(), dist.get_rank()
-    results = {"rank": rank, "world_size": W, "cases": [], "bad": [], "spaced_parts": 0}
+    results = {"rank": rank, "world_size": W, "cases": [], "bad": [], "spaced_parts": 0, "fused_calls": {}}
     paddle.seed(0)
     run_cases(W, rank, results)
     run_bad_input(W, rank, results)

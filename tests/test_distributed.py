@@ -43,10 +43,15 @@ def test_every_rank_matches_the_single_device_op(results):
     for res in results:
         cases = res["cases"]
         methods = {c["case"].split("/")[0] for c in cases}
-        assert methods == ({"allgather", "ulysses", "allgather_spaced"} if W == 2
-                           else {"allgather", "allgather_per_peer", "allgather_spaced"}), methods
+        assert methods == ({"allgather", "ulysses", "allgather_spaced", "allgather_apart"} if W == 2
+                           else {"allgather", "allgather_per_peer", "allgather_spaced", "allgather_apart"}), methods
         # allgather with its received keys among padding slots (small key blocks: spacing.py)
         assert res["spaced_parts"] > 0
+        # group 0's keys in the own keys' call (short parts fit), and apart from it where
+        # that is switched off or a call takes one key (per peer)
+        fused = res["fused_calls"]
+        assert fused["allgather"] > 0 and fused["allgather_spaced"] > 0, fused
+        assert fused["allgather_apart"] == 0 and fused.get("allgather_per_peer", 0) == 0, fused
         assert len(cases) >= (2 * 2 * 18 if W == 2 else 3 * 18)
         tags = " ".join(c["case"] for c in cases)
         assert "_dv8/" in tags and "_hm4/" in tags  # value's own head dim, a mask head per query head

@@ -436,9 +436,29 @@ def test_allgather_groups_follow_the_kernel_limit_of_the_head_dim(monkeypatch):
         spec = allgather.Spec(plan, 0, None, None, True, 1.0, 0, False, 1, None, head_dim)
         return spec.groups()
 
+    # every key sent (the dense exchange): each distance brings `most` keys; group 0 shares its
+    # call with the own keys (fused), so it holds one distance fewer
+    monkeypatch.setattr(allgather, "SPARSE_EXCHANGE", False)
+    assert [len(g) for g in groups(128)] == [3, 4]
+    assert [len(g) for g in groups(256)] == [1, 2, 2, 2]
+    assert [len(g) for g in groups(192)] == [1, 2, 2, 2]  # q/k 192 (value 128): the head dim of q counts
+    monkeypatch.setattr(allgather, "FUSE_OWN", False)
     assert [len(g) for g in groups(128)] == [4, 3]
     assert [len(g) for g in groups(256)] == [2, 2, 2, 1]
-    assert [len(g) for g in groups(192)] == [2, 2, 2, 1]  # q/k 192 (value 128): the head dim of q counts
+    monkeypatch.setattr(allgather, "FUSE_OWN", True)
+    monkeypatch.setattr(allgather, "SPARSE_EXCHANGE", True)
+    # the sparse exchange: causal sends a rank only the keys before its rows, so distances pack
+    # by what they bring; a group closes only where the next distance would not fit
+    for head_dim in (128, 256):
+        spec = allgather.Spec(plan, 0, None, None, True, 1.0, 0, False, 1, None, head_dim)
+        need = {d: max(spec.num_sent((r - d) % W, r) for r in range(W)) for d in range(1, W)}
+        room = [spec.keys_per_part() - (spec.own_width(most) if spec.fused() else 0)] + \
+            [spec.keys_per_part()] * W
+        gs = groups(head_dim)
+        for i, g in enumerate(gs):
+            assert sum(need[d] for d in g) <= room[i] or len(g) == 1
+            if i + 1 < len(gs):
+                assert sum(need[d] for d in g) + need[gs[i + 1][0]] > room[i]
     for head_dim in (128, 192, 256):  # every ring distance exactly once, in order
         assert [d for g in groups(head_dim) for d in g] == list(range(1, W))
     # cached index tensors are kept apart per part size (the grouping differs)

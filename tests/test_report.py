@@ -278,7 +278,7 @@ def test_dump_bench_masks_writes_the_benchmarks_instances(tmp_path, capsys):
         dump.main([str(tmp_path), "512", "random_eviction"])
 
 
-def test_dump_cp_part_mask_writes_the_parts_rows_and_keys(tmp_path, capsys):
+def test_dump_cp_part_mask_writes_the_parts_rows_and_keys(tmp_path, capsys, monkeypatch):
     """A context-parallel part written for --time-mask-file hides exactly what the whole mask hides
     among that rank's rows and that part's keys; a part whose key count differs from its row count,
     a rank or part out of range, are refused by name."""
@@ -289,6 +289,10 @@ def test_dump_cp_part_mask_writes_the_parts_rows_and_keys(tmp_path, capsys):
     from paddle_flashmask.distributed import ContextParallelPlan, allgather
 
     S, W, name = 8192, 2, "global_sliding_window"
+    # where group 0's keys share the own keys' call, part 1 is part 0's call
+    with pytest.raises(SystemExit, match="shares part 0's kernel call"):
+        dump.main([str(tmp_path), str(S), str(W), name, "0", "1"])
+    monkeypatch.setattr(allgather, "FUSE_OWN", False)
     assert dump.main([str(tmp_path), str(S), str(W), name, "0", "1"]) == 0
     line = capsys.readouterr().out.strip().split("\n")[-1]
     path = tmp_path / f"{name}_{S}_w{W}_r0_p1.i32"

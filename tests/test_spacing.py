@@ -75,7 +75,11 @@ def _received_parts(name, S, W):
         masks_r = spec.part_masks()
         for gi in range(len(spec.groups())):
             slots = spec.part_slots(gi)
-            if slots is not None:
+            if slots is None:
+                continue
+            if gi == 0 and spec.fused():  # group 0's buffer follows the own keys in the first call
+                yield spec.L, masks_r[0].numpy()[0, 0][spec.L + spec.lead(0):], slots
+            else:
                 yield spec.L, masks_r[1 + gi].numpy()[0, 0], slots
 
 

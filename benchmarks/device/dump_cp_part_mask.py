@@ -6,7 +6,8 @@ raw int32 [S, C], for the harness's `--time-mask-file`: the bare kernels on the 
     python3 benchmarks/device/dump_cp_part_mask.py OUT_DIR S W MASK RANK PART [--pad-keys]
     -> OUT_DIR/<MASK>_<S>_w<W>_r<RANK>_p<PART>.i32 and the harness arguments to time it
 
-PART 0 is the rank's own keys, PART g + 1 exchange group g's. The plan is bench_cp_gpu.py's
+PART 0 is the rank's own keys (and group 0's where they share its call, `allgather.Spec.fused`;
+PADDLE_FLASHMASK_CP_FUSE=0 keeps them apart), PART g + 1 exchange group g's. The plan is bench_cp_gpu.py's
 (`long_context_mask(MASK, S)`, the allgather method, its default layout); the harness takes one
 length for rows and keys, so only a part with as many keys as rows can be written, or, with
 --pad-keys, one with fewer keys than rows, its keys followed by columns that hide every row (the
@@ -48,6 +49,9 @@ def main(argv):
     masks = spec.part_masks()
     if not 0 <= part < len(masks):
         raise SystemExit(f"PART must be in [0, {len(masks)}) for rank {rank} of this plan, got {part}")
+    if part == 1 and spec.fused():
+        raise SystemExit(f"part 1 of rank {rank} shares part 0's kernel call (PADDLE_FLASHMASK_CP_FUSE=0 keeps it "
+                         "apart)")
     if masks[part] is None:
         raise SystemExit(f"part {part} of rank {rank} is empty or unmasked: nothing to write")
     m = masks[part].numpy()

@@ -4,16 +4,19 @@ Forward on rank r: its K/V go to the other ranks by ring shifts (rank r sends to
 receives from r - d), the distances taken in groups, one all-to-all per group, all
 started at once. Only the keys a destination's rows attend to travel
 (``ContextParallelPlan.keys_needed``): with documents, answers or windows most keys stay
-home. While they travel r attends its queries to its own keys, then to each
-arriving group's keys, and merges the partial softmaxes exactly by their LSE. A group
-holds as many peers as fit in 2^19 keys (the Hopper kernels' longest sequence), so few,
-large kernel calls do the work. Backward: each group part's backward (with the merged
-out/LSE), its dK/dV sent back to their owners at once, then the local part while they
-travel; every rank sums what it receives for its keys in a fixed order. Each part reads
-the global mask through the remap op (local query rows, that part's key columns), so
-tiles are skipped exactly as on one device. A group's keys are spaced out in its kernel call
-where neighbours see far-apart rows (``spacing``: zero padding slots that hide every row), so
-no key block's summary spans rows none of its keys see. Any mask form, head count, GQA.
+home. A group holds consecutive distances while the keys they bring fit one kernel call
+(2^19 keys, the Hopper kernels' longest sequence), so few, large calls do the work. Where
+group 0's keys fit beside the rank's own, one call takes both (``Spec.fused``: a part
+costs a merge, a dQ sum and its own pass over the rows' O(L) work, which at 256K rows
+outweigh a short transfer waited for); the other groups' parts follow as their keys arrive,
+and the partial softmaxes merge exactly by their LSE. Backward: each group part's backward
+(with the merged out/LSE), its dK/dV sent back to their owners at once, then the first
+call's while they travel; every rank sums what it receives for its keys in a fixed order.
+Each part reads the global mask through the remap op (local query rows, that part's key
+columns), so tiles are skipped exactly as on one device. A group's keys are spaced out in
+their call where neighbours see far-apart rows (``spacing``: zero padding slots that hide
+every row), so no key block's summary spans rows none of its keys see. Any mask form, head
+count, GQA.
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ KEYS_PER_PART = 1 << 19
 SPARSE_EXCHANGE = os.environ.get("PADDLE_FLASHMASK_CP_SPARSE", "1") != "0"
 # PADDLE_FLASHMASK_CP_SPACING=0 keeps a part's keys back to back (for comparisons).
 SPACED_PARTS = os.environ.get("PADDLE_FLASHMASK_CP_SPACING", "1") != "0"
+# PADDLE_FLASHMASK_CP_FUSE=0 keeps the own keys' call apart from group 0's (for comparisons).
+FUSE_OWN = os.environ.get("PADDLE_FLASHMASK_CP_FUSE", "1") != "0"
+
+
 
 
 class Spec(CallSpec):
@@ -49,11 +56,51 @@ class Spec(CallSpec):
         return super().index((self.keys_per_part(), name), build)
 
     def groups(self):
-        """Ring distances in groups, the same on every rank (sized by the largest rank)."""
-        most = max(self.plan.num_local_rows(x) for x in range(self.W))
-        per = max(1, self.keys_per_part() // most)
-        dists = list(range(1, self.W))
-        return [dists[i:i + per] for i in range(0, len(dists), per)]
+        """Ring distances in groups, the same on every rank: consecutive distances while the
+        keys they bring the busiest receiver fit one kernel call (group 0 beside the rank's own
+        keys when ``fused()``)."""
+        return self._grouping()[0]
+
+    def fused(self):
+        """Whether group 0's keys join the rank's own in one kernel call (no merge, no dQ sum,
+        one pass over the rows' O(L) work instead of two): when they fit beside the largest
+        rank's own keys on every rank. Group 0's transfer is then waited for before the
+        first forward instead of hidden under it."""
+        return self._grouping()[1]
+
+    def _grouping(self):
+        key = ("groups", SPARSE_EXCHANGE, FUSE_OWN, self.keys_per_part())
+        cache = self.plan._host_cache
+        if key not in cache:
+            W, cap = self.W, self.keys_per_part()
+            # keys distance d brings its busiest receiver (every rank computes the same)
+            need = [0] + [max(self.num_sent((r - d) % W, r) for r in range(W)) for d in range(1, W)]
+            own = max(self.own_width(self.plan.num_local_rows(x)) for x in range(W))
+            fused = FUSE_OWN and W > 1 and own + need[1] <= cap
+            groups, room = [], cap - own if fused else cap
+            for d in range(1, W):
+                if groups and need[d] <= room:
+                    groups[-1].append(d)
+                else:
+                    if groups:
+                        room = cap
+                    groups.append([d])
+                room -= need[d]
+            cache[key] = (groups, fused)
+        return cache[key]
+
+    def lead(self, gi):
+        """Zero slots before group gi's keys in its buffer: where fused, group 0's keys start
+        a key block after the rank's own keys."""
+        return self.own_width(self.L) - self.L if gi == 0 and self.fused() else 0
+
+    def own_width(self, rows):
+        """Slots a rank's own keys take in a fused call: up to a whole key block, so that group 0's
+        start one (zero slots between, hidden from every row; none without a mask, which could
+        not hide them)."""
+        if self.plan._indices_host is None and not self.causal:
+            return rows
+        return -(-rows // spacing.BLOCK_KEYS) * spacing.BLOCK_KEYS
 
     def sources(self, group):
         """Ranks whose keys a group brings to this rank, ascending (the all-to-all's order)."""
@@ -82,13 +129,14 @@ class Spec(CallSpec):
         keys sit back to back; the same for every mask tensor of this plan."""
         if not SPACED_PARTS:
             return None
-        key = ("slots", self.rank, gi, SPARSE_EXCHANGE, self.keys_per_part())
+        key = ("slots", self.rank, gi, SPARSE_EXCHANGE, FUSE_OWN, self.keys_per_part())
         cache = self.plan._host_cache
         if key not in cache:
-            cache[key] = self._spaced_slots(self.part_keys(self.groups()[gi]))
+            room = self.keys_per_part() - (self.own_width(self.L) if gi == 0 and self.fused() else 0)
+            cache[key] = self._spaced_slots(self.part_keys(self.groups()[gi]), room)
         return cache[key]
 
-    def _spaced_slots(self, keys):
+    def _spaced_slots(self, keys, room):
         if keys.size < 2 or (self.plan._indices_host is None and not self.causal):
             return None  # a lone key, or no mask: nothing to space out
         import paddle
@@ -100,21 +148,28 @@ class Spec(CallSpec):
         columns = tensor_ops.remap_indices(idx_t, paddle.to_tensor(keys, place=cpu),
                                            paddle.to_tensor(self.plan.row_table(self.rank), place=cpu),
                                            self.causal, self.plan.chunk_size, self.plan.seqlen).numpy()
-        return spacing.key_slots(columns, self.L, self.keys_per_part())
+        return spacing.key_slots(columns, self.L, room)
 
     def part_length(self, gi, group):
-        """Keys of group gi's kernel call, padding slots included."""
+        """Keys of group gi's buffer: its lead, its keys and their padding slots."""
         slots = self.part_slots(gi)
-        return sum(self.num_sent(s, self.rank) for s in self.sources(group)) if slots is None else slots[1]
+        n = sum(self.num_sent(s, self.rank) for s in self.sources(group)) if slots is None else slots[1]
+        return self.lead(gi) + n
 
-    def spaced_units(self, gi, units):
+    def spaced_units(self, gi, units, width=None, offset=0):
         """``units`` (positions in ``[B, part keys]``, batch-major) as positions in
-        ``[B, part_length]``: where the keys sit among the padding slots."""
+        ``[B, part_length]`` (where the keys sit after the lead, among the padding slots), or,
+        with ``width``, in ``[B, width]`` with the buffer at ``offset`` (the fused call's keys)."""
         slots = self.part_slots(gi)
-        if slots is None:
-            return units
-        n = slots[0].size
-        return units // n * slots[1] + slots[0][units % n]
+        n = int(sum(self.num_sent(s, self.rank) for s in self.sources(self.groups()[gi])))
+        length = self.part_length(gi, self.groups()[gi])
+        at = units % n if n else units
+        place = self.lead(gi) + (at if slots is None else slots[0][at])
+        return units // max(n, 1) * (length if width is None else width) + offset + place
+
+    def trivial_layout(self, gi):
+        """Whether group gi's buffer holds its keys as they arrive (B = 1, no lead, no slots)."""
+        return self.batch == 1 and self.lead(gi) == 0 and self.part_slots(gi) is None
 
     def part_masks(self):
         """[mask of this rank's own keys, mask of each group's keys] for this rank's rows;
@@ -123,7 +178,7 @@ class Spec(CallSpec):
         if self.indices is None and not self.causal:
             return [None] * (1 + len(groups))  # full attention: nothing to mask
         key = ("masks", self.rank, id(self.indices) if self.indices is not None else None, str(self.place),
-               SPARSE_EXCHANGE, SPACED_PARTS, self.keys_per_part())
+               SPARSE_EXCHANGE, SPACED_PARTS, FUSE_OWN, self.keys_per_part())
         hit = self.plan._device_cache.get(key)
         if hit is not None and (self.indices is None or hit[0]() is self.indices):
             return hit[1]
@@ -131,21 +186,29 @@ class Spec(CallSpec):
                                         self.place)
         masks = []
         for gi in range(-1, len(groups)):  # this rank's own keys, then each group's
-            keys = self.plan.local_rows(self.rank) if gi < 0 else self.part_keys(groups[gi])
+            if gi == 0 and self.fused():  # in the first call, after the own keys
+                masks.append(None)
+                continue
+            keys = self.plan.local_rows(self.rank) if gi < 0 else self.buffer_keys(gi)
+            if gi < 0 and self.fused():
+                keys = np.concatenate([keys, self.buffer_keys(0)])
             if keys.size == 0:  # nothing of this group reaches this rank's rows
                 masks.append(None)
                 continue
-            if gi >= 0 and self.part_slots(gi) is not None:  # padding slots: -1, a column hiding every row
-                slots, length = self.part_slots(gi)
-                spaced = np.full(length, -1, dtype=np.int64)
-                spaced[slots] = keys
-                keys = spaced
-            keys_t = self.index(("part_keys", gi, SPARSE_EXCHANGE, SPACED_PARTS), lambda: keys)
+            keys_t = self.index(("part_keys", gi, SPARSE_EXCHANGE, SPACED_PARTS, FUSE_OWN), lambda: keys)
             masks.append(tensor_ops.remap_indices(self.indices, keys_t, table, self.causal, self.plan.chunk_size,
                                                   self.plan.seqlen))
         ref = weakref.ref(self.indices) if self.indices is not None else None
         self.plan._device_cache[key] = (ref, masks)
         return masks
+
+    def buffer_keys(self, gi):
+        """Global key of every slot of group gi's buffer (-1: a lead or padding slot, which the
+        remap op makes a column hiding every row)."""
+        keys = self.part_keys(self.groups()[gi])
+        out = np.full(self.part_length(gi, self.groups()[gi]), -1, dtype=np.int64)
+        out[self.spaced_units(gi, np.arange(keys.size, dtype=np.int64))] = keys
+        return out
 
 
 def _group_splits(spec, group, back):
@@ -180,7 +243,7 @@ def _send_kv(spec, x, gi, group):
     # pieces arrive rank by rank; with B > 1 they are regrouped batch-major, and spaced out
     # among padding slots (zero units) where the part has them (a copy)
     length = spec.part_length(gi, group)
-    if B == 1 and spec.part_slots(gi) is None:
+    if spec.trivial_layout(gi):
         unpack = None
     else:
         def spread():
@@ -188,7 +251,7 @@ def _send_kv(spec, x, gi, group):
             out = np.full(B * length, -1, dtype=np.int64)
             out[spec.spaced_units(gi, np.arange(arrived.size, dtype=np.int64))] = arrived
             return out
-        unpack = spec.index(("kv_unpack", gi, SPARSE_EXCHANGE, SPACED_PARTS), spread)
+        unpack = spec.index(("kv_unpack", gi, SPARSE_EXCHANGE, SPACED_PARTS, FUSE_OWN), spread)
     return comm.exchange(x, _kv_pack(spec, L, dsts, gi), Hk * D, _group_splits(spec, group, False), unpack,
                          [B, length, Hk, D], spec.group, spec.rank)
 
@@ -202,20 +265,22 @@ def _kv_pack(spec, L, dsts, gi):
         [b * L + spec.sent(spec.rank, t) for t in dsts for b in range(spec.batch)]))
 
 
-def _send_back(spec, dx, gi, group):
-    B, keys, Hk, D = [int(d) for d in dx.shape]
+def _send_back(spec, dx, gi, group, offset=None):
+    """dK or dV of group gi's keys back to their owners; ``dx`` is the group's buffer, or with
+    ``offset`` the fused call's ``[B, keys, ...]`` that holds it from that key on."""
+    B, width, Hk, D = [int(d) for d in dx.shape]
     srcs, dsts = spec.sources(group), spec.destinations(group)
     # dK/dV of each source's keys back to it: pieces [source][B, keys from it] in rank order,
     # read from among the padding slots where the part has them
-    if B == 1 and spec.part_slots(gi) is None:
+    if offset is None and spec.trivial_layout(gi):
         pack = None
     else:
         def inverse():
             order = _batch_major(spec, [spec.num_sent(s, spec.rank) for s in srcs])
             inv = np.empty_like(order)
             inv[order] = np.arange(order.size, dtype=np.int64)
-            return spec.spaced_units(gi, inv)
-        pack = spec.index(("dkv_pack", gi, SPARSE_EXCHANGE, SPACED_PARTS), inverse)
+            return spec.spaced_units(gi, inv) if offset is None else spec.spaced_units(gi, inv, width, offset)
+        pack = spec.index(("dkv_pack", gi, SPARSE_EXCHANGE, SPACED_PARTS, FUSE_OWN, offset is not None), inverse)
     # arriving: from each destination (ascending) [B, keys it needed]; spread over
     # [destination, B, L] with zeros for the keys a destination did not get
     if _sends_everything(spec, [(spec.rank, t) for t in dsts]):
@@ -258,36 +323,54 @@ class AllGatherAttention(PyLayer):
         ctx.set_materialize_grads(False)
         masks, groups = spec.part_masks(), spec.groups()
         jobs = [(_send_kv(spec, k, gi, g), _send_kv(spec, v, gi, g)) for gi, g in enumerate(groups)]
-        out, lse = part_forward(spec, q, k, v, masks[0])  # overlaps the transfers on NCCL
+        first = 1 if spec.fused() else 0
+        if first:  # the own keys and group 0's in one call
+            k_main, v_main = (tensor_ops.concat([x, job.wait()], 1) for x, job in ((k, jobs[0][0]), (v, jobs[0][1])))
+        else:
+            k_main, v_main = k, v
+        out, lse = part_forward(spec, q, k_main, v_main, masks[0])  # overlaps the other transfers on NCCL
         remote = []
-        for gi, (kj, vj) in enumerate(jobs):
-            k_g, v_g = kj.wait(), vj.wait()
+        for gi in range(first, len(groups)):
+            k_g, v_g = jobs[gi][0].wait(), jobs[gi][1].wait()
             if int(k_g.shape[1]):  # else no key of this group is seen here
                 out_g, lse_g = part_forward(spec, q, k_g, v_g, masks[1 + gi])
                 out, lse = tensor_ops.merge_partial(out, lse, out_g, lse_g)
             remote += [k_g, v_g]
         ctx.spec = spec
-        ctx.save_for_backward(q, k, v, out, lse, *remote)
+        ctx.save_for_backward(q, k_main, v_main, out, lse, *remote)
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, dlse=None):
         spec = ctx.spec
-        q, k, v, out, lse, *remote = ctx.saved_tensor()
+        q, k_main, v_main, out, lse, *remote = ctx.saved_tensor()
         masks, groups = spec.part_masks(), spec.groups()
+        first = 1 if spec.fused() else 0
         dq, back = None, []
-        for gi, g in enumerate(groups):
-            k_g, v_g = remote[2 * gi], remote[2 * gi + 1]
+        for gi in range(first, len(groups)):
+            g = groups[gi]
+            k_g, v_g = remote[2 * (gi - first)], remote[2 * (gi - first) + 1]
             if int(k_g.shape[1]) == 0:  # an empty part: nothing to compute, empty pieces to send
                 back.append((_send_back(spec, k_g, gi, g), _send_back(spec, v_g, gi, g)))
                 continue
             dq_g, dk_g, dv_g = part_backward(spec, q, k_g, v_g, masks[1 + gi], out, lse, dout)
             back.append((_send_back(spec, dk_g, gi, g), _send_back(spec, dv_g, gi, g)))
             dq = dq_g if dq is None else tensor_ops.accumulate(dq, dq_g)
-        dq_l, dk, dv = part_backward(spec, q, k, v, masks[0], out, lse, dout)  # overlaps the transfers
+        dq_l, dk, dv = part_backward(spec, q, k_main, v_main, masks[0], out, lse, dout)  # overlaps the transfers
         dq = dq_l if dq is None else tensor_ops.accumulate(dq_l, dq)
+        if first:  # group 0's dK/dV go home from the fused call's keys past the own ones
+            back.insert(0, tuple(_send_back(spec, x, 0, groups[0], offset=spec.L) for x in (dk, dv)))
+            dk, dv = (_own_keys(spec, x) for x in (dk, dv))
         for kj, vj in back:  # fixed order (group, then source rank): deterministic sums
             dk = tensor_ops.accumulate(dk, kj.wait())
             dv = tensor_ops.accumulate(dv, vj.wait())
         return dq, dk, dv
+
+
+def _own_keys(spec, x):
+    """The own keys' ``[B, L, ...]`` of a fused call's ``[B, keys, ...]`` (its first L keys)."""
+    B, width, Hk, D = [int(d) for d in x.shape]
+    index = spec.index(("own_keys", width), lambda: (np.arange(B, dtype=np.int64)[:, None] * width +
+                                                     np.arange(spec.L, dtype=np.int64)[None, :]).ravel())
+    return tensor_ops.gather_units(x, index, Hk * D, [B, spec.L, Hk, D])
