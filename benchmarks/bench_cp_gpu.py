@@ -17,6 +17,7 @@ and on CPU (``--device cpu``, small sizes) for a dry run.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -265,23 +266,6 @@ class Sim:
         return list(zip(out, dq, dk, dv))
 
 
-class small_spacing:
-    """allgather's key spacing (paddle_flashmask/distributed/spacing.py) at the check's length:
-    8-key blocks and a cut where a merge leaves 2 more 4-row blocks live, so that the check's
-    parts get padding slots (at the kernels' 128 / 64 / 1024 only long parts do)."""
-
-    def __init__(self, on):
-        self.on = on
-
-    def __enter__(self):
-        self.saved = (spacing.BLOCK_KEYS, spacing.BLOCK_ROWS, spacing.MIN_WASTE_ROWS)
-        if self.on:
-            spacing.BLOCK_KEYS, spacing.BLOCK_ROWS, spacing.MIN_WASTE_ROWS = 8, 4, 8
-
-    def __exit__(self, *exc):
-        spacing.BLOCK_KEYS, spacing.BLOCK_ROWS, spacing.MIN_WASTE_ROWS = self.saved
-
-
 def check(args, place):
     B, H, Hk, D = 2, 8, 2, 64
     failures, lines = 0, []
@@ -310,7 +294,10 @@ def check(args, place):
                         plan = ContextParallelPlan(idx, causal, W, method=base, seqlen=S)
                         sim = Sim(plan, it, causal, dtype, place, B, H, Hk, D, args.kernel)
                         shard = lambda x: [device_tensor(plan.shard(x, r), dtype, place) for r in range(W)]
-                        with small_spacing(method == "allgather_spaced"):
+                        # spaced: 8-key blocks, a cut where 2 more 4-row blocks would be live, so that
+                        # the check's short parts get padding slots too
+                        toy = spacing.geometry(8, 4, 8) if method == "allgather_spaced" else contextlib.nullcontext()
+                        with toy:
                             got = getattr(sim, base)(shard(q), shard(k), shard(v), shard(do))
                         spaced = sum(1 for key, slots in plan._host_cache.items() if key[0] == "slots" and slots)
                         worst = 0.0

@@ -4,6 +4,7 @@
 op on the same random inputs; bad-input cases must raise on every rank, and the group must
 still work after them. Writes OUT_DIR/rank{r}.json."""
 
+import contextlib
 import json
 import os
 import sys
@@ -18,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import paddle_flashmask as pfm  # noqa: E402
 from paddle_flashmask import masks  # noqa: E402
-from paddle_flashmask.distributed import ContextParallelPlan, flashmask_attention  # noqa: E402
+from paddle_flashmask.distributed import ContextParallelPlan, flashmask_attention, spacing  # noqa: E402
 from reference import random_indices  # noqa: E402
 
 
@@ -71,27 +72,6 @@ def mask_cases(S, H, Hk, seed):
     out.append(("plain_causal", None, True))
     out.append(("no_mask", None, False))
     return out
-
-
-class small_spacing:
-    """allgather's key spacing (distributed/spacing.py) at this test's lengths (when ``on``):
-    8-key blocks, a cut where a merge leaves 2 more 4-row blocks live, so tiny masks get
-    padding slots too."""
-
-    def __init__(self, on=True):
-        self.on = on
-
-    def __enter__(self):
-        from paddle_flashmask.distributed import spacing
-
-        self.saved = (spacing.BLOCK_KEYS, spacing.BLOCK_ROWS, spacing.MIN_WASTE_ROWS)
-        if self.on:
-            spacing.BLOCK_KEYS, spacing.BLOCK_ROWS, spacing.MIN_WASTE_ROWS = 8, 4, 8
-
-    def __exit__(self, *exc):
-        from paddle_flashmask.distributed import spacing
-
-        spacing.BLOCK_KEYS, spacing.BLOCK_ROWS, spacing.MIN_WASTE_ROWS = self.saved
 
 
 def spaced_parts(plan, rank):
@@ -156,7 +136,10 @@ def run_cases(W, rank, results):
                 os.environ["PADDLE_FLASHMASK_SPLIT_SEQLEN"] = "64"
             try:
                 plan_box = []
-                with small_spacing(method == "allgather_spaced"):
+                # spaced: 8-key blocks, a cut where 2 more 4-row blocks would be live, so that
+                # these tiny masks get padding slots too
+                toy = spacing.geometry(8, 4, 8) if method == "allgather_spaced" else contextlib.nullcontext()
+                with toy:
                     rows, got = context_parallel(q, k, v, do, idx, causal, W, rank, method.split("_")[0], chunk_size,
                                                  *layout, plan_box=plan_box)
                 if method == "allgather_spaced":

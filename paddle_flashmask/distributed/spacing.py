@@ -16,6 +16,8 @@ Numpy only; the columns are a part's remapped mask (non-causal form, C = 2 or 4)
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 # Key block the slots align to: every kernel's (64 or 128 keys) divides it.
@@ -27,6 +29,19 @@ MIN_WASTE_ROWS = 1024
 # Padding slots at most, as a share of the part's keys (at least four cuts' worth; cuts are made
 # in key order until it is spent).
 MAX_PADDING_SHARE = 0.25
+
+
+@contextlib.contextmanager
+def geometry(block_keys, block_rows, min_waste_rows):
+    """The blocks and threshold above set to these for a while: checks at toy lengths, where the
+    kernels' own (128 keys, 64 rows, 1024) never cut."""
+    global BLOCK_KEYS, BLOCK_ROWS, MIN_WASTE_ROWS
+    saved = BLOCK_KEYS, BLOCK_ROWS, MIN_WASTE_ROWS
+    BLOCK_KEYS, BLOCK_ROWS, MIN_WASTE_ROWS = block_keys, block_rows, min_waste_rows
+    try:
+        yield
+    finally:
+        BLOCK_KEYS, BLOCK_ROWS, MIN_WASTE_ROWS = saved
 
 
 def _bands(columns, num_rows):
