@@ -42,8 +42,6 @@ SPACED_PARTS = os.environ.get("PADDLE_FLASHMASK_CP_SPACING", "1") != "0"
 FUSE_OWN = os.environ.get("PADDLE_FLASHMASK_CP_FUSE", "1") != "0"
 
 
-
-
 class Spec(CallSpec):
     method = "allgather"
 
@@ -172,8 +170,9 @@ class Spec(CallSpec):
         return self.batch == 1 and self.lead(gi) == 0 and self.part_slots(gi) is None
 
     def part_masks(self):
-        """[mask of this rank's own keys, mask of each group's keys] for this rank's rows;
-        cached per indices tensor (every layer of a model passes the same one)."""
+        """[mask of the first call's keys (the own ones, then group 0's buffer where fused), mask
+        of each group's keys (None for group 0 where fused, or a group that brings no key)] for
+        this rank's rows; cached per indices tensor (every layer of a model passes the same one)."""
         groups = self.groups()
         if self.indices is None and not self.causal:
             return [None] * (1 + len(groups))  # full attention: nothing to mask
