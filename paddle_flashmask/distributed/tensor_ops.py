@@ -34,7 +34,8 @@ def merge_partial(out_a, lse_a, out_b, lse_b):
 
 def remap_indices(indices, key_rows, row_table, causal, chunk_size, seqlen):
     """The global mask restricted to a rank's query rows and the keys ``key_rows``, in the
-    rank's local row numbers, as a causal=False form (see the op)."""
+    rank's local row numbers, as a causal=False form (see the op); a key of -1 is a padding
+    slot, a column that hides every row (allgather's spaced parts)."""
     return _ops().pfm_cp_remap_indices(indices, key_rows, row_table, bool(causal), int(chunk_size), int(seqlen))
 
 
