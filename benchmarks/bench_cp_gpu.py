@@ -146,9 +146,8 @@ def unspaced(spec, gi, x, offset=None):
     """The group's keys' rows, in arrival order, of its buffer's ``[B, slots, ...]`` result (or,
     with ``offset``, of the fused call's, where the buffer starts at that key)."""
     B, width = x.shape[:2]
-    n = sum(spec.num_sent(s, spec.rank) for s in spec.sources(spec.groups()[gi]))
-    at = spec.spaced_units(gi, np.arange(B * n)) if offset is None else \
-        spec.spaced_units(gi, np.arange(B * n), width, offset)
+    n = spec.num_arriving(spec.groups()[gi])
+    at = spec.spaced_units(gi, np.arange(B * n), width, offset or 0)
     return x.reshape((B * width,) + x.shape[2:])[at].reshape((B, n) + x.shape[2:])
 
 
@@ -441,8 +440,7 @@ def rank_step_time(plan, r, it, causal, method, blocks, place, dtype, args, time
         groups, first = spec.groups(), 1 if spec.fused() else 0
         parts = []
         for gi in range(first, len(groups)):
-            n = sum(spec.num_sent(x, r) for x in spec.sources(groups[gi]))
-            if n:  # the kernel call's keys: padding slots too (allgather.Spec.part_length)
+            if spec.num_arriving(groups[gi]):  # the kernel call's keys: padding slots too (allgather.Spec.part_length)
                 parts.append((gi, tiled(blocks[Hk], spec.part_length(gi, groups[gi]), place, dtype)))
         # fused: group 0's buffer joins the own keys in the first call (allgather.Spec.fused)
         buffer0 = tiled(blocks[Hk], spec.part_length(0, groups[0]), place, dtype) if first else None

@@ -148,22 +148,25 @@ class Spec(CallSpec):
                                            self.causal, self.plan.chunk_size, self.plan.seqlen).numpy()
         return spacing.key_slots(columns, self.L, room)
 
+    def num_arriving(self, group):
+        """Keys a group brings this rank (their count in ``part_keys``)."""
+        return sum(self.num_sent(s, self.rank) for s in self.sources(group))
+
     def part_length(self, gi, group):
         """Keys of group gi's buffer: its lead, its keys and their padding slots."""
         slots = self.part_slots(gi)
-        n = sum(self.num_sent(s, self.rank) for s in self.sources(group)) if slots is None else slots[1]
-        return self.lead(gi) + n
+        return self.lead(gi) + (self.num_arriving(group) if slots is None else slots[1])
 
     def spaced_units(self, gi, units, width=None, offset=0):
         """``units`` (positions in ``[B, part keys]``, batch-major) as positions in
-        ``[B, part_length]`` (where the keys sit after the lead, among the padding slots), or,
-        with ``width``, in ``[B, width]`` with the buffer at ``offset`` (the fused call's keys)."""
-        slots = self.part_slots(gi)
-        n = int(sum(self.num_sent(s, self.rank) for s in self.sources(self.groups()[gi])))
-        length = self.part_length(gi, self.groups()[gi])
+        ``[B, width]`` (default: the buffer's ``part_length``) with the buffer at ``offset`` (the
+        fused call's keys): where the keys sit after the lead, among the padding slots."""
+        group = self.groups()[gi]
+        slots, n = self.part_slots(gi), self.num_arriving(group)
+        width = self.part_length(gi, group) if width is None else width
         at = units % n if n else units
         place = self.lead(gi) + (at if slots is None else slots[0][at])
-        return units // max(n, 1) * (length if width is None else width) + offset + place
+        return units // max(n, 1) * width + offset + place
 
     def trivial_layout(self, gi):
         """Whether group gi's buffer holds its keys as they arrive (B = 1, no lead, no slots)."""
@@ -248,7 +251,7 @@ def _send_kv(spec, x, gi, group):
         def spread():
             arrived = _batch_major(spec, lens) if B > 1 else np.arange(sum(lens), dtype=np.int64)
             out = np.full(B * length, -1, dtype=np.int64)
-            out[spec.spaced_units(gi, np.arange(arrived.size, dtype=np.int64))] = arrived
+            out[spec.spaced_units(gi, np.arange(arrived.size, dtype=np.int64), length)] = arrived
             return out
         unpack = spec.index(("kv_unpack", gi, SPARSE_EXCHANGE, SPACED_PARTS, FUSE_OWN), spread)
     return comm.exchange(x, _kv_pack(spec, L, dsts, gi), Hk * D, _group_splits(spec, group, False), unpack,
@@ -278,7 +281,7 @@ def _send_back(spec, dx, gi, group, offset=None):
             order = _batch_major(spec, [spec.num_sent(s, spec.rank) for s in srcs])
             inv = np.empty_like(order)
             inv[order] = np.arange(order.size, dtype=np.int64)
-            return spec.spaced_units(gi, inv) if offset is None else spec.spaced_units(gi, inv, width, offset)
+            return spec.spaced_units(gi, inv, width, offset or 0)  # width: the buffer's, or the fused call's
         pack = spec.index(("dkv_pack", gi, SPARSE_EXCHANGE, SPACED_PARTS, FUSE_OWN, offset is not None), inverse)
     # arriving: from each destination (ascending) [B, keys it needed]; spread over
     # [destination, B, L] with zeros for the keys a destination did not get
@@ -370,6 +373,5 @@ class AllGatherAttention(PyLayer):
 def _own_keys(spec, x):
     """The own keys' ``[B, L, ...]`` of a fused call's ``[B, keys, ...]`` (its first L keys)."""
     B, width, Hk, D = [int(d) for d in x.shape]
-    index = spec.index(("own_keys", width), lambda: (np.arange(B, dtype=np.int64)[:, None] * width +
-                                                     np.arange(spec.L, dtype=np.int64)[None, :]).ravel())
+    index = spec.index(("own_keys", width), lambda: tensor_ops.rows_index(B, width, np.arange(spec.L)))
     return tensor_ops.gather_units(x, index, Hk * D, [B, spec.L, Hk, D])

@@ -58,6 +58,11 @@ def concat(parts, axis):
     return _ops().pfm_cp_concat(list(parts), int(axis))
 
 
+def rows_index(batch, seqlen, rows: np.ndarray):
+    """Units of ``x[:, rows]`` in a ``[batch, seqlen, ...]`` tensor, for ``gather_units``."""
+    return (np.arange(batch, dtype=np.int64)[:, None] * seqlen + np.asarray(rows, np.int64)[None, :]).ravel()
+
+
 def take_rows(x, rows: np.ndarray):
     """``x[:, rows]`` for a ``[B, S, ...]`` paddle tensor on any place."""
     import paddle
@@ -65,8 +70,7 @@ def take_rows(x, rows: np.ndarray):
     shape = [int(d) for d in x.shape]
     B, S = shape[0], shape[1]
     unit = int(np.prod(shape[2:])) if len(shape) > 2 else 1
-    src = (np.arange(B, dtype=np.int64)[:, None] * S + rows[None, :]).ravel()
-    src_t = paddle.to_tensor(src, dtype="int64", place=x.place)
+    src_t = paddle.to_tensor(rows_index(B, S, rows), dtype="int64", place=x.place)
     return gather_units(x, src_t, unit, [B, rows.size] + shape[2:])
 
 
