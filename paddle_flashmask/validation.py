@@ -448,7 +448,11 @@ def check_deterministic_support(query, head_dim, deterministic):
 # after it) the FA2-class backward stores dK/dV in the output dtype itself (1, the default) or adds
 # them into fp32 slots converted after it (flashmask_launch.cuh, fa2_dkv_direct);
 # PADDLE_FLASHMASK_SM90_BWD_DKV_DIRECT: the same for the Hopper backward without GQA (1, the default;
-# 0: fp32 slots; flashmask_sm90_api.cu, bwd_dkv_direct).
+# 0: fp32 slots; flashmask_sm90_api.cu, bwd_dkv_direct);
+# PADDLE_FLASHMASK_SM90_BWD_CHAINS_FIRST / _CHAIN_MIN_STEPS: the Hopper backward's longest key blocks
+# before every GQA group's (sm90/bwd_cta_order.cuh) and the floor of their steps;
+# PADDLE_FLASHMASK_SM90_FWD_HEAVY_FIRST / _HEAVY_MIN_BLOCKS: the Hopper forward's longest tiles first
+# (sm90/fwd_tile_order.cuh) and the floor of their live key blocks.
 INTEGER_ENV_SWITCHES = {
     "PADDLE_FLASHMASK_SM90_FWD_OVERLAP": (0, 1),
     "PADDLE_FLASHMASK_SM90_FWD_WIDE_KEYS": (0, 1),
@@ -460,6 +464,10 @@ INTEGER_ENV_SWITCHES = {
     "PADDLE_FLASHMASK_SM90_BWD_ORDER_CAP": (0, 1 << 24),
     "PADDLE_FLASHMASK_SM90_BWD_ORDER_CLASSES": (1, 256),
     "PADDLE_FLASHMASK_SM90_BWD_FINISH_OVERLAP": (0, 1),
+    "PADDLE_FLASHMASK_SM90_BWD_CHAINS_FIRST": (0, 1),
+    "PADDLE_FLASHMASK_SM90_BWD_CHAIN_MIN_STEPS": (1, 1 << 24),
+    "PADDLE_FLASHMASK_SM90_FWD_HEAVY_FIRST": (0, 1),
+    "PADDLE_FLASHMASK_SM90_FWD_HEAVY_MIN_BLOCKS": (1, 1 << 15),
     "PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST": (0, 4096),
     "PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT": (0, 1),
     "PADDLE_FLASHMASK_SM90_BWD_DKV_DIRECT": (0, 1),

@@ -677,6 +677,60 @@ def test_sm90_fwd_wide_keys(monkeypatch, wide, dtype, batch, seqlen_q, seqlen_k,
         pfm.set_gpu_kernel(old)
 
 
+LONG_TILES_ENV = {"PADDLE_FLASHMASK_SM90_FWD_HEAVY_FIRST": None, "PADDLE_FLASHMASK_SM90_FWD_HEAVY_MIN_BLOCKS": "1",
+                  "PADDLE_FLASHMASK_SM90_BWD_CHAINS_FIRST": None, "PADDLE_FLASHMASK_SM90_BWD_CHAIN_MIN_STEPS": "1"}
+
+
+def _global_rows_indices(rng, batch, mask_heads, seqlen):
+    """Global tokens beside a window (their rows see every key, every row sees them), the
+    global count and window per (batch, mask head)."""
+    rows = []
+    for _ in range(batch):
+        heads = [masks.global_sliding_window_mask(seqlen, int(rng.integers(1, 70)), int(rng.integers(20, 200)),
+                                                  place="numpy")[0, 0] for _ in range(mask_heads)]
+        rows.append(np.stack(heads))
+    return np.ascontiguousarray(np.stack(rows), dtype=np.int32)
+
+
+@pytest.mark.parametrize("first", ["0", "1"])
+@pytest.mark.parametrize("sorted_order", ["0", "1"])
+@pytest.mark.parametrize("batch,heads,heads_k,hm", [(2, 8, 2, 1), (2, 8, 2, 8), (3, 6, 3, 3), (1, 4, 4, 1)])
+def test_sm90_long_tiles_first(monkeypatch, first, sorted_order, batch, heads, heads_k, hm):
+    # The Hopper forward's heavy tiles and the backward's chains first (fwd_tile_order.cuh,
+    # bwd_cta_order.cuh), their floors lowered to 1 so that a short call has many of them: every
+    # tile and key block exactly once, whichever order, on the global rows' mask whose long rows
+    # and columns are what they are for; the backward sorted within groups or not.
+    if not is_sm90():
+        pytest.skip(f"the sm90 kernels need compute capability 9.0, GPU 0 is {device_capability()}")
+    for name, value in LONG_TILES_ENV.items():
+        monkeypatch.setenv(name, first if value is None else value)
+    monkeypatch.setenv("PADDLE_FLASHMASK_SM90_BWD_ORDER", sorted_order)
+    old = pfm.set_gpu_kernel("sm90")
+    try:
+        rng = np.random.default_rng(seed_of("long-tiles-idx", batch, heads, hm))
+        idx = _global_rows_indices(rng, batch, hm, 1037)
+        run_gpu_case(seed_of("long-tiles", first, sorted_order, batch, heads, hm), batch, 1037, 1037, heads, heads_k,
+                     128, False, idx)
+    finally:
+        pfm.set_gpu_kernel(old)
+
+
+@pytest.mark.parametrize("dim", [64, 96, 256])
+def test_sm90_long_tiles_first_head_dims(monkeypatch, dim):
+    # The same orders at the other head dims' tiles (64-key blocks at 256).
+    if not is_sm90():
+        pytest.skip(f"the sm90 kernels need compute capability 9.0, GPU 0 is {device_capability()}")
+    for name, value in LONG_TILES_ENV.items():
+        monkeypatch.setenv(name, "1" if value is None else value)
+    old = pfm.set_gpu_kernel("sm90")
+    try:
+        rng = np.random.default_rng(seed_of("long-tiles-dims-idx", dim))
+        idx = _global_rows_indices(rng, 2, 2, 777)
+        run_gpu_case(seed_of("long-tiles-dims", dim), 2, 777, 777, 4, 2, dim, False, idx)
+    finally:
+        pfm.set_gpu_kernel(old)
+
+
 def _short_document_lengths(rng, seqlen):
     """Documents of 100-300 tokens filling `seqlen` (the last cut short): tiles of 1-3 live key blocks."""
     lens = []

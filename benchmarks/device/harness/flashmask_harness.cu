@@ -395,15 +395,18 @@ bool g_forward_only = false;
 
 // The sm90 backward's CTA order (sm90/bwd_cta_order.cuh) as the last
 // backward left it in the workspace, checked on the host: per (batch, GQA
-// group) a permutation of the group's slots, the working ones first by the
-// class of their capped work, heaviest first, ties in the group's grid order
-// (its heads in fitted_head_of's row order, key blocks fastest), then the idle
-// ones.
-// Returns the number of groups that fail (a bad order would leave key blocks
+// group) stretch the working slots first, sorted (short calls) by the class
+// of their capped work, heaviest first, ties in the group's grid order (its
+// heads in fitted_head_of's row order, key blocks fastest), then the idle
+// ones; the chains (slots past bwd_chain_threshold's steps) of every stretch
+// in front of all stretches, in stretch order. An unsorted order without
+// chains is the grid's own.
+// Returns the number of places that fail (a bad order would leave key blocks
 // out or run them twice; time_case exits on any).
 int check_cta_order(const BwdParams& b) {
   const int32_t* order_dev = flashmask::cuda::bwd_cta_order(b);
-  if (order_dev == nullptr || !flashmask::sm90::bwd_cta_ordered(b)) return 0;
+  const bool sorted = flashmask::sm90::bwd_cta_ordered(b), chains = flashmask::sm90::bwd_chains_first(b);
+  if (order_dev == nullptr || !(sorted || chains)) return 0;
   const int hg = b.bwd_head_group, groups = b.num_heads / hg;
   const int key_block = flashmask::cuda::dkv_block(b.head_dim);
   const int blocks = (b.seqlen_k + key_block - 1) / key_block;
@@ -412,7 +415,16 @@ int check_cta_order(const BwdParams& b) {
   CHECK(cudaMemcpy(order.data(), order_dev, slots * 4, cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(counts.data(), flashmask::cuda::fitted_head_counts(b), items * 4, cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(live.data(), flashmask::cuda::bwd_live_block_counts(b), items * 4, cudaMemcpyDeviceToHost));
-  const int cap = flashmask::sm90::bwd_cta_order_cap(b), classes = flashmask::sm90::bwd_cta_order_classes();
+  const int cap = sorted ? flashmask::sm90::bwd_cta_order_cap(b) : 0;
+  const int classes = flashmask::sm90::bwd_cta_order_classes();
+  int64_t threshold = INT64_MAX;
+  if (chains) {
+    int sms = 0;
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    int64_t total = 0;
+    for (int64_t at = 0; at < items; ++at) total += int64_t(hg) * live[at];
+    threshold = flashmask::sm90::bwd_chain_threshold(total, sms);
+  }
   auto head_of_row = [&](int y) {  // fitted_head_of
     const int g = y % groups, rank = y / groups;
     int j = rank;
@@ -422,34 +434,47 @@ int check_cta_order(const BwdParams& b) {
     }
     return g * hg + j;
   };
-  int failed = 0;
+  std::vector<int32_t> front, rest;  // the chains, then the stretches short of them
   for (int batch = 0; batch < b.batch; ++batch) {
     for (int g = 0; g < groups; ++g) {
-      // The expected order: the group's slots in grid order, stably sorted.
-      std::vector<std::pair<int, int32_t>> expect;  // (bucket: -capped work, idle last; slot)
+      // The stretch: the group's slots in grid order, stably sorted.
+      std::vector<std::pair<int, int32_t>> expect;  // (key: chain, -capped work, idle last; slot)
       for (int rank = 0; rank < hg; ++rank) {
         const int head = head_of_row(rank * groups + g);
         for (int n = 0; n < blocks; ++n) {
           const int64_t at = (int64_t(batch) * groups + g) * blocks + n;
           const int heads = counts[at];
           const bool idle = head % heads != 0;
+          const bool chain = !idle && int64_t(heads) * live[at] > threshold;
           const int64_t steps = std::min(heads * live[at], cap);
-          const int key = idle ? 1 : -int(steps * classes / (cap + 1));
+          const int key = idle ? 1 : chain ? -(1 << 20) : -int(steps * classes / (cap + 1));
           expect.push_back({key, int32_t((int64_t(batch) * b.num_heads + head) * blocks + n)});
         }
       }
       std::stable_sort(expect.begin(), expect.end(), [](auto& x, auto& y) { return x.first < y.first; });
-      const int32_t* got = order.data() + (int64_t(batch) * groups + g) * hg * blocks;
-      for (size_t i = 0; i < expect.size(); ++i) {
-        if (got[i] != expect[i].second) {
-          if (failed < 3) std::printf("cta order: batch %d group %d place %zu: slot %d, expected %d\n", batch, g, i,
-                                      got[i], expect[i].second);
-          ++failed;
-          break;
-        }
-      }
+      for (auto& e : expect) (e.first == -(1 << 20) ? front : rest).push_back(e.second);
     }
   }
+  std::vector<int32_t> expected;
+  if (!sorted && front.empty()) {  // the grid's own order: key blocks fastest, rows, batch
+    for (int64_t i = 0; i < slots; ++i) {
+      const int n = int(i % blocks), row = int(i / blocks % b.num_heads), batch = int(i / blocks / b.num_heads);
+      expected.push_back(int32_t((int64_t(batch) * b.num_heads + head_of_row(row)) * blocks + n));
+    }
+  } else {
+    expected = front;
+    expected.insert(expected.end(), rest.begin(), rest.end());
+  }
+  int failed = 0;
+  for (int64_t i = 0; i < slots; ++i) {
+    if (order[i] != expected[i]) {
+      if (failed < 3) std::printf("cta order: place %lld: slot %d, expected %d\n", (long long)i, order[i],
+                                  expected[i]);
+      ++failed;
+    }
+  }
+  if (chains) std::printf("cta order: %zu chain slots (threshold %lld steps)%s\n", front.size(), (long long)threshold,
+                          failed ? "" : ", order as expected");
   return failed;
 }
 

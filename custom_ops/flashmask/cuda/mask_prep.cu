@@ -522,11 +522,23 @@ int32_t* bwd_finish_counters(const BwdParams& p) {
   return tile_counters(p) + kTileCounterInts + dkv_flag_elems(p) + fitted_count_elems(p) + cta_order_elems(p);
 }
 
+int64_t fwd_tile_order_elems(const FwdParams& p) {
+  if (p.mask.startend_row_indices == nullptr) return 0;
+  const int64_t query_blocks = (p.seqlen_q + 63) / 64;
+  return kTileOrderHeaderInts + summary_table_rows(p) * query_blocks + int64_t(p.batch) * p.num_heads * query_blocks;
+}
+
+int32_t* fwd_tile_order(const FwdParams& p) {
+  if (p.mask.startend_row_indices == nullptr) return nullptr;
+  return tile_counters(p) + kTileCounterInts + dkv_flag_elems(p) + fitted_count_elems(p) + cta_order_elems(p) +
+         finish_counter_elems(p);
+}
+
 }  // namespace cuda
 
 int64_t block_bounds_elems(const FwdParams& p) {
   return cuda::summary_elems(p) + cuda::kTileCounterInts + cuda::dkv_flag_elems(p) + cuda::fitted_count_elems(p) +
-         cuda::cta_order_elems(p) + cuda::finish_counter_elems(p);
+         cuda::cta_order_elems(p) + cuda::finish_counter_elems(p) + cuda::fwd_tile_order_elems(p);
 }
 
 void fill_window_indices_cuda(int32_t* dst, int seqlen_q, int seqlen_k, bool causal,

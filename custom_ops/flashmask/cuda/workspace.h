@@ -4,7 +4,8 @@
 // that uses them zeroes on its stream first, then the sm90 backward's
 // per-key-block dK/dV flags (dkv_written_flags), then its per-key-block head
 // counts (fitted_head_counts), then its CTA order (bwd_cta_order), then the
-// counters of its overlapped finish (bwd_finish_counters). Also the
+// counters of its overlapped finish (bwd_finish_counters), then the sm90
+// forward's tile order (fwd_tile_order). Also the
 // padding of the sm90 backward's row statistics (BwdParams::row_stats).
 #pragma once
 
@@ -133,6 +134,16 @@ int32_t* bwd_live_block_counts(const BwdParams& p);
 // the launch; batch * num_heads_k + 1 int32 after the CTA order.
 int64_t finish_counter_elems(const FwdParams& p);
 int32_t* bwd_finish_counters(const BwdParams& p);
+
+// The sm90 forward's tile order (sm90/fwd_tile_order.cuh), after the finish
+// counters, where the call has a column mask: kTileOrderHeaderInts (the heavy
+// tiles' number, the threshold), each (mask row, 64-row query block)'s live
+// key blocks, then the heavy tiles' indices (at most every tile of 64-row
+// blocks: the forward's blocks are at least that). Rewritten by each forward
+// that uses it (fwd_heavy_first). Null without a column mask.
+constexpr int kTileOrderHeaderInts = 4;
+int64_t fwd_tile_order_elems(const FwdParams& p);
+int32_t* fwd_tile_order(const FwdParams& p);
 
 // dQ's conversion passes (FA2-class fa2_dq_tiles_to_dq_kernel, sm90
 // dq_tiles_to_dq_kernel) stage a query block's scaled rows in shared memory,

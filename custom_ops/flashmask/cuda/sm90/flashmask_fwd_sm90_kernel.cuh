@@ -28,6 +28,7 @@
 #include "../../flashmask_params.h"
 #include "../../mask_bounds.h"
 #include "../fast_exp2.cuh"
+#include "fwd_tile_order.cuh"
 #include "sm90_block_list.cuh"
 #include "sm90_kernel_traits.h"
 #include "sm90_utils.cuh"
@@ -44,6 +45,7 @@ struct FwdKernelParams {
   FwdParams p;
   int* tile_counter;  // zeroed before the launch: tiles handed out so far past the first wave
   int heads_together;  // query heads handed out side by side (fwd_tile_of): H / Hk or 1
+  const int32_t* tile_order;  // heavy tiles first (fwd_tile_order.cuh), or null: fwd_tile_of's order
 };
 
 // Masks a partially masked tile (query rows from r0, key columns from c0) of
@@ -137,28 +139,6 @@ __device__ __forceinline__ void rescale_rows(Acc& acc_rc, const float (&alpha)[k
 template <typename Traits>
 __host__ __device__ __forceinline__ int fwd_query_blocks(const FwdParams& p) {
   return (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
-}
-
-struct FwdTile {
-  int m_block, head, batch;
-};
-
-// Tile t: `heads_together` query heads of one GQA group fastest, then query
-// blocks in reverse, then head groups and batch. The heads of a group read the
-// same K/V blocks, so tiles handed out side by side fetch each block from HBM
-// once; query blocks next, so the CTAs running at once share one head's K/V in
-// L2 (which covers it only at short lengths or where neighbouring query blocks
-// see the same key blocks), and in reverse, so the heaviest blocks under
-// causal masks start first (handed out in order, the light ones fill the gaps
-// at the end).
-__device__ __forceinline__ FwdTile fwd_tile_of(int t, int query_blocks, int num_heads, int heads_together) {
-  const int head_in_group = t % heads_together;
-  const int rest = t / heads_together;
-  const int m = rest % query_blocks;
-  const int groups = num_heads / heads_together;
-  const int group_batch = rest / query_blocks;
-  return FwdTile{query_blocks - 1 - m, (group_batch % groups) * heads_together + head_in_group,
-                 group_batch / groups};
 }
 
 // Named barriers (id 0 is __syncthreads): each consumer warpgroup's staging
@@ -282,12 +262,21 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         asm volatile("bar.sync %0, %1;\n" ::"n"(int(FwdBarrier::kListBuilders)), "n"(Traits::kListThreads)
                      : "memory");
       };
+      auto draw = [&] { return int(gridDim.x) + atomicAdd(kp.tile_counter, 1); };
+      // heavy tiles first (thread 0 reads the order's header once)
+      const int num_heavy = kp.tile_order != nullptr && tid == 0 ? kp.tile_order[0] : 0;
+      const int heavy_threshold = kp.tile_order != nullptr && tid == 0 ? kp.tile_order[1] : 0;
+      auto tile_at = [&](int u) {
+        if (kp.tile_order == nullptr) return u;
+        return fwd_draw_tile(p, kp.tile_order, num_heavy, heavy_threshold, query_blocks, kp.heads_together,
+                             num_tiles, u, draw);
+      };
       int t = blockIdx.x;
       for (int k = 0;; ++k) {
         const int slot = k % 2;
         if (k >= 2) wait_published(ss.tile_empty[slot], (k / 2 - 1) % 2);
-        if (k > 0) {
-          if (tid == 0) ss.next_tile = gridDim.x + atomicAdd(kp.tile_counter, 1);
+        if (k > 0 || kp.tile_order != nullptr) {
+          if (tid == 0) ss.next_tile = tile_at(k > 0 ? draw() : int(blockIdx.x));
           sync();
           t = ss.next_tile;
           sync();  // read by all before thread 0 rewrites it

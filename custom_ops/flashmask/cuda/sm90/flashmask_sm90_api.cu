@@ -108,11 +108,27 @@ bool bwd_dkv_direct(const BwdParams& p) {
   return p.num_heads == p.num_heads_k && cuda::env_switch("PADDLE_FLASHMASK_SM90_BWD_DKV_DIRECT", true);
 }
 
-bool bwd_cta_ordered(const BwdParams& p) {
+// Whether the plan has a CTA order to write: fitted grouping, not
+// deterministic, and int32 slots.
+static bool bwd_orderable(const BwdParams& p) {
   if (!p.fitted_head_groups() || p.deterministic) return false;
-  // int32 slots
-  if (int64_t(p.batch) * p.num_heads * ((p.seqlen_k + 63) / 64) >= (int64_t(1) << 31)) return false;
-  return cuda::env_switch("PADDLE_FLASHMASK_SM90_BWD_ORDER", p.seqlen_k <= kBwdOrderMaxKeys);
+  return int64_t(p.batch) * p.num_heads * ((p.seqlen_k + 63) / 64) < (int64_t(1) << 31);
+}
+
+bool bwd_cta_ordered(const BwdParams& p) {
+  return bwd_orderable(p) && cuda::env_switch("PADDLE_FLASHMASK_SM90_BWD_ORDER", p.seqlen_k <= kBwdOrderMaxKeys);
+}
+
+bool bwd_chains_first(const BwdParams& p) {
+  return bwd_orderable(p) && cuda::env_switch("PADDLE_FLASHMASK_SM90_BWD_CHAINS_FIRST", true);
+}
+
+int bwd_chain_min_steps() {
+  return cuda::env_int("PADDLE_FLASHMASK_SM90_BWD_CHAIN_MIN_STEPS", kChainMinSteps, 1, 1 << 24);
+}
+
+int64_t bwd_chain_threshold(int64_t total_steps, int sms) {
+  return chain_threshold(total_steps, sms, bwd_chain_min_steps());
 }
 
 int bwd_cta_order_cap(const BwdParams& p) {

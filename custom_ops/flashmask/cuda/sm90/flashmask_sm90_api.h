@@ -44,6 +44,17 @@ bool bwd_dkv_direct(const BwdParams& p);
 // share of the kernel; PADDLE_FLASHMASK_SM90_BWD_ORDER=1 / 0 forces it on /
 // off (NOTES.md, v17).
 bool bwd_cta_ordered(const BwdParams& p);
+// Whether the backward's chains (key blocks whose steps are a large share of
+// an SM's whole work: bwd_cta_order.cuh) start first, before every GQA
+// group's slots, at any length (PADDLE_FLASHMASK_SM90_BWD_CHAINS_FIRST=0: in
+// their group's place, as before).
+bool bwd_chains_first(const BwdParams& p);
+// The steps past which a slot is a chain, for a call of `total_steps` (heads x
+// live query blocks over every key block) on `sms` SMs (chain_threshold), never
+// below bwd_chain_min_steps (PADDLE_FLASHMASK_SM90_BWD_CHAIN_MIN_STEPS, default
+// 256).
+int bwd_chain_min_steps();
+int64_t bwd_chain_threshold(int64_t total_steps, int sms);
 // The order's settings (bwd_cta_order_kernel): the work is capped at
 // PADDLE_FLASHMASK_SM90_BWD_ORDER_CAP steps (unset: the fitted groups' bound,
 // bwd_group_max_steps; 0: group by group in the grid's order) and sorted in

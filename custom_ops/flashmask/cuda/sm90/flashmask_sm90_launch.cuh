@@ -64,6 +64,40 @@ inline bool fwd_pingpong() { return cuda::env_switch("PADDLE_FLASHMASK_SM90_FWD_
 // query blocks side by side, as before).
 inline bool fwd_gqa_tiles() { return cuda::env_switch("PADDLE_FLASHMASK_SM90_FWD_GQA_TILES", true); }
 
+// Heavy tiles first (fwd_tile_order.cuh) where a column-masked call has more
+// key blocks than a tile needs to be heavy; PADDLE_FLASHMASK_SM90_FWD_HEAVY_FIRST=0:
+// fwd_tile_of's order always, as before.
+// PADDLE_FLASHMASK_SM90_FWD_HEAVY_MIN_BLOCKS sets heavy_threshold's floor (tests
+// lower it to order short calls this way).
+inline int fwd_heavy_min_blocks() {
+  return cuda::env_int("PADDLE_FLASHMASK_SM90_FWD_HEAVY_MIN_BLOCKS", kHeavyMinBlocks, 1, 1 << 15);
+}
+template <typename Traits>
+bool fwd_heavy_first(const FwdParams& p) {
+  return p.mask.startend_row_indices != nullptr &&
+         (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN > fwd_heavy_min_blocks() &&
+         cuda::env_switch("PADDLE_FLASHMASK_SM90_FWD_HEAVY_FIRST", true);
+}
+
+// The two passes that order the forward's tiles heavy first (count, select),
+// on the stream before the forward; returns the order for FwdKernelParams.
+template <typename Traits>
+const int32_t* launch_fwd_tile_order(const FwdParams& p, int heads_together, cudaStream_t stream) {
+  int32_t* const order = cuda::fwd_tile_order(p);
+  const int query_blocks = fwd_query_blocks<Traits>(p);
+  const int key_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  const int list_bytes = live_list_capacity(key_blocks) * int(sizeof(uint16_t));
+  fwd_tile_count_kernel<Traits::kListThreads, Traits::kBlockM, Traits::kBlockN>
+      <<<dim3(query_blocks, unsigned(cuda::summary_table_rows(p))), Traits::kListThreads, list_bytes, stream>>>(
+          p, query_blocks, order);
+  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+  constexpr int kSelectThreads = 1024;
+  fwd_heavy_select_kernel<kSelectThreads><<<1, kSelectThreads, 0, stream>>>(p, query_blocks, heads_together,
+                                                                           sm_count(), fwd_heavy_min_blocks(), order);
+  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+  return order;
+}
+
 // The backward's finish (bwd_finish_kernel) as the main kernel's programmatic
 // dependent, on the SMs its last wave leaves (sm90 v18, NOTES.md);
 // PADDLE_FLASHMASK_SM90_BWD_FINISH_OVERLAP=0 launches it after the main
@@ -161,6 +195,10 @@ void launch_fwd_kernel(const FwdParams& p, FwdKernel<Traits> kernel, cudaStream_
   kp.tile_counter = cuda::tile_counters(p);
   kp.heads_together = fwd_gqa_tiles() ? p.num_heads / p.num_heads_k : 1;
   FLASHMASK_CUDA_CHECK(cudaMemsetAsync(kp.tile_counter, 0, sizeof(int), stream));
+  kp.tile_order = nullptr;
+  if constexpr (!Traits::kWideKeys) {  // the wide-key kernel takes calls with no mask
+    if (fwd_heavy_first<Traits>(p)) kp.tile_order = launch_fwd_tile_order<Traits>(p, kp.heads_together, stream);
+  }
   const int64_t tiles = int64_t(fwd_query_blocks<Traits>(p)) * p.num_heads * p.batch;
   const dim3 grid(unsigned(std::min<int64_t>(tiles, sm_count())));
   kernel<<<grid, Traits::kNThreads, smem, stream>>>(kp);
@@ -298,21 +336,23 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
     if (fitted_heads == nullptr) {
       throw std::logic_error("flashmask sm90 backward: fitted grouping without its head counts");
     }
-    const bool ordered = bwd_cta_ordered(p);
-    int32_t* const live_blocks = ordered ? cuda::bwd_live_block_counts(p) : nullptr;
+    // sorted: classes within each group (short calls); chains: the longest
+    // key blocks first at any length (bwd_cta_order.cuh)
+    const bool sorted = bwd_cta_ordered(p), chains = bwd_chains_first(p);
+    int32_t* const live_blocks = sorted || chains ? cuda::bwd_live_block_counts(p) : nullptr;
     constexpr int kCountThreads = 128;
     bwd_fitted_heads_kernel<Traits::kBlockM, Traits::kBlockN, kCountThreads>
         <<<dim3(grid.x, p.num_heads / p.bwd_head_group, p.batch), kCountThreads, 0, stream>>>(
             p, fitted_heads, live_blocks);
     FLASHMASK_CUDA_CHECK(cudaGetLastError());
-    if (ordered) {
+    if (sorted || chains) {
       constexpr int kOrderThreads = 256;
       int32_t* const order = cuda::bwd_cta_order(p);
       kp.cta_order = order;
       bwd_cta_order_kernel<kOrderThreads>
           <<<dim3(p.num_heads / p.bwd_head_group, p.batch), kOrderThreads, 0, stream>>>(
-              p, fitted_heads, live_blocks, int(grid.x), bwd_cta_order_cap(p), bwd_cta_order_classes(),
-              order);
+              p, fitted_heads, live_blocks, int(grid.x), bwd_cta_order_cap(p), bwd_cta_order_classes(), chains,
+              sorted, sm_count(), bwd_chain_min_steps(), order);
       FLASHMASK_CUDA_CHECK(cudaGetLastError());
     }
   }
