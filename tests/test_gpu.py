@@ -677,8 +677,13 @@ def test_sm90_fwd_wide_keys(monkeypatch, wide, dtype, batch, seqlen_q, seqlen_k,
         pfm.set_gpu_kernel(old)
 
 
-LONG_TILES_ENV = {"PADDLE_FLASHMASK_SM90_FWD_HEAVY_FIRST": None, "PADDLE_FLASHMASK_SM90_FWD_HEAVY_MIN_BLOCKS": "1",
-                  "PADDLE_FLASHMASK_SM90_BWD_CHAINS_FIRST": None, "PADDLE_FLASHMASK_SM90_BWD_CHAIN_MIN_STEPS": "1"}
+def _long_tiles_first(monkeypatch, first):
+    """Both Hopper orders on (first "1") or off ("0"), their floors at 1 so that short calls have
+    many heavy tiles and chains."""
+    for name in ("PADDLE_FLASHMASK_SM90_FWD_HEAVY_FIRST", "PADDLE_FLASHMASK_SM90_BWD_CHAINS_FIRST"):
+        monkeypatch.setenv(name, first)
+    for name in ("PADDLE_FLASHMASK_SM90_FWD_HEAVY_MIN_BLOCKS", "PADDLE_FLASHMASK_SM90_BWD_CHAIN_MIN_STEPS"):
+        monkeypatch.setenv(name, "1")
 
 
 def _global_rows_indices(rng, batch, mask_heads, seqlen):
@@ -702,8 +707,7 @@ def test_sm90_long_tiles_first(monkeypatch, first, sorted_order, batch, heads, h
     # and columns are what they are for; the backward sorted within groups or not.
     if not is_sm90():
         pytest.skip(f"the sm90 kernels need compute capability 9.0, GPU 0 is {device_capability()}")
-    for name, value in LONG_TILES_ENV.items():
-        monkeypatch.setenv(name, first if value is None else value)
+    _long_tiles_first(monkeypatch, first)
     monkeypatch.setenv("PADDLE_FLASHMASK_SM90_BWD_ORDER", sorted_order)
     old = pfm.set_gpu_kernel("sm90")
     try:
@@ -720,8 +724,7 @@ def test_sm90_long_tiles_first_head_dims(monkeypatch, dim):
     # The same orders at the other head dims' tiles (64-key blocks at 256).
     if not is_sm90():
         pytest.skip(f"the sm90 kernels need compute capability 9.0, GPU 0 is {device_capability()}")
-    for name, value in LONG_TILES_ENV.items():
-        monkeypatch.setenv(name, "1" if value is None else value)
+    _long_tiles_first(monkeypatch, "1")
     old = pfm.set_gpu_kernel("sm90")
     try:
         rng = np.random.default_rng(seed_of("long-tiles-dims-idx", dim))

@@ -51,6 +51,16 @@ __device__ __forceinline__ FwdTile fwd_tile_of(int t, int query_blocks, int num_
 
 constexpr int kTileOrderHeader = cuda::kTileOrderHeaderInts;  // ints before the counts
 
+// The order's counts, [mask rows, query blocks], and its heavy tiles' indices after them.
+template <typename Int>
+__device__ __forceinline__ Int* tile_counts(Int* order) {
+  return order + kTileOrderHeader;
+}
+template <typename Int>
+__device__ __forceinline__ Int* heavy_tiles(Int* order, const FwdParams& p, int query_blocks) {
+  return order + kTileOrderHeader + cuda::summary_table_rows(p) * query_blocks;
+}
+
 // A tile is heavy past this share of the live key blocks an SM takes over the
 // whole call (total / sms), and never at or below kHeavyMinBlocks (128 key
 // blocks, 16K keys: no tile of a shorter call is heavy, so short calls run no
@@ -91,12 +101,13 @@ __global__ void __launch_bounds__(kThreads)
   const int2 rep = row_representative(p, row);
   const int live = build_live_key_blocks<kThreads, kBlockM, kBlockN>(
       p, rep.x, rep.y, m_block, scratch_list, warp_counts, threadIdx.x, [] { __syncthreads(); });
-  if (threadIdx.x == 0) order[kTileOrderHeader + row * query_blocks + m_block] = live;
+  if (threadIdx.x == 0) tile_counts(order)[row * query_blocks + m_block] = live;
 }
 
 // One CTA: the threshold, then the heavy tiles (every (batch, head) of a heavy
-// (mask row, query block)) in count order, chunk by chunk with a CTA-wide
-// prefix of the tiles each entry brings.
+// (mask row, query block)), the entries in (mask row, query block) order, not
+// sorted by their counts, chunk by chunk with a CTA-wide prefix of the tiles
+// each entry brings.
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads)
     fwd_heavy_select_kernel(FwdParams p, int query_blocks, int heads_together, int sms, int min_blocks,
@@ -107,8 +118,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ int listed;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t entries = cuda::summary_table_rows(p) * query_blocks;
-  const int32_t* counts = order + kTileOrderHeader;
-  int32_t* heavy = order + kTileOrderHeader + entries;
+  const int32_t* counts = tile_counts(order);
+  int32_t* heavy = heavy_tiles(order, p, query_blocks);
   // (batch, head) pairs per mask row: its heads, and every batch where the
   // mask is shared by the batch.
   const int heads_per_row = p.num_heads / p.mask.num_heads;
@@ -163,9 +174,9 @@ template <typename Draw>
 __device__ int fwd_draw_tile(const FwdParams& p, const int32_t* order, int num_heavy, int threshold,
                              int query_blocks, int heads_together, int num_tiles, int u, Draw draw_again) {
   if (num_heavy == 0) return u;  // fwd_tile_of's order, no tile to pass over
-  const int32_t* counts = order + kTileOrderHeader;
+  const int32_t* counts = tile_counts(order);
   for (;;) {
-    if (u < num_heavy) return order[kTileOrderHeader + cuda::summary_table_rows(p) * query_blocks + u];
+    if (u < num_heavy) return heavy_tiles(order, p, query_blocks)[u];
     const int t = u - num_heavy;
     if (t >= num_tiles) return t;
     const FwdTile tile = fwd_tile_of(t, query_blocks, p.num_heads, heads_together);
