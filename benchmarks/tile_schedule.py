@@ -29,10 +29,17 @@ from tile_geometry import KERNEL_TILES, SKIP, classify_tiles  # noqa: E402
 SMS = 132  # H200 / H100 SXM
 FWD_US = (2.0, 2.4)  # (a tile, a live key block) of the persistent forward, us
 BWD_US = (3.0, 3.6)  # (a CTA, a live query block) of the backward, us
+# The FA2-class kernels (--family fa2): two forward CTAs an SM (each a step of 64 keys at half the
+# SM's pace), one backward CTA (a step of 64 query rows against 128 keys); H200, head dim 128.
+FA2_FWD_SLOTS, FA2_FWD_US = 2 * SMS, (3.0, 3.0)
+FA2_BWD_SLOTS, FA2_BWD_US = SMS, (3.0, 2.2)
 
-# The kernels' floors and shares (sm90/fwd_tile_order.cuh, sm90/bwd_cta_order.cuh).
+# The kernels' floors and shares (sm90/fwd_tile_order.cuh, sm90/bwd_cta_order.cuh; the FA2-class
+# orders, cuda/fa2_cta_order.cuh, take the forward's share and a floor of 16K keys or rows a CTA).
 HEAVY_MIN_BLOCKS, HEAVY_SHARE = 128, 16
 CHAIN_MIN_STEPS, CHAIN_SHARE = 256, 16
+FA2_HEAVY_MIN_ROWS = 16384
+FA2_LIGHT_LAST = 16  # flashmask_launch.cuh, bwd_light_last at 128-key blocks
 
 
 def heavy_threshold(total_blocks, sms=SMS, min_blocks=HEAVY_MIN_BLOCKS):
@@ -98,15 +105,56 @@ def backward_orders(counts, heads=32, heads_k=8):
     return {"grid": grid, "chains first": [s for s in grid if s > threshold] + [s for s in grid if s <= threshold]}
 
 
-def model_rows(name, indices, causal, seqlen_q, seqlen_k):
-    fwd, bwd = live_counts(indices, causal, seqlen_q, seqlen_k)
+def fa2_live_counts(indices, causal, seqlen_q, seqlen_k):
+    """live_counts on the FA2-class tiles at head dim 128 (forward 128 x 64, backward 64 x 128)."""
+    m, n = KERNEL_TILES["fa2 fwd"]
+    fwd = (classify_tiles(indices, causal, seqlen_q, seqlen_k, m, n)[0, 0] != SKIP).sum(1)
+    m, n = KERNEL_TILES["fa2 bwd"]
+    bwd = (classify_tiles(indices, causal, seqlen_q, seqlen_k, m, n)[0, 0] != SKIP).sum(0)
+    return fwd, bwd
+
+
+def heavy_first(grid, walked, min_blocks):
+    """{order: costs in order}: the grid's own and, where a CTA walks more blocks than the floor,
+    fa2_heavy_first_order_kernel's (the CTAs past heavy_threshold first, each part in rank order)."""
+    if walked <= min_blocks:
+        return {"grid": grid, "heavy first": grid}
+    threshold = heavy_threshold(sum(grid), min_blocks=min_blocks)
+    return {"grid": grid, "heavy first": [c for c in grid if c > threshold] + [c for c in grid if c <= threshold]}
+
+
+def fa2_forward_orders(counts, heads=32, min_blocks=FA2_HEAVY_MIN_ROWS // 64, key_blocks=None):
+    """The FA2-class forward's grid order (heads fastest, query blocks in reverse) and heavy first."""
+    grid = [int(counts[-1 - m]) for m in range(counts.size) for _ in range(heads)]
+    return heavy_first(grid, key_blocks if key_blocks is not None else int(counts.max(initial=0)), min_blocks)
+
+
+def fa2_backward_orders(counts, heads=32, light_last=FA2_LIGHT_LAST, min_steps=FA2_HEAVY_MIN_ROWS // 64,
+                        query_blocks=None):
+    """The FA2-class backward's grid order (a head's key blocks in turn, the last light_last of
+    every head after all of them, heads fastest) and heavy first."""
+    kept = counts.size - min(light_last, counts.size)
+    grid = [int(counts[n]) for _ in range(heads) for n in range(kept)]
+    grid += [int(counts[n]) for n in range(kept, counts.size) for _ in range(heads)]
+    return heavy_first(grid, query_blocks if query_blocks is not None else int(counts.max(initial=0)), min_steps)
+
+
+def model_rows(name, indices, causal, seqlen_q, seqlen_k, family="sm90", fa2_floor_rows=FA2_HEAVY_MIN_ROWS):
+    if family == "fa2":
+        fwd, bwd = fa2_live_counts(indices, causal, seqlen_q, seqlen_k)
+        kernels = (("fwd", fa2_forward_orders(fwd, min_blocks=fa2_floor_rows // 64, key_blocks=-(-seqlen_k // 64)),
+                    FA2_FWD_US, FA2_FWD_SLOTS),
+                   ("bwd", fa2_backward_orders(bwd, min_steps=fa2_floor_rows // 64, query_blocks=-(-seqlen_q // 64)),
+                    FA2_BWD_US, FA2_BWD_SLOTS))
+    else:
+        fwd, bwd = live_counts(indices, causal, seqlen_q, seqlen_k)
+        kernels = (("fwd", forward_orders(fwd), FWD_US, SMS), ("bwd", backward_orders(bwd), BWD_US, SMS))
     rows = []
-    for kernel, orders, (tile_us, step_us) in (("fwd", forward_orders(fwd), FWD_US),
-                                               ("bwd", backward_orders(bwd), BWD_US)):
+    for kernel, orders, (tile_us, step_us), slots in kernels:
         costs = {k: [tile_us + step_us * s for s in v] for k, v in orders.items()}
-        ideal = sum(next(iter(costs.values()))) / SMS
-        cells = [f"{k} {makespan(c) / 1000:.2f}" for k, c in costs.items()]
-        rows.append(f"| {name} | {seqlen_q} | {kernel} | " + " | ".join(cells) + f" | {ideal / 1000:.2f} |")
+        ideal = sum(next(iter(costs.values()))) / slots
+        cells = [f"{k} {makespan(c, slots) / 1000:.2f}" for k, c in costs.items()]
+        rows.append(f"| {name} | {seqlen_q} | {family} {kernel} | " + " | ".join(cells) + f" | {ideal / 1000:.2f} |")
     return rows
 
 
@@ -116,13 +164,18 @@ def main(argv=None):
     ap.add_argument("--masks", nargs="+", default=["global_sliding_window", "sliding_window", "causal_document"])
     ap.add_argument("--mask-file", nargs=4, metavar=("FILE", "S", "C", "CAUSAL"),
                     help="a raw int32 [S, C] mask (dump_bench_masks.py, dump_cp_part_mask.py)")
+    ap.add_argument("--family", choices=["sm90", "fa2"], default="sm90",
+                    help="the Hopper kernels' orders, or the FA2-class kernels' (cuda/fa2_cta_order.cuh)")
+    ap.add_argument("--fa2-floor-rows", type=int, default=FA2_HEAVY_MIN_ROWS,
+                    help="the FA2-class orders' floor as keys (forward) or rows (backward) a CTA walks")
     args = ap.parse_args(argv)
+    kw = {"family": args.family, "fa2_floor_rows": args.fa2_floor_rows}
     print("| mask | S | kernel | ms, old order | ms, new order | ideal ms |")
     print("|---|---|---|---|---|---|")
     if args.mask_file:
         path, s, c, causal = args.mask_file[0], int(args.mask_file[1]), int(args.mask_file[2]), args.mask_file[3] == "1"
         idx = np.fromfile(path, dtype=np.int32).reshape(1, 1, s, c)
-        print("\n".join(model_rows(os.path.basename(path), idx, causal, s, s)))
+        print("\n".join(model_rows(os.path.basename(path), idx, causal, s, s, **kw)))
         return 0
     sys.path.insert(0, os.path.dirname(HERE))
     from mask_area import bench_mask
@@ -131,7 +184,7 @@ def main(argv=None):
     for seqlen in args.lengths:
         for name in args.masks:
             idx, causal = bench_mask(masks, name, seqlen, 8)
-            print("\n".join(model_rows(name, idx, causal, seqlen, seqlen)))
+            print("\n".join(model_rows(name, idx, causal, seqlen, seqlen, **kw)))
     return 0
 
 

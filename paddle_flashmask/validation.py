@@ -452,7 +452,10 @@ def check_deterministic_support(query, head_dim, deterministic):
 # PADDLE_FLASHMASK_SM90_BWD_CHAINS_FIRST / _CHAIN_MIN_STEPS: the Hopper backward's longest key blocks
 # before every GQA group's (sm90/bwd_cta_order.cuh) and the floor of their steps;
 # PADDLE_FLASHMASK_SM90_FWD_HEAVY_FIRST / _HEAVY_MIN_BLOCKS: the Hopper forward's longest tiles first
-# (sm90/fwd_tile_order.cuh) and the floor of their live key blocks.
+# (sm90/fwd_tile_order.cuh) and the floor of their live key blocks;
+# PADDLE_FLASHMASK_FA2_FWD_HEAVY_FIRST / _HEAVY_MIN_BLOCKS and PADDLE_FLASHMASK_FA2_BWD_HEAVY_FIRST /
+# _HEAVY_MIN_STEPS: the FA2-class kernels' longest CTAs first (cuda/fa2_cta_order.cuh) and the floor
+# of their live blocks (the forward's 64-key blocks, the backward's query steps).
 INTEGER_ENV_SWITCHES = {
     "PADDLE_FLASHMASK_SM90_FWD_OVERLAP": (0, 1),
     "PADDLE_FLASHMASK_SM90_FWD_WIDE_KEYS": (0, 1),
@@ -469,6 +472,10 @@ INTEGER_ENV_SWITCHES = {
     "PADDLE_FLASHMASK_SM90_FWD_HEAVY_FIRST": (0, 1),
     "PADDLE_FLASHMASK_SM90_FWD_HEAVY_MIN_BLOCKS": (1, 1 << 15),
     "PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST": (0, 4096),
+    "PADDLE_FLASHMASK_FA2_FWD_HEAVY_FIRST": (0, 1),
+    "PADDLE_FLASHMASK_FA2_FWD_HEAVY_MIN_BLOCKS": (1, 1 << 24),
+    "PADDLE_FLASHMASK_FA2_BWD_HEAVY_FIRST": (0, 1),
+    "PADDLE_FLASHMASK_FA2_BWD_HEAVY_MIN_STEPS": (1, 1 << 24),
     "PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT": (0, 1),
     "PADDLE_FLASHMASK_SM90_BWD_DKV_DIRECT": (0, 1),
 }

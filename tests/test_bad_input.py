@@ -827,6 +827,10 @@ def test_bad_calls_do_not_crash_the_process(real_ops):
                                         ("PADDLE_FLASHMASK_SM90_FWD_HEAVY_MIN_BLOCKS", "32769"),
                                         ("PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST", "-8"),
                                         ("PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST", "4097"),
+                                        ("PADDLE_FLASHMASK_FA2_FWD_HEAVY_FIRST", "2"),
+                                        ("PADDLE_FLASHMASK_FA2_FWD_HEAVY_MIN_BLOCKS", "0"),
+                                        ("PADDLE_FLASHMASK_FA2_BWD_HEAVY_FIRST", "on"),
+                                        ("PADDLE_FLASHMASK_FA2_BWD_HEAVY_MIN_STEPS", "16777217"),
                                         ("PADDLE_FLASHMASK_FA2_SMEM_CLASS", "99K"),
                                         ("PADDLE_FLASHMASK_FA2_SMEM_CLASS", "a100"),
                                         ("PADDLE_FLASHMASK_FA2_BWD", "fast")])

@@ -734,6 +734,59 @@ def test_sm90_long_tiles_first_head_dims(monkeypatch, dim):
         pfm.set_gpu_kernel(old)
 
 
+def _fa2_long_ctas_first(monkeypatch, first):
+    """Both FA2-class CTA orders on (first "1") or off ("0"), their floors at 1 so that short calls
+    have many heavy CTAs."""
+    for name in ("PADDLE_FLASHMASK_FA2_FWD_HEAVY_FIRST", "PADDLE_FLASHMASK_FA2_BWD_HEAVY_FIRST"):
+        monkeypatch.setenv(name, first)
+    for name in ("PADDLE_FLASHMASK_FA2_FWD_HEAVY_MIN_BLOCKS", "PADDLE_FLASHMASK_FA2_BWD_HEAVY_MIN_STEPS"):
+        monkeypatch.setenv(name, "1")
+
+
+@pytest.mark.parametrize("first", ["0", "1"])
+@pytest.mark.parametrize("light_last", ["0", "3"])
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("batch,heads,heads_k,hm", [(2, 8, 2, 1), (2, 8, 2, 8), (3, 6, 3, 3), (1, 4, 4, 1)])
+def test_fa2_long_ctas_first(fa2_kernel, monkeypatch, first, light_last, deterministic, batch, heads, heads_k, hm):
+    # The FA2-class kernels' heavy CTAs first (cuda/fa2_cta_order.cuh), their floors lowered to 1
+    # so that a short call has many: every tile and key block exactly once, whichever order, on
+    # the global rows' mask whose long rows and columns are what the order is for; the backward's
+    # ranks with and without deferred rows (light_last), GQA and per-head masks.
+    _fa2_long_ctas_first(monkeypatch, first)
+    monkeypatch.setenv("PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST", light_last)
+    rng = np.random.default_rng(seed_of("fa2-long-ctas-idx", batch, heads, hm))
+    idx = _global_rows_indices(rng, batch, hm, 1037)
+    run_gpu_case(seed_of("fa2-long-ctas", first, light_last, deterministic, batch, heads, hm), batch, 1037, 1037,
+                 heads, heads_k, 128, False, idx, deterministic=deterministic)
+
+
+@pytest.mark.parametrize("dim", [64, 80, 96, 256])
+@pytest.mark.parametrize("causal,cols", [(False, 2), (True, 1), (True, 2), (False, 4)])
+def test_fa2_long_ctas_first_head_dims(fa2_kernel, monkeypatch, dim, causal, cols):
+    # The same orders on the other head dims' tiles (64-key blocks and 64-row forward tiles at
+    # 256, 128-row backward steps at 64) and on other mask forms, keys and rows ragged.
+    _fa2_long_ctas_first(monkeypatch, "1")
+    rng = np.random.default_rng(seed_of("fa2-long-ctas-dims-idx", dim, causal, cols))
+    global_rows = not causal and cols == 2
+    idx = _global_rows_indices(rng, 2, 2, 777) if global_rows else random_indices(rng, 2, 2, 777, 777, causal, cols)
+    run_gpu_case(seed_of("fa2-long-ctas-dims", dim, causal, cols), 2, 777, 777, 4, 2, dim, causal, idx)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_fa2_long_ctas_first_split_and_99k(fa2_kernel, monkeypatch, split):
+    # The ordered launch on the split backward (PADDLE_FLASHMASK_FA2_BWD=split) and on the 99 KB
+    # tiles (the forward at 256 on 4 warps, the backward's narrow key blocks).
+    _fa2_long_ctas_first(monkeypatch, "1")
+    if split:
+        monkeypatch.setenv("PADDLE_FLASHMASK_FA2_BWD", "split")
+    else:
+        monkeypatch.setenv(validation.FA2_SMEM_CLASS_ENV, "99k")
+    rng = np.random.default_rng(seed_of("fa2-long-ctas-split-idx", split))
+    idx = _global_rows_indices(rng, 2, 1, 901)
+    for dim in (64, 128) if split else (128, HD256):
+        run_gpu_case(seed_of("fa2-long-ctas-split", split, dim), 2, 901, 901, 8, 2, dim, False, idx)
+
+
 def _short_document_lengths(rng, seqlen):
     """Documents of 100-300 tokens filling `seqlen` (the last cut short): tiles of 1-3 live key blocks."""
     lens = []

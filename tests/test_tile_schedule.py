@@ -70,3 +70,32 @@ def test_packed_documents_keep_their_order():
     tree, heavy = ts.forward_orders(fwd).values()
     grid, chains = ts.backward_orders(bwd).values()
     assert tree == heavy and grid == chains
+
+
+def test_fa2_constants_are_the_kernels():
+    with open(os.path.join(os.path.dirname(SM90), "fa2_cta_order.cuh")) as f:
+        assert ts.FA2_HEAVY_MIN_ROWS == int(re.search(r"constexpr int kFa2HeavyMinRows = (\d+);", f.read()).group(1))
+    with open(os.path.join(os.path.dirname(SM90), "flashmask_launch.cuh")) as f:
+        assert ts.FA2_LIGHT_LAST == int(re.search(r"kDefault = kBlockN >= 128 \? (\d+) : 0;", f.read()).group(1))
+
+
+def test_fa2_orders_keep_every_cta_and_take_the_global_rows_first():
+    # The FA2-class grids' own orders and heavy first (cuda/fa2_cta_order.cuh) on global + sliding
+    # window at 32K: the same CTAs, the global rows' query block (the forward's last grid row) and
+    # the global keys' key block (the last head's starts late) first, and an earlier end.
+    idx = masks.global_sliding_window_mask(32768, 16, 1024, place="numpy")
+    fwd, bwd = ts.fa2_live_counts(idx, False, 32768, 32768)
+    assert fwd[0] == fwd.max() == 512 and bwd[0] == bwd.max() == 512
+    for orders, per_block, slots, us in ((ts.fa2_forward_orders(fwd), fwd, ts.FA2_FWD_SLOTS, ts.FA2_FWD_US),
+                                         (ts.fa2_backward_orders(bwd), bwd, ts.FA2_BWD_SLOTS, ts.FA2_BWD_US)):
+        grid, heavy = orders.values()
+        assert sorted(grid) == sorted(heavy) == sorted(np.repeat(per_block, 32).tolist())
+        assert heavy[:32] == [512] * 32 and grid[:32] != [512] * 32
+        cost = lambda order: ts.makespan([us[0] + us[1] * s for s in order], slots)  # noqa: E731
+        assert cost(heavy) < 0.95 * cost(grid)
+    # Under the floor (16K keys or rows a CTA walks) the grid's order stays.
+    short = masks.global_sliding_window_mask(8192, 16, 1024, place="numpy")
+    fwd8, bwd8 = ts.fa2_live_counts(short, False, 8192, 8192)
+    for orders in (ts.fa2_forward_orders(fwd8, key_blocks=128), ts.fa2_backward_orders(bwd8, query_blocks=128)):
+        grid, heavy = orders.values()
+        assert grid == heavy

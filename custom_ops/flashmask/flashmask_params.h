@@ -83,6 +83,12 @@ struct FwdParams {
   // GPU only: workspace for the mask summary, [mask batches, Hm, ceil(Sk/64)]
   // BlockBounds (8 int32 each), written by the preprocessing kernel.
   int32_t* block_bounds = nullptr;
+
+  // FA2-class GPU kernels only, set by their launcher (flashmask_launch.cuh):
+  // where not null, CTA u of the launch computes the grid's CTA of rank
+  // cta_order[u] (cuda/fa2_cta_order.cuh: the longest CTAs first), in the
+  // rank order of fwd_grid.h / bwd_grid.h; null: each CTA its own grid cell.
+  const int32_t* cta_order = nullptr;
 };
 
 struct BwdParams : FwdParams {

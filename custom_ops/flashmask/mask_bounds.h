@@ -278,6 +278,30 @@ FLASHMASK_HOST_DEVICE int first_block_not_hidden(const BlockBounds& s, int m, in
   return m;
 }
 
+// How many of query blocks [m_begin, m_end) (of block_rows rows) the key tile
+// summarised by `s` does not hide by one interval alone (the test of
+// first_block_not_hidden and classify_tile), at O(1): the blocks wholly
+// inside [lts_max, lte_min) or [uts_max, ute_min) taken out. An upper bound on
+// the tile's live query blocks (exact where every column hides the same
+// rows): what the FA2-class backward's CTA order weighs a key block by
+// (cuda/fa2_cta_order.cuh).
+FLASHMASK_HOST_DEVICE int query_blocks_not_hidden(const BlockBounds& s, int m_begin, int m_end, int block_rows) {
+  // The blocks wholly inside rows [a, b), within [m_begin, m_end): [lo, hi).
+  auto inside = [&](int a, int b, int& lo, int& hi) {
+    lo = a <= 0 ? m_begin : int((int64_t(a) + block_rows - 1) / block_rows);
+    lo = lo < m_begin ? m_begin : lo;
+    hi = b / block_rows;
+    hi = hi > m_end ? m_end : hi;
+    hi = hi < lo ? lo : hi;
+  };
+  int a0, a1, b0, b1;
+  inside(s.lts_max, s.lte_min, a0, a1);
+  inside(s.uts_max, s.ute_min, b0, b1);
+  const int lo = a0 > b0 ? a0 : b0, hi = a1 < b1 ? a1 : b1;
+  const int both = hi > lo ? hi - lo : 0;
+  return (m_end - m_begin) - ((a1 - a0) + (b1 - b0) - both);
+}
+
 // Classifies the tile of query rows [r0, r1) x key columns [c0, c1), whose
 // columns are summarised by `s` when `has_bounds` (no column mask otherwise).
 // Conservative by design: when unsure it answers kPartial, whose elementwise

@@ -5,7 +5,8 @@
 // masked elementwise in every column of the tile. Columns come in runs of
 // shared bounds, among them a global prefix (rows [0, g) see every key) with
 // the rest hidden by the two intervals in turn, the context-parallel part the
-// step is for. Prints the number of mismatches (0 expected; a case never seen
+// step is for. Also query_blocks_not_hidden (the FA2-class backward's CTA
+// order's weight of a key block) against that count block by block. Prints the number of mismatches (0 expected; a case never seen
 // counts as one) and the number of starts checked.
 #include <cstdio>
 #include <random>
@@ -61,6 +62,14 @@ int main() {
                          : r0 >= s.uts_max && r1 <= s.ute_min ? s.ute_min / block_rows
                                                               : m;
     two_steps += got != one_step;
+    // query_blocks_not_hidden over a random range: the blocks no single interval covers, counted.
+    const int m_end = m + int(rng() % (q_blocks - m + 1));
+    int not_hidden = 0;
+    for (int b = m; b < m_end; ++b) {
+      not_hidden += !flashmask::intervals_cover_rows(s.lts_max, s.lte_min, s.uts_max, s.ute_min, b * block_rows,
+                                                     b * block_rows + block_rows);
+    }
+    mismatches += flashmask::query_blocks_not_hidden(s, m, m_end, block_rows) != not_hidden;
     ++checked;
   }
   mismatches += jumped == 0;

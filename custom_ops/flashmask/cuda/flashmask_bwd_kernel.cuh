@@ -53,12 +53,13 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   float* sStatsBuf = reinterpret_cast<float*>(sdS + Traits::kSmemDS);
   ColumnBounds* sCol = reinterpret_cast<ColumnBounds*>(sStatsBuf + 4 * kBlockM);
 
-  // The grid's order: bwd_grid.h (the last key blocks of every head deferred).
-  const BwdCta cta = bwd_cta_of(p, (p.seqlen_k + kBlockN - 1) / kBlockN, blockIdx.x, blockIdx.y);
+  // The grid's order (the last key blocks of every head deferred), or the
+  // launcher's CTA order (the longest key blocks first): bwd_grid.h.
+  const BwdCta cta = bwd_cta_here(p, (p.seqlen_k + kBlockN - 1) / kBlockN);
   if (!cta.live) return;
   const int n_block = cta.n_block;
   const int head = cta.head;
-  const int batch = blockIdx.z;
+  const int batch = cta.batch;
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;

@@ -94,8 +94,10 @@ struct ColumnBoundsTest {
   }
 };
 
-// kPadded: p.head_dim is narrower than the tiles' (tile_head_dim).
-template <typename Traits, bool kPadded = false>
+// kPadded: p.head_dim is narrower than the tiles' (tile_head_dim). kOrdered:
+// the launch runs one CTA per rank of the grid, in p.cta_order's order
+// (fa2_cta_order.cuh); its own instantiation, as the forward's.
+template <typename Traits, bool kPadded = false, bool kOrdered = false>
 __global__ void __launch_bounds__(Traits::kNThreads)
     flashmask_bwd_staged_kernel(const BwdParams p
 #ifdef FLASHMASK_EXP_TIMELINE
@@ -146,12 +148,19 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   float* sStatsBuf = reinterpret_cast<float*>(sdS + Traits::kSmemPS);  // 2 x (LSE, delta) x kBlockM
   ColumnBounds* sCol = reinterpret_cast<ColumnBounds*>(sStatsBuf + 4 * kBlockM);
 
-  // The grid's order: bwd_grid.h (the last key blocks of every head deferred).
-  const BwdCta cta = bwd_cta_of(p, (p.seqlen_k + kBlockN - 1) / kBlockN, blockIdx.x, blockIdx.y);
+  // The grid's order (the last key blocks of every head deferred), or the
+  // launcher's CTA order (the longest key blocks first): bwd_grid.h.
+  const int key_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
+  BwdCta cta;
+  if constexpr (kOrdered) {
+    cta = bwd_cta_of_rank(p, key_blocks, p.cta_order[blockIdx.x]);
+  } else {
+    cta = bwd_cta_of(p, key_blocks, blockIdx.x, blockIdx.y, blockIdx.z);
+  }
   if (!cta.live) return;
   const int n_block = cta.n_block;
   const int head = cta.head;
-  const int batch = blockIdx.z;
+  const int batch = cta.batch;
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;

@@ -16,6 +16,7 @@
 #include "../mask_bounds.h"
 #include "exp_timeline.h"
 #include "fast_exp2.cuh"
+#include "fwd_grid.h"
 #include "kernel_traits.h"
 #include "mma_utils.cuh"
 #include "tile_io.cuh"
@@ -41,8 +42,11 @@ __device__ __forceinline__ void stage_masked_rows(MaskedRows* smem, const int32_
   }
 }
 
-// kPadded: p.head_dim is narrower than the tiles' (tile_head_dim).
-template <typename Traits, bool kPadded = false>
+// kPadded: p.head_dim is narrower than the tiles' (tile_head_dim). kOrdered:
+// the launch gives the CTAs an order (p.cta_order, fa2_cta_order.cuh); its own
+// instantiation, so that the kernel of every other call is the one it was
+// (reading the order in the same code cost plain causal 1-2%: code placement).
+template <typename Traits, bool kPadded = false, bool kOrdered = false>
 __global__ void __launch_bounds__(Traits::kNThreads)
     flashmask_fwd_kernel(const FwdParams p
 #ifdef FLASHMASK_EXP_TIMELINE
@@ -77,10 +81,17 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 
   // The grid is (heads, query blocks, batch), heads fastest
   // (launch_rows_heads_fastest), and the heaviest query blocks (the last ones
-  // under causal masks) come first.
-  const int m_block = gridDim.y - 1 - blockIdx.y;
-  const int head = blockIdx.x;
-  const int batch = blockIdx.z;
+  // under causal masks) come first; with the launcher's CTA order (the
+  // longest tiles first) this CTA takes the rank it gives (fwd_grid.h).
+  FwdCta cta;
+  if constexpr (kOrdered) {
+    cta = fwd_cta_of_rank(p, gridDim.y, p.cta_order[(blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x]);
+  } else {
+    cta = FwdCta{int(gridDim.y - 1 - blockIdx.y), int(blockIdx.x), int(blockIdx.z)};
+  }
+  const int m_block = cta.m_block;
+  const int head = cta.head;
+  const int batch = cta.batch;
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;

@@ -15,6 +15,7 @@
 #include "cuda_check.h"
 #include "env_settings.h"
 #include "exp_timeline.h"
+#include "fa2_cta_order.cuh"
 #include "flashmask_bwd_dq_kernel.cuh"
 #include "flashmask_bwd_kernel.cuh"
 #include "flashmask_bwd_staged_kernel.cuh"
@@ -114,37 +115,87 @@ void launch_rows_heads_fastest(Kernel kernel, const Params& p, int seqlen, int b
 
 // A kernel's instantiation for the call's head dim: its own, or, where the
 // call's head dim runs on these tiles padded (tile_head_dim), the one
-// that loads and stores p.head_dim columns.
-template <template <typename, bool> class KernelOf, typename Traits, typename Params>
-auto kernel_for_head_dim(const Params& p) {
+// that loads and stores p.head_dim columns; the one that takes p.cta_order
+// where the launch orders its CTAs (`ordered`).
+template <template <typename, bool, bool> class KernelOf, typename Traits, typename Params>
+auto kernel_for_head_dim(const Params& p, bool ordered = false) {
   if constexpr (takes_padded_head_dims<Traits::kHeadDim>()) {
     if (p.head_dim != Traits::kHeadDim) {
       if (tile_head_dim(p.head_dim) != Traits::kHeadDim) {
         throw std::logic_error("flashmask FA2-class kernels: head_dim " + std::to_string(p.head_dim) +
                                " reached the " + std::to_string(Traits::kHeadDim) + " kernel");
       }
-      return KernelOf<Traits, true>::kernel;
+      return ordered ? KernelOf<Traits, true, true>::kernel : KernelOf<Traits, true, false>::kernel;
     }
   }
-  return KernelOf<Traits, false>::kernel;
+  return ordered ? KernelOf<Traits, false, true>::kernel : KernelOf<Traits, false, false>::kernel;
 }
-template <typename Traits, bool kPadded>
+template <typename Traits, bool kPadded, bool kOrdered>
 struct FwdKernelOf {
-  static constexpr auto kernel = flashmask_fwd_kernel<Traits, kPadded>;
+  static constexpr auto kernel = flashmask_fwd_kernel<Traits, kPadded, kOrdered>;
 };
-template <typename Traits, bool kPadded>
+template <typename Traits, bool kPadded, bool kOrdered>
 struct BwdStagedKernelOf {
-  static constexpr auto kernel = flashmask_bwd_staged_kernel<Traits, kPadded>;
+  static constexpr auto kernel = flashmask_bwd_staged_kernel<Traits, kPadded, kOrdered>;
 };
-template <typename Traits, bool kPadded>
+template <typename Traits, bool kPadded, bool>  // its grid is never ordered
 struct BwdDQKernelOf {
   static constexpr auto kernel = flashmask_bwd_dq_kernel<Traits, kPadded>;
 };
 
+// The CTA orders' passes (fa2_cta_order.cuh) on the stream before the kernel,
+// where the call can have heavy CTAs: a column mask and more blocks along the
+// side a CTA walks (`walked`) than the floor (`min_blocks`); and where they
+// fit: a forward count pass's list in the default shared memory (`listed`:
+// 1.5M keys at most; longer calls keep the grid's order), its mask rows in a
+// grid's y extent, ranks in int32 and in the scatter pass's chunks.
+constexpr int kFa2CountThreads = 128;
+inline bool fa2_cta_order_pays(const FwdParams& p, int walked, int min_blocks, int64_t ctas, bool listed) {
+  return p.mask.startend_row_indices != nullptr && walked > min_blocks &&
+         (!listed || sm90::live_list_capacity(walked) * int(sizeof(uint16_t)) <= 48 * 1024) &&
+         summary_table_rows(p) <= 65535 && ctas <= INT32_MAX && fa2_order_chunks(ctas) <= kFa2MaxOrderChunks;
+}
+
+// After a count pass: the flag and scatter passes; returns the order.
+template <typename Grid>
+const int32_t* launch_fa2_order(const Grid& grid, int32_t* region, int blocks, int min_blocks, cudaStream_t stream) {
+  int32_t* const ranks = fa2_order_ranks(region, grid.p, blocks);
+  const unsigned chunks = unsigned(fa2_order_chunks(grid.ctas()));
+  fa2_order_flag_kernel<<<chunks, kFa2OrderChunk, 0, stream>>>(grid, region, ranks, sm_count(), min_blocks);
+  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+  fa2_order_scatter_kernel<<<chunks, kFa2OrderChunk, 0, stream>>>(grid, region, ranks, sm_count(), min_blocks);
+  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+  return ranks;
+}
+
+// PADDLE_FLASHMASK_FA2_FWD_HEAVY_FIRST=0: the forward's grid order always;
+// PADDLE_FLASHMASK_FA2_FWD_HEAVY_MIN_BLOCKS sets the floor in 64-key blocks
+// (tests lower it to order short calls this way). Returns the order, or null
+// for the grid's own.
+template <typename Traits>
+const int32_t* fa2_fwd_cta_order(const FwdParams& p, cudaStream_t stream) {
+  if (!env_switch("PADDLE_FLASHMASK_FA2_FWD_HEAVY_FIRST", true)) return nullptr;
+  const int min_blocks =
+      env_int("PADDLE_FLASHMASK_FA2_FWD_HEAVY_MIN_BLOCKS", kFa2HeavyMinRows / Traits::kBlockN, 1, 1 << 24);
+  const int key_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  const int query_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  const Fa2FwdOrderGrid grid{p, query_blocks};
+  if (!fa2_cta_order_pays(p, key_blocks, min_blocks, grid.ctas(), true)) return nullptr;
+  int32_t* const region = fa2_cta_order(p);
+  FLASHMASK_CUDA_CHECK(cudaMemsetAsync(region, 0, kTileOrderHeaderInts * sizeof(int32_t), stream));
+  fa2_fwd_count_kernel<kFa2CountThreads, Traits::kBlockM, Traits::kBlockN>
+      <<<dim3(query_blocks, unsigned(summary_table_rows(p))), kFa2CountThreads,
+         sm90::live_list_capacity(key_blocks) * sizeof(uint16_t), stream>>>(p, query_blocks, region);
+  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+  return launch_fa2_order(grid, region, query_blocks, min_blocks, stream);
+}
+
 // The forward on one set of tiles (with the timeline's buffer in a diagnostic build).
 template <typename Traits>
-void launch_fwd_tiles(const FwdParams& p, cudaStream_t stream) {
-  const auto kernel = kernel_for_head_dim<FwdKernelOf, Traits>(p);
+void launch_fwd_tiles(const FwdParams& planned, cudaStream_t stream) {
+  FwdParams p = planned;
+  p.cta_order = fa2_fwd_cta_order<Traits>(p, stream);
+  const auto kernel = kernel_for_head_dim<FwdKernelOf, Traits>(p, p.cta_order != nullptr);
 #ifdef FLASHMASK_EXP_TIMELINE
   launch_rows_heads_fastest<Traits>(kernel, p, p.seqlen_q, Traits::kBlockM, stream, g_exp_timeline_fwd);
 #else
@@ -181,14 +232,42 @@ int bwd_light_last(int key_blocks) {
   return std::min(env_int("PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST", kDefault, 0, 4096), key_blocks);
 }
 
+// PADDLE_FLASHMASK_FA2_BWD_HEAVY_FIRST=0: the backward's grid order always;
+// PADDLE_FLASHMASK_FA2_BWD_HEAVY_MIN_STEPS sets the floor in the kernel's
+// query steps (tests lower it to order short calls this way). `p` has its
+// bwd_light_last. Returns the order, or null for the grid's own.
+template <typename Traits>
+const int32_t* fa2_bwd_cta_order(const BwdParams& p, int key_blocks, cudaStream_t stream) {
+  if (!env_switch("PADDLE_FLASHMASK_FA2_BWD_HEAVY_FIRST", true)) return nullptr;
+  const int min_steps =
+      env_int("PADDLE_FLASHMASK_FA2_BWD_HEAVY_MIN_STEPS", kFa2HeavyMinRows / Traits::kBlockM, 1, 1 << 24);
+  const int query_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  const Fa2BwdOrderGrid grid{p, key_blocks};
+  if (!fa2_cta_order_pays(p, query_blocks, min_steps, grid.ctas(), false)) return nullptr;
+  int32_t* const region = fa2_cta_order(p);
+  FLASHMASK_CUDA_CHECK(cudaMemsetAsync(region, 0, kTileOrderHeaderInts * sizeof(int32_t), stream));
+  const int64_t entries = summary_table_rows(p) * key_blocks;
+  fa2_bwd_count_kernel<kFa2CountThreads, Traits::kBlockM, Traits::kBlockN>
+      <<<unsigned((entries + kFa2CountThreads - 1) / kFa2CountThreads), kFa2CountThreads, 0, stream>>>(
+          p, key_blocks, region);
+  FLASHMASK_CUDA_CHECK(cudaGetLastError());
+  return launch_fa2_order(grid, region, key_blocks, min_steps, stream);
+}
+
 // The main backward: rows of key blocks per head, then one row per deferred
-// key block of one CTA per head (bwd_light_last; bwd_grid.h, as the kernels read it).
+// key block of one CTA per head (bwd_light_last; bwd_grid.h, as the kernels
+// read it); or, with a CTA order (fa2_bwd_cta_order), one CTA per live rank,
+// launched as `ordered_kernel`.
 template <typename Traits, typename Kernel>
-void launch_bwd_rows(Kernel kernel, const BwdParams& planned, cudaStream_t stream) {
+void launch_bwd_rows(Kernel grid_kernel, Kernel ordered_kernel, const BwdParams& planned, cudaStream_t stream) {
   BwdParams p = planned;
   const int key_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   p.bwd_light_last = bwd_light_last<Traits::kBlockN>(key_blocks);
-  const dim3 grid(bwd_grid_x(key_blocks, p.num_heads, p.bwd_light_last), p.num_heads + p.bwd_light_last, p.batch);
+  p.cta_order = fa2_bwd_cta_order<Traits>(p, key_blocks, stream);
+  const Kernel kernel = p.cta_order != nullptr ? ordered_kernel : grid_kernel;
+  const dim3 grid = p.cta_order != nullptr ? dim3(unsigned(bwd_live_ctas(p, key_blocks)))
+                                           : dim3(bwd_grid_x(key_blocks, p.num_heads, p.bwd_light_last),
+                                                  p.num_heads + p.bwd_light_last, p.batch);
 #ifdef FLASHMASK_EXP_TIMELINE
   if constexpr (std::is_same_v<Kernel, void (*)(BwdParams, unsigned long long*)>) {  // the staged kernel
     launch_grid<Traits>(kernel, p, grid, stream, g_exp_timeline);
@@ -213,11 +292,13 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
     using Small = BwdStagedTraits<kHeadDim, T, SmemClass::k99K>;
     if constexpr (!fits_99k<Traits>() && fits_99k<Small>()) {
       if (take_99k_tiles<Traits>()) {
-        launch_bwd_rows<Small>(kernel_for_head_dim<BwdStagedKernelOf, Small>(p), p, stream);
+        launch_bwd_rows<Small>(kernel_for_head_dim<BwdStagedKernelOf, Small>(p),
+                               kernel_for_head_dim<BwdStagedKernelOf, Small>(p, true), p, stream);
         return;
       }
     }
-    launch_bwd_rows<Traits>(kernel_for_head_dim<BwdStagedKernelOf, Traits>(p), p, stream);
+    launch_bwd_rows<Traits>(kernel_for_head_dim<BwdStagedKernelOf, Traits>(p),
+                            kernel_for_head_dim<BwdStagedKernelOf, Traits>(p, true), p, stream);
   } else if constexpr (kHeadDim <= kSplitBwdMaxHeadDim) {
     if (p.dkv_direct) {  // planned while PADDLE_FLASHMASK_FA2_BWD said otherwise
       throw std::invalid_argument("flashmask FA2-class backward: dkv_direct is planned for the staged kernel only");
@@ -227,7 +308,8 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
                                   std::to_string(p.head_dim) + "; unset it (or set 'staged') at this head_dim");
     }
     using Traits = BwdTraits<kHeadDim, T>;
-    launch_bwd_rows<Traits>(flashmask_bwd_kernel<Traits>, p, stream);
+    // One instantiation: it reads p.cta_order where set (bwd_cta_here).
+    launch_bwd_rows<Traits>(flashmask_bwd_kernel<Traits>, flashmask_bwd_kernel<Traits>, p, stream);
   } else {
     throw std::invalid_argument("PADDLE_FLASHMASK_FA2_BWD=split takes head_dim 32, 64, 96 or 128, got " +
                                 std::to_string(kHeadDim) + "; unset it (or set 'staged') at this head_dim");

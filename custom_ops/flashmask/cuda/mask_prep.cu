@@ -524,8 +524,9 @@ int32_t* bwd_finish_counters(const BwdParams& p) {
 
 int64_t fwd_tile_order_elems(const FwdParams& p) {
   if (p.mask.startend_row_indices == nullptr) return 0;
-  const int64_t query_blocks = (p.seqlen_q + 63) / 64;
-  return kTileOrderHeaderInts + summary_table_rows(p) * query_blocks + int64_t(p.batch) * p.num_heads * query_blocks;
+  const int64_t blocks = (std::max(p.seqlen_q, p.seqlen_k) + 63) / 64;  // fa2_cta_order's too
+  const int64_t ranks = int64_t(p.batch) * p.num_heads * blocks;
+  return kTileOrderHeaderInts + summary_table_rows(p) * blocks + ranks + (ranks + kFa2OrderChunk - 1) / kFa2OrderChunk;
 }
 
 int32_t* fwd_tile_order(const FwdParams& p) {

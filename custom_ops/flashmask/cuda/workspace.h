@@ -141,9 +141,21 @@ int32_t* bwd_finish_counters(const BwdParams& p);
 // key blocks, then the heavy tiles' indices (at most every tile of 64-row
 // blocks: the forward's blocks are at least that). Rewritten by each forward
 // that uses it (fwd_heavy_first). Null without a column mask.
+// Sized for 64-row or 64-key blocks of the longer side, and a chunk count per
+// kFa2OrderChunk ranks, so that the FA2-class kernels' CTA orders
+// (fa2_cta_order) fit in the same ints.
 constexpr int kTileOrderHeaderInts = 4;
 int64_t fwd_tile_order_elems(const FwdParams& p);
 int32_t* fwd_tile_order(const FwdParams& p);
+
+// The FA2-class forward's or backward's CTA order (fa2_cta_order.cuh), in the
+// same ints as fwd_tile_order (a call runs one family's forward, and each
+// backward its own workspace): kTileOrderHeaderInts, each (mask row, block)'s
+// live blocks ([mask rows, blocks]: a forward's query blocks, a backward's key
+// blocks), the order, one rank per CTA, then the heavy CTAs of each chunk of
+// kFa2OrderChunk ranks. Null without a column mask.
+constexpr int kFa2OrderChunk = 1024;
+inline int32_t* fa2_cta_order(const FwdParams& p) { return fwd_tile_order(p); }
 
 // dQ's conversion passes (FA2-class fa2_dq_tiles_to_dq_kernel, sm90
 // dq_tiles_to_dq_kernel) stage a query block's scaled rows in shared memory,

@@ -1,0 +1,205 @@
+// The order in which the FA2-class kernels' CTAs start where a few of them
+// are much longer than the rest. The hardware hands a grid's CTAs out in rank
+// order (fwd_grid.h, bwd_grid.h), which suits causal and packed masks: the
+// forward's heaviest query blocks of every head first, the backward's key
+// blocks of one head side by side. A column mask can put its longest CTAs
+// last: the 16 global rows of global + sliding window lie in query block 0,
+// the forward's last grid row, and the global keys' key block of the last
+// head starts when that head's row does, at the end of the backward. On the
+// 1M global + window plan on 2 ranks, rank 0's own forward took 78.5 ms
+// against rank 1's 55.3 and its own backward 206 against 161 (NOTES.md,
+// forty-first session; the Hopper kernels take their long tiles first since,
+// sm90/fwd_tile_order.cuh, sm90/bwd_cta_order.cuh).
+// Passes before the kernel, where a call can have such CTAs
+// (flashmask_launch.cuh, fa2_fwd_cta_order / fa2_bwd_cta_order), each
+// parallel over the call: a count pass writes each (mask row, block)'s live
+// blocks (the forward's key blocks per query block, by the Hopper forward's
+// list builder on this kernel's tiles; the backward's query blocks per key
+// block, estimated from the key block's merged summary) and adds the whole
+// call's live blocks into the header; a flag pass counts each chunk of 1024
+// ranks' heavy CTAs (more live blocks than sm90::heavy_threshold of the
+// call's); a scatter pass places each rank: the heavy ones first, then the
+// others, each part in rank order. The kernel launched after them takes rank
+// order[u] as CTA u (FwdParams::cta_order). Where no CTA is heavy the order is
+// the ranks themselves. One CTA doing the flags and places of every rank
+// cost 40-70 us at 32K (2% of a sliding window's forward).
+// Workspace: fa2_cta_order (workspace.h), [header, counts, order, chunk counts].
+#pragma once
+
+#include <cstdint>
+
+#include "../flashmask_params.h"
+#include "../mask_bounds.h"
+#include "bwd_grid.h"
+#include "fwd_grid.h"
+#include "sm90/fwd_tile_order.cuh"
+#include "sm90/sm90_block_list.cuh"
+#include "workspace.h"
+
+namespace flashmask {
+namespace cuda {
+
+// The floor under the heavy threshold, as rows (forward: keys) of a CTA's
+// work: no CTA of a call up to 16K keys (forward) or query rows (backward)
+// is heavy, so those calls run no pass, as the Hopper kernels' floors
+// (kHeavyMinBlocks 128-key blocks, kChainMinSteps 64-row steps) do.
+constexpr int kFa2HeavyMinRows = 16384;
+// The most chunks of kFa2OrderChunk ranks (workspace.h) a call may have: each
+// scatter CTA reads every chunk's count.
+constexpr int kFa2MaxOrderChunks = 4096;
+
+// The header: [0] the heavy CTAs (the harness reads it), then the whole call's
+// live blocks as a uint64 at the first 8-byte boundary among ints 1-3 (the
+// region is 4-byte aligned), zeroed before the count pass.
+FLASHMASK_HOST_DEVICE unsigned long long* fa2_order_total(int32_t* region) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(region + 1);
+  return reinterpret_cast<unsigned long long*>((at + 7) & ~uintptr_t(7));
+}
+// The counts, [mask rows, blocks], after the header.
+FLASHMASK_HOST_DEVICE int32_t* fa2_order_counts(int32_t* region) { return region + kTileOrderHeaderInts; }
+// The order, one rank per CTA, after the counts; then each chunk's heavy CTAs.
+FLASHMASK_HOST_DEVICE int32_t* fa2_order_ranks(int32_t* region, const FwdParams& p, int blocks) {
+  return fa2_order_counts(region) + summary_table_rows(p) * blocks;
+}
+FLASHMASK_HOST_DEVICE int32_t* fa2_order_chunk_counts(int32_t* ranks, int64_t ctas) { return ranks + ctas; }
+FLASHMASK_HOST_DEVICE int64_t fa2_order_chunks(int64_t ctas) { return (ctas + kFa2OrderChunk - 1) / kFa2OrderChunk; }
+
+// The CTAs (ranks) of one (mask row, block) entry: the heads that read the
+// mask row, and every batch where one mask serves the batch.
+FLASHMASK_HOST_DEVICE int64_t fa2_ranks_per_entry(const FwdParams& p) {
+  return int64_t(p.num_heads / p.mask.num_heads) * (mask_batches(p) == 1 ? p.batch : 1);
+}
+
+// The forward's CTAs by rank, and the live key blocks of each.
+struct Fa2FwdOrderGrid {
+  FwdParams p;
+  int query_blocks;
+  FLASHMASK_HOST_DEVICE int64_t ctas() const { return int64_t(p.batch) * p.num_heads * query_blocks; }
+  FLASHMASK_HOST_DEVICE int live_blocks(const int32_t* counts, int64_t rank) const {
+    const FwdCta cta = fwd_cta_of_rank(p, query_blocks, int(rank));
+    return counts[mask_summary_row(p, cta.batch, cta.head) * query_blocks + cta.m_block];
+  }
+};
+
+// The backward's live CTAs by rank, and the live query blocks of each.
+struct Fa2BwdOrderGrid {
+  BwdParams p;  // bwd_light_last set as the kernel's launch has it
+  int key_blocks;
+  FLASHMASK_HOST_DEVICE int64_t ctas() const { return bwd_live_ctas(p, key_blocks); }
+  FLASHMASK_HOST_DEVICE int live_blocks(const int32_t* counts, int64_t rank) const {
+    const BwdCta cta = bwd_cta_of_rank(p, key_blocks, int(rank));
+    return counts[mask_summary_row(p, cta.batch, cta.head) * key_blocks + cta.n_block];
+  }
+};
+
+// Adds a CTA's `live` (thread 0's) times the ranks an entry stands for into
+// the call's total.
+__device__ __forceinline__ void fa2_add_to_total(const FwdParams& p, int live, int32_t* region) {
+  if (threadIdx.x == 0 && live > 0) {
+    atomicAdd(fa2_order_total(region), static_cast<unsigned long long>(live) * fa2_ranks_per_entry(p));
+  }
+}
+
+// The forward's count pass: one CTA of kThreads per (query block, mask row),
+// its live key blocks as the Hopper forward lists them (the coarse summaries
+// pass hidden runs of keys), into counts and the total.
+template <int kThreads, int kBlockM, int kBlockN>
+__global__ void __launch_bounds__(kThreads) fa2_fwd_count_kernel(FwdParams p, int query_blocks, int32_t* region) {
+  extern __shared__ uint16_t scratch_list[];
+  __shared__ int warp_counts[kThreads / 32];
+  const int m_block = blockIdx.x;
+  const int64_t row = blockIdx.y;
+  const int2 rep = sm90::row_representative(p, row);
+  const int live = sm90::build_live_key_blocks<kThreads, kBlockM, kBlockN>(
+      p, rep.x, rep.y, m_block, scratch_list, warp_counts, threadIdx.x, [] { __syncthreads(); });
+  if (threadIdx.x == 0) fa2_order_counts(region)[row * query_blocks + m_block] = live;
+  fa2_add_to_total(p, live, region);
+}
+
+// The backward's count pass: one thread per (key block, mask row) entry, the
+// key block's query blocks of kBlockM rows in its causal range less those its
+// merged summary hides (query_blocks_not_hidden, mask_bounds.h: an upper bound
+// at O(1); the Hopper backward's list builder reads every query block for
+// every key block, 0.8 ms on a 512K-row context-parallel part), into counts
+// and the total.
+template <int kThreads, int kBlockM, int kBlockN>
+__global__ void __launch_bounds__(kThreads) fa2_bwd_count_kernel(FwdParams p, int key_blocks, int32_t* region) {
+  const int64_t entry = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t entries = summary_table_rows(p) * key_blocks;
+  int live = 0;
+  if (entry < entries) {
+    const int64_t row = entry / key_blocks;
+    const int n_block = int(entry % key_blocks);
+    const int summaries = summary_blocks(p);
+    const BlockBounds* table = reinterpret_cast<const BlockBounds*>(p.block_bounds) + row * summaries;
+    BlockBounds merged = empty_block_bounds();
+    for (int b = n_block * (kBlockN / kMaskBlockN); b < min(summaries, (n_block + 1) * (kBlockN / kMaskBlockN)); ++b) {
+      merged = merge_block_bounds(merged, table[b]);
+    }
+    const int2 range = sm90::query_block_range<kBlockM, kBlockN>(p, n_block);
+    live = query_blocks_not_hidden(merged, range.x, range.y, kBlockM);
+    fa2_order_counts(region)[entry] = live;
+  }
+  // One add a warp (the total is a sum; its order does not matter).
+  for (int offset = 16; offset > 0; offset /= 2) live += __shfl_xor_sync(0xffffffffu, live, offset);
+  if (threadIdx.x % 32 == 0 && live > 0) {
+    atomicAdd(fa2_order_total(region), static_cast<unsigned long long>(live) * fa2_ranks_per_entry(p));
+  }
+}
+
+// The flag pass: chunk blockIdx.x's heavy CTAs (kFa2OrderChunk threads, a rank each).
+template <typename Grid>
+__global__ void __launch_bounds__(kFa2OrderChunk)
+    fa2_order_flag_kernel(Grid grid, int32_t* region, int32_t* ranks, int sms, int min_blocks) {
+  const int64_t n = grid.ctas();
+  const int64_t threshold = sm90::heavy_threshold(int64_t(*fa2_order_total(region)), sms, min_blocks);
+  const int64_t r = int64_t(blockIdx.x) * kFa2OrderChunk + threadIdx.x;
+  const bool heavy = r < n && grid.live_blocks(fa2_order_counts(region), r) > threshold;
+  const int count = __syncthreads_count(heavy);
+  if (threadIdx.x == 0) fa2_order_chunk_counts(ranks, n)[blockIdx.x] = count;
+}
+
+// The scatter pass: chunk blockIdx.x's ranks to their places (kFa2OrderChunk
+// threads, a rank each): the heavy CTAs of the chunks before it and of all
+// (each thread sums a few chunk counts), then each heavy rank after the
+// chunk's heavy ranks before it, each other rank after all heavy ones and the
+// other ranks before it.
+template <typename Grid>
+__global__ void __launch_bounds__(kFa2OrderChunk)
+    fa2_order_scatter_kernel(Grid grid, int32_t* region, int32_t* ranks, int sms, int min_blocks) {
+  constexpr int kWarps = kFa2OrderChunk / 32;
+  __shared__ int warp_sums[2][kWarps];
+  __shared__ int warp_heavy[kWarps];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t n = grid.ctas();
+  const int chunks = int(fa2_order_chunks(n));
+  const int32_t* chunk_counts = fa2_order_chunk_counts(ranks, n);
+  int before = 0, all = 0;
+  for (int c = threadIdx.x; c < chunks; c += kFa2OrderChunk) {
+    const int count = chunk_counts[c];
+    all += count;
+    before += c < int(blockIdx.x) ? count : 0;
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    before += __shfl_xor_sync(0xffffffffu, before, offset);
+    all += __shfl_xor_sync(0xffffffffu, all, offset);
+  }
+  if (lane == 0) warp_sums[0][warp] = before, warp_sums[1][warp] = all;
+  const int64_t threshold = sm90::heavy_threshold(int64_t(*fa2_order_total(region)), sms, min_blocks);
+  const int64_t r = int64_t(blockIdx.x) * kFa2OrderChunk + threadIdx.x;
+  const bool heavy = r < n && grid.live_blocks(fa2_order_counts(region), r) > threshold;
+  const unsigned ballot = __ballot_sync(0xffffffffu, heavy);
+  if (lane == 0) warp_heavy[warp] = __popc(ballot);
+  __syncthreads();
+  int64_t heavy_before = __popc(ballot & ((1u << lane) - 1u)), heavy_all = 0;  // heavy ranks before r, and all
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    heavy_before += (w < warp ? warp_heavy[w] : 0) + warp_sums[0][w];
+    heavy_all += warp_sums[1][w];
+  }
+  if (r < n) ranks[heavy ? heavy_before : heavy_all + (r - heavy_before)] = int32_t(r);
+  if (blockIdx.x == 0 && threadIdx.x == 0) region[0] = int32_t(heavy_all);
+}
+
+}  // namespace cuda
+}  // namespace flashmask
