@@ -35,10 +35,10 @@ FA2_FWD_SLOTS, FA2_FWD_US = 2 * SMS, (3.0, 3.0)
 FA2_BWD_SLOTS, FA2_BWD_US = SMS, (3.0, 2.2)
 
 # The kernels' floors and shares (sm90/fwd_tile_order.cuh, sm90/bwd_cta_order.cuh; the FA2-class
-# orders, cuda/fa2_cta_order.cuh, take the forward's share and a floor of 16K keys or rows a CTA).
+# orders, cuda/fa2_cta_order.cuh, take the forward's share and a floor of 64K keys or rows a CTA).
 HEAVY_MIN_BLOCKS, HEAVY_SHARE = 128, 16
 CHAIN_MIN_STEPS, CHAIN_SHARE = 256, 16
-FA2_HEAVY_MIN_ROWS = 16384
+FA2_HEAVY_MIN_ROWS = 65536
 FA2_LIGHT_LAST = 16  # flashmask_launch.cuh, bwd_light_last at 128-key blocks
 
 

@@ -83,19 +83,21 @@ def test_fa2_orders_keep_every_cta_and_take_the_global_rows_first():
     # The FA2-class grids' own orders and heavy first (cuda/fa2_cta_order.cuh) on global + sliding
     # window at 32K: the same CTAs, the global rows' query block (the forward's last grid row) and
     # the global keys' key block (the last head's starts late) first, and an earlier end.
+    # (At 32K under the environment's lower floor, 16K keys or rows: the default, 64K, leaves 32K as it is.)
     idx = masks.global_sliding_window_mask(32768, 16, 1024, place="numpy")
     fwd, bwd = ts.fa2_live_counts(idx, False, 32768, 32768)
     assert fwd[0] == fwd.max() == 512 and bwd[0] == bwd.max() == 512
-    for orders, per_block, slots, us in ((ts.fa2_forward_orders(fwd), fwd, ts.FA2_FWD_SLOTS, ts.FA2_FWD_US),
-                                         (ts.fa2_backward_orders(bwd), bwd, ts.FA2_BWD_SLOTS, ts.FA2_BWD_US)):
+    floor = 16384 // 64
+    for orders, per_block, slots, us in ((ts.fa2_forward_orders(fwd, min_blocks=floor), fwd, ts.FA2_FWD_SLOTS,
+                                          ts.FA2_FWD_US),
+                                         (ts.fa2_backward_orders(bwd, min_steps=floor), bwd, ts.FA2_BWD_SLOTS,
+                                          ts.FA2_BWD_US)):
         grid, heavy = orders.values()
         assert sorted(grid) == sorted(heavy) == sorted(np.repeat(per_block, 32).tolist())
         assert heavy[:32] == [512] * 32 and grid[:32] != [512] * 32
         cost = lambda order: ts.makespan([us[0] + us[1] * s for s in order], slots)  # noqa: E731
         assert cost(heavy) < 0.95 * cost(grid)
-    # Under the floor (16K keys or rows a CTA walks) the grid's order stays.
-    short = masks.global_sliding_window_mask(8192, 16, 1024, place="numpy")
-    fwd8, bwd8 = ts.fa2_live_counts(short, False, 8192, 8192)
-    for orders in (ts.fa2_forward_orders(fwd8, key_blocks=128), ts.fa2_backward_orders(bwd8, query_blocks=128)):
+    # Under the default floor (64K keys or rows a CTA walks) the grid's order stays.
+    for orders in (ts.fa2_forward_orders(fwd), ts.fa2_backward_orders(bwd)):
         grid, heavy = orders.values()
         assert grid == heavy

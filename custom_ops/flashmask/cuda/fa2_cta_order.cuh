@@ -40,10 +40,16 @@ namespace flashmask {
 namespace cuda {
 
 // The floor under the heavy threshold, as rows (forward: keys) of a CTA's
-// work: no CTA of a call up to 16K keys (forward) or query rows (backward)
-// is heavy, so those calls run no pass, as the Hopper kernels' floors
-// (kHeavyMinBlocks 128-key blocks, kChainMinSteps 64-row steps) do.
-constexpr int kFa2HeavyMinRows = 16384;
+// work: no CTA of a call up to 64K keys (forward) or query rows (backward)
+// is heavy, so those calls run no pass. The Hopper kernels' floors are 16K
+// (kHeavyMinBlocks 128-key blocks, kChainMinSteps 64-row steps); here the
+// passes and the ordered launch cost the other column masks at 32K 1.7-2.8%
+// of the forward and up to 1.2% of the backward (H200, NOTES.md forty-second
+// session), against 20-47% on global + sliding window, so calls up to 64K
+// keep the grid's order unless the floor is lowered (the environment
+// switches below) and the longer ones, where the global rows' chains weigh
+// most and the passes least (a 512K-row part: 0.2-0.8%), take the order.
+constexpr int kFa2HeavyMinRows = 65536;
 // The most chunks of kFa2OrderChunk ranks (workspace.h) a call may have: each
 // scatter CTA reads every chunk's count.
 constexpr int kFa2MaxOrderChunks = 4096;
