@@ -50,14 +50,5 @@ FLASHMASK_HOST_DEVICE BwdCta bwd_cta_of_rank(const BwdParams& p, int key_blocks,
   return BwdCta{first_deferred + j, i - kept - j * p.num_heads, true, batch};
 }
 
-// This CTA's work: its grid cell, or in an ordered launch (p.cta_order, a
-// one-dimensional grid of bwd_live_ctas) the rank the order gives it.
-#if defined(__CUDACC__)
-__device__ __forceinline__ BwdCta bwd_cta_here(const BwdParams& p, int key_blocks) {
-  if (p.cta_order != nullptr) return bwd_cta_of_rank(p, key_blocks, p.cta_order[blockIdx.x]);
-  return bwd_cta_of(p, key_blocks, blockIdx.x, blockIdx.y, blockIdx.z);
-}
-#endif
-
 }  // namespace cuda
 }  // namespace flashmask

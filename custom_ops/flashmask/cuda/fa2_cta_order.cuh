@@ -43,7 +43,7 @@ namespace cuda {
 // work: no CTA of a call up to 64K keys (forward) or query rows (backward)
 // is heavy, so those calls run no pass. The Hopper kernels' floors are 16K
 // (kHeavyMinBlocks 128-key blocks, kChainMinSteps 64-row steps); here the
-// passes and the ordered launch cost the other column masks at 32K 1.7-2.8%
+// passes and the ordered launch cost the other column masks at 32K 1.7-2.9%
 // of the forward and up to 1.2% of the backward (H200, NOTES.md forty-second
 // session), against 20-47% on global + sliding window, so calls up to 64K
 // keep the grid's order unless the floor is lowered (the environment
@@ -54,7 +54,7 @@ constexpr int kFa2HeavyMinRows = 65536;
 // scatter CTA reads every chunk's count.
 constexpr int kFa2MaxOrderChunks = 4096;
 
-// The header: [0] the heavy CTAs (the harness reads it), then the whole call's
+// The header: [0] the heavy CTAs (to read back when checking an order), then the whole call's
 // live blocks as a uint64 at the first 8-byte boundary among ints 1-3 (the
 // region is 4-byte aligned), zeroed before the count pass.
 FLASHMASK_HOST_DEVICE unsigned long long* fa2_order_total(int32_t* region) {

@@ -53,9 +53,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   float* sStatsBuf = reinterpret_cast<float*>(sdS + Traits::kSmemDS);
   ColumnBounds* sCol = reinterpret_cast<ColumnBounds*>(sStatsBuf + 4 * kBlockM);
 
-  // The grid's order (the last key blocks of every head deferred), or the
-  // launcher's CTA order (the longest key blocks first): bwd_grid.h.
-  const BwdCta cta = bwd_cta_here(p, (p.seqlen_k + kBlockN - 1) / kBlockN);
+  // The grid's order: bwd_grid.h (the last key blocks of every head deferred;
+  // this kernel, for A/B timing, takes no CTA order).
+  const BwdCta cta = bwd_cta_of(p, (p.seqlen_k + kBlockN - 1) / kBlockN, blockIdx.x, blockIdx.y, blockIdx.z);
   if (!cta.live) return;
   const int n_block = cta.n_block;
   const int head = cta.head;

@@ -257,13 +257,13 @@ const int32_t* fa2_bwd_cta_order(const BwdParams& p, int key_blocks, cudaStream_
 // The main backward: rows of key blocks per head, then one row per deferred
 // key block of one CTA per head (bwd_light_last; bwd_grid.h, as the kernels
 // read it); or, with a CTA order (fa2_bwd_cta_order), one CTA per live rank,
-// launched as `ordered_kernel`.
+// launched as `ordered_kernel` (null: the kernel takes no order).
 template <typename Traits, typename Kernel>
 void launch_bwd_rows(Kernel grid_kernel, Kernel ordered_kernel, const BwdParams& planned, cudaStream_t stream) {
   BwdParams p = planned;
   const int key_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   p.bwd_light_last = bwd_light_last<Traits::kBlockN>(key_blocks);
-  p.cta_order = fa2_bwd_cta_order<Traits>(p, key_blocks, stream);
+  p.cta_order = ordered_kernel != nullptr ? fa2_bwd_cta_order<Traits>(p, key_blocks, stream) : nullptr;
   const Kernel kernel = p.cta_order != nullptr ? ordered_kernel : grid_kernel;
   const dim3 grid = p.cta_order != nullptr ? dim3(unsigned(bwd_live_ctas(p, key_blocks)))
                                            : dim3(bwd_grid_x(key_blocks, p.num_heads, p.bwd_light_last),
@@ -308,8 +308,10 @@ void launch_bwd(const BwdParams& p, cudaStream_t stream) {
                                   std::to_string(p.head_dim) + "; unset it (or set 'staged') at this head_dim");
     }
     using Traits = BwdTraits<kHeadDim, T>;
-    // One instantiation: it reads p.cta_order where set (bwd_cta_here).
-    launch_bwd_rows<Traits>(flashmask_bwd_kernel<Traits>, flashmask_bwd_kernel<Traits>, p, stream);
+    // The split kernel (for A/B timing) keeps the grid's order: reading an
+    // order spilled it on sm_80 (44 -> 164 bytes at head dim 128).
+    launch_bwd_rows<Traits>(flashmask_bwd_kernel<Traits>, static_cast<decltype(&flashmask_bwd_kernel<Traits>)>(nullptr),
+                            p, stream);
   } else {
     throw std::invalid_argument("PADDLE_FLASHMASK_FA2_BWD=split takes head_dim 32, 64, 96 or 128, got " +
                                 std::to_string(kHeadDim) + "; unset it (or set 'staged') at this head_dim");
