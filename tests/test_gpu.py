@@ -774,8 +774,9 @@ def test_fa2_long_ctas_first_head_dims(fa2_kernel, monkeypatch, dim, causal, col
 
 @pytest.mark.parametrize("split", [False, True])
 def test_fa2_long_ctas_first_split_and_99k(fa2_kernel, monkeypatch, split):
-    # The ordered launch on the split backward (PADDLE_FLASHMASK_FA2_BWD=split) and on the 99 KB
-    # tiles (the forward at 256 on 4 warps, the backward's narrow key blocks).
+    # The split backward (PADDLE_FLASHMASK_FA2_BWD=split), which keeps the grid's order behind an
+    # ordered forward, and the ordered launches on the 99 KB tiles (the forward at 256 on 4 warps,
+    # the backward's narrow key blocks).
     _fa2_long_ctas_first(monkeypatch, "1")
     if split:
         monkeypatch.setenv("PADDLE_FLASHMASK_FA2_BWD", "split")
