@@ -1,6 +1,7 @@
 // The FA2-class main backward's grid, shared by its launcher (flashmask_launch.cuh,
-// launch_bwd_rows), its kernels and its CTA order (fa2_cta_order.cuh): num_heads rows of key blocks (key blocks fastest),
-// then BwdParams::bwd_light_last rows, one per deferred key block, of one CTA per head.
+// launch_bwd_rows), its kernels and its CTA order (fa2_cta_order.cuh): num_heads
+// rows of key blocks (key blocks fastest), then BwdParams::bwd_light_last rows,
+// one per deferred key block, of one CTA per head.
 #pragma once
 
 #include "../flashmask_params.h"

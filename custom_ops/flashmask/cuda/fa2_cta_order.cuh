@@ -54,9 +54,9 @@ constexpr int kFa2HeavyMinRows = 65536;
 // scatter CTA reads every chunk's count.
 constexpr int kFa2MaxOrderChunks = 4096;
 
-// The header: [0] the heavy CTAs (to read back when checking an order), then the whole call's
-// live blocks as a uint64 at the first 8-byte boundary among ints 1-3 (the
-// region is 4-byte aligned), zeroed before the count pass.
+// The header: the whole call's live blocks as a uint64 at the first 8-byte
+// boundary among ints 1-3 (the region is 4-byte aligned), zeroed before the
+// count pass.
 FLASHMASK_HOST_DEVICE unsigned long long* fa2_order_total(int32_t* region) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(region + 1);
   return reinterpret_cast<unsigned long long*>((at + 7) & ~uintptr_t(7));
@@ -98,12 +98,10 @@ struct Fa2BwdOrderGrid {
   }
 };
 
-// Adds a CTA's `live` (thread 0's) times the ranks an entry stands for into
-// the call's total.
+// Adds `live` entries' blocks times the ranks an entry stands for into the
+// call's total (one thread per CTA or warp calls it).
 __device__ __forceinline__ void fa2_add_to_total(const FwdParams& p, int live, int32_t* region) {
-  if (threadIdx.x == 0 && live > 0) {
-    atomicAdd(fa2_order_total(region), static_cast<unsigned long long>(live) * fa2_ranks_per_entry(p));
-  }
+  if (live > 0) atomicAdd(fa2_order_total(region), static_cast<unsigned long long>(live) * fa2_ranks_per_entry(p));
 }
 
 // The forward's count pass: one CTA of kThreads per (query block, mask row),
@@ -118,8 +116,10 @@ __global__ void __launch_bounds__(kThreads) fa2_fwd_count_kernel(FwdParams p, in
   const int2 rep = sm90::row_representative(p, row);
   const int live = sm90::build_live_key_blocks<kThreads, kBlockM, kBlockN>(
       p, rep.x, rep.y, m_block, scratch_list, warp_counts, threadIdx.x, [] { __syncthreads(); });
-  if (threadIdx.x == 0) fa2_order_counts(region)[row * query_blocks + m_block] = live;
-  fa2_add_to_total(p, live, region);
+  if (threadIdx.x == 0) {
+    fa2_order_counts(region)[row * query_blocks + m_block] = live;
+    fa2_add_to_total(p, live, region);
+  }
 }
 
 // The backward's count pass: one thread per (key block, mask row) entry, the
@@ -148,9 +148,7 @@ __global__ void __launch_bounds__(kThreads) fa2_bwd_count_kernel(FwdParams p, in
   }
   // One add a warp (the total is a sum; its order does not matter).
   for (int offset = 16; offset > 0; offset /= 2) live += __shfl_xor_sync(0xffffffffu, live, offset);
-  if (threadIdx.x % 32 == 0 && live > 0) {
-    atomicAdd(fa2_order_total(region), static_cast<unsigned long long>(live) * fa2_ranks_per_entry(p));
-  }
+  if (threadIdx.x % 32 == 0) fa2_add_to_total(p, live, region);
 }
 
 // The flag pass: chunk blockIdx.x's heavy CTAs (kFa2OrderChunk threads, a rank each).
@@ -204,7 +202,6 @@ __global__ void __launch_bounds__(kFa2OrderChunk)
     heavy_all += warp_sums[1][w];
   }
   if (r < n) ranks[heavy ? heavy_before : heavy_all + (r - heavy_before)] = int32_t(r);
-  if (blockIdx.x == 0 && threadIdx.x == 0) region[0] = int32_t(heavy_all);
 }
 
 }  // namespace cuda
