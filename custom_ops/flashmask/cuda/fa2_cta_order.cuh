@@ -13,10 +13,10 @@
 // Passes before the kernel, where a call can have such CTAs
 // (flashmask_launch.cuh, fa2_fwd_cta_order / fa2_bwd_cta_order), each
 // parallel over the call: a count pass writes each (mask row, block)'s live
-// blocks (the forward's key blocks per query block, by the Hopper forward's
-// list builder on this kernel's tiles; the backward's query blocks per key
-// block, estimated from the key block's merged summary) and adds the whole
-// call's live blocks into the header; a flag pass counts each chunk of 1024
+// blocks, estimated from the mask summaries (the forward's key blocks per
+// query block from the coarse summaries, O(keys / 2048); the backward's query
+// blocks per key block from the key block's merged summary, O(1)) and adds
+// the whole call's live blocks into the header; a flag pass counts each chunk of 1024
 // ranks' heavy CTAs (more live blocks than sm90::heavy_threshold of the
 // call's); a scatter pass places each rank: the heavy ones first, then the
 // others, each part in rank order. The kernel launched after them takes rank
@@ -32,8 +32,8 @@
 #include "../mask_bounds.h"
 #include "bwd_grid.h"
 #include "fwd_grid.h"
-#include "sm90/fwd_tile_order.cuh"
-#include "sm90/sm90_block_list.cuh"
+#include "sm90/fwd_tile_order.cuh"  // heavy_threshold, row_representative
+#include "sm90/sm90_block_list.cuh"  // query_block_range
 #include "workspace.h"
 
 namespace flashmask {
@@ -104,22 +104,47 @@ __device__ __forceinline__ void fa2_add_to_total(const FwdParams& p, int live, i
   if (live > 0) atomicAdd(fa2_order_total(region), static_cast<unsigned long long>(live) * fa2_ranks_per_entry(p));
 }
 
-// The forward's count pass: one CTA of kThreads per (query block, mask row),
-// its live key blocks as the Hopper forward lists them (the coarse summaries
-// pass hidden runs of keys), into counts and the total.
+// The forward's count pass: one warp per (query block, mask row) entry, the
+// key blocks in its causal range that lie in coarse summaries (2048 keys,
+// cuda::mask_coarse_summaries) showing any of its rows: an upper bound on its
+// live key blocks at 2048-key grain, which is all an order needs (a global
+// row's query block shows every run, a window's one or two), into counts and
+// the total. In place of the Hopper forward's list builder (one CTA per entry
+// classifying every key block, its list in shared memory: 1.5M keys at most,
+// mask rows in the grid's y extent): as fast at 8K-512K (forty-third
+// session), and no limit but the rank's int32.
 template <int kThreads, int kBlockM, int kBlockN>
 __global__ void __launch_bounds__(kThreads) fa2_fwd_count_kernel(FwdParams p, int query_blocks, int32_t* region) {
-  extern __shared__ uint16_t scratch_list[];
-  __shared__ int warp_counts[kThreads / 32];
-  const int m_block = blockIdx.x;
-  const int64_t row = blockIdx.y;
-  const int2 rep = sm90::row_representative(p, row);
-  const int live = sm90::build_live_key_blocks<kThreads, kBlockM, kBlockN>(
-      p, rep.x, rep.y, m_block, scratch_list, warp_counts, threadIdx.x, [] { __syncthreads(); });
-  if (threadIdx.x == 0) {
-    fa2_order_counts(region)[row * query_blocks + m_block] = live;
-    fa2_add_to_total(p, live, region);
+  static_assert(kCoarseMaskBlockN % kBlockN == 0, "a coarse summary spans whole key blocks");
+  constexpr int kBlocksPerRun = kCoarseMaskBlockN / kBlockN;
+  const int lane = threadIdx.x % 32;
+  const int64_t entry = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 32;
+  const int64_t entries = summary_table_rows(p) * query_blocks;
+  int live = 0;
+  if (entry < entries) {  // uniform over the warp
+    const int64_t row = entry / query_blocks;
+    const int m_block = int(entry % query_blocks);
+    const int2 rep = sm90::row_representative(p, row);
+    const int r0 = m_block * kBlockM, r1 = min(r0 + kBlockM, p.seqlen_q);
+    int n_end = (p.seqlen_k + kBlockN - 1) / kBlockN;
+    if (p.mask.causal) {  // the causal diagonal ends the range early
+      const int last_col = r1 - 1 + (p.seqlen_k - p.seqlen_q);
+      n_end = last_col < 0 ? 0 : min(n_end, last_col / kBlockN + 1);
+    }
+    if (!rows_see_no_key(p, rep.x, rep.y, r0, r1)) {
+      const int* coarse = row_coarse_summaries(p, rep.x, rep.y);
+      const int runs = coarse_summaries_holding(p, n_end * kBlockN);
+      for (int c = lane; c < runs; c += 32) {
+        if (!encoded_summary_hides_rows(coarse + c * kEncodedBoundsInts, r0, r1)) {
+          live += min(n_end, (c + 1) * kBlocksPerRun) - c * kBlocksPerRun;
+        }
+      }
+    }
+    for (int offset = 16; offset > 0; offset /= 2) live += __shfl_xor_sync(0xffffffffu, live, offset);
+    if (lane == 0) fa2_order_counts(region)[entry] = live;
   }
+  // One add a warp (the total is a sum; its order does not matter).
+  if (lane == 0) fa2_add_to_total(p, live, region);
 }
 
 // The backward's count pass: one thread per (key block, mask row) entry, the

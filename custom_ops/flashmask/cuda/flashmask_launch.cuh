@@ -146,14 +146,11 @@ struct BwdDQKernelOf {
 // The CTA orders' passes (fa2_cta_order.cuh) on the stream before the kernel,
 // where the call can have heavy CTAs: a column mask and more blocks along the
 // side a CTA walks (`walked`) than the floor (`min_blocks`); and where they
-// fit: a forward count pass's list in the default shared memory (`listed`:
-// 1.5M keys at most; longer calls keep the grid's order), its mask rows in a
-// grid's y extent, ranks in int32 and in the scatter pass's chunks.
-constexpr int kFa2CountThreads = 128;
-inline bool fa2_cta_order_pays(const FwdParams& p, int walked, int min_blocks, int64_t ctas, bool listed) {
-  return p.mask.startend_row_indices != nullptr && walked > min_blocks &&
-         (!listed || sm90::live_list_capacity(walked) * int(sizeof(uint16_t)) <= 48 * 1024) &&
-         summary_table_rows(p) <= 65535 && ctas <= INT32_MAX && fa2_order_chunks(ctas) <= kFa2MaxOrderChunks;
+// fit: ranks in int32 and in the scatter pass's chunks.
+constexpr int kFa2CountThreads = 256;
+inline bool fa2_cta_order_pays(const FwdParams& p, int walked, int min_blocks, int64_t ctas) {
+  return p.mask.startend_row_indices != nullptr && walked > min_blocks && ctas <= INT32_MAX &&
+         fa2_order_chunks(ctas) <= kFa2MaxOrderChunks;
 }
 
 // After a count pass: the flag and scatter passes; returns the order.
@@ -180,12 +177,13 @@ const int32_t* fa2_fwd_cta_order(const FwdParams& p, cudaStream_t stream) {
   const int key_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   const int query_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   const Fa2FwdOrderGrid grid{p, query_blocks};
-  if (!fa2_cta_order_pays(p, key_blocks, min_blocks, grid.ctas(), true)) return nullptr;
+  if (!fa2_cta_order_pays(p, key_blocks, min_blocks, grid.ctas())) return nullptr;
   int32_t* const region = fa2_cta_order(p);
   FLASHMASK_CUDA_CHECK(cudaMemsetAsync(region, 0, kTileOrderHeaderInts * sizeof(int32_t), stream));
+  const int64_t warps = summary_table_rows(p) * query_blocks;  // one an entry
   fa2_fwd_count_kernel<kFa2CountThreads, Traits::kBlockM, Traits::kBlockN>
-      <<<dim3(query_blocks, unsigned(summary_table_rows(p))), kFa2CountThreads,
-         sm90::live_list_capacity(key_blocks) * sizeof(uint16_t), stream>>>(p, query_blocks, region);
+      <<<unsigned((warps * 32 + kFa2CountThreads - 1) / kFa2CountThreads), kFa2CountThreads, 0, stream>>>(
+          p, query_blocks, region);
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
   return launch_fa2_order(grid, region, query_blocks, min_blocks, stream);
 }
@@ -243,7 +241,7 @@ const int32_t* fa2_bwd_cta_order(const BwdParams& p, int key_blocks, cudaStream_
       env_int("PADDLE_FLASHMASK_FA2_BWD_HEAVY_MIN_STEPS", kFa2HeavyMinRows / Traits::kBlockM, 1, 1 << 24);
   const int query_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   const Fa2BwdOrderGrid grid{p, key_blocks};
-  if (!fa2_cta_order_pays(p, query_blocks, min_steps, grid.ctas(), false)) return nullptr;
+  if (!fa2_cta_order_pays(p, query_blocks, min_steps, grid.ctas())) return nullptr;
   int32_t* const region = fa2_cta_order(p);
   FLASHMASK_CUDA_CHECK(cudaMemsetAsync(region, 0, kTileOrderHeaderInts * sizeof(int32_t), stream));
   const int64_t entries = summary_table_rows(p) * key_blocks;
