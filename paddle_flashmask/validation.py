@@ -455,7 +455,9 @@ def check_deterministic_support(query, head_dim, deterministic):
 # (sm90/fwd_tile_order.cuh) and the floor of their live key blocks;
 # PADDLE_FLASHMASK_FA2_FWD_HEAVY_FIRST / _HEAVY_MIN_BLOCKS and PADDLE_FLASHMASK_FA2_BWD_HEAVY_FIRST /
 # _HEAVY_MIN_STEPS: the FA2-class kernels' longest CTAs first (cuda/fa2_cta_order.cuh) and the floor
-# of their live blocks (the forward's 64-key blocks, the backward's query steps).
+# of their live blocks (the forward's 64-key blocks, the backward's query steps);
+# PADDLE_FLASHMASK_FA2_FWD_HEAD_PAIRS: the FA2-class forward's tiles of two query heads' 64-row
+# blocks where the heads pair up (1, the default; cuda/fwd_grid.h) or one head's 128 rows (0).
 INTEGER_ENV_SWITCHES = {
     "PADDLE_FLASHMASK_SM90_FWD_OVERLAP": (0, 1),
     "PADDLE_FLASHMASK_SM90_FWD_WIDE_KEYS": (0, 1),
@@ -476,6 +478,7 @@ INTEGER_ENV_SWITCHES = {
     "PADDLE_FLASHMASK_FA2_FWD_HEAVY_MIN_BLOCKS": (1, 1 << 24),
     "PADDLE_FLASHMASK_FA2_BWD_HEAVY_FIRST": (0, 1),
     "PADDLE_FLASHMASK_FA2_BWD_HEAVY_MIN_STEPS": (1, 1 << 24),
+    "PADDLE_FLASHMASK_FA2_FWD_HEAD_PAIRS": (0, 1),
     "PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT": (0, 1),
     "PADDLE_FLASHMASK_SM90_BWD_DKV_DIRECT": (0, 1),
 }

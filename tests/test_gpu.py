@@ -788,6 +788,45 @@ def test_fa2_long_ctas_first_split_and_99k(fa2_kernel, monkeypatch, split):
         run_gpu_case(seed_of("fa2-long-ctas-split", split, dim), 2, 901, 901, 8, 2, dim, False, idx)
 
 
+FA2_FWD_HEAD_PAIRS_ENV = "PADDLE_FLASHMASK_FA2_FWD_HEAD_PAIRS"
+
+
+@pytest.mark.parametrize("dim", [64, 80, 128, HD256])
+@pytest.mark.parametrize("heads,heads_k,hm", [(8, 2, 1), (8, 4, 4), (6, 3, 3), (4, 1, 1), (8, 2, 8)])
+@pytest.mark.parametrize("causal,cols", [(True, 1), (False, 2), (True, 2), (False, 4)])
+def test_fa2_forward_head_pairs(fa2_kernel, monkeypatch, dim, heads, heads_k, hm, causal, cols):
+    # The FA2-class forward's head pairs (cuda/fwd_grid.h: two query heads' 64-row blocks a
+    # tile, in calls with a column mask) where the heads pair up (groups of 4, 2 and 2 with 1
+    # or Hk mask heads; 4 query heads on one KV head) and, with 8 mask heads for 8 query heads,
+    # where they do not (one head's 128 rows); ragged rows and keys, every column form.
+    monkeypatch.setenv(FA2_FWD_HEAD_PAIRS_ENV, "1")
+    rng = np.random.default_rng(seed_of("fa2-pairs-idx", heads, hm, causal, cols))
+    idx = random_indices(rng, 2, hm, 333, 333, causal, cols)
+    run_gpu_case(seed_of("fa2-pairs", dim, heads, heads_k, hm, causal, cols), 2, 333, 333, heads, heads_k, dim,
+                 causal, idx)
+
+
+@pytest.mark.parametrize("dim", [32, 96, 128, HD256])
+@pytest.mark.parametrize("causal,cols,hm", [(True, 1, 1), (True, 2, 2), (False, 2, 2), (False, 4, 1)])
+def test_fa2_forward_head_pairs_bitwise(fa2_kernel, monkeypatch, dim, causal, cols, hm):
+    # Pairing changes which rows share a tile, not what a row computes: a row meets its visible
+    # key blocks in the same order, and a block that one head's 128-row tile runs and a 64-row
+    # block skips is masked for every row of that block (its scores -inf: P = 0, the row's
+    # maximum and sum unchanged). So out and LSE, and the deterministic gradients computed from
+    # them, are bit for bit those of single-head tiles.
+    skip_unsupported(dim)
+    rng = np.random.default_rng(seed_of("fa2-pairs-bitwise-idx", causal, cols, hm))
+    idx = random_indices(rng, 1, hm, 1000, 1000, causal, cols)
+    q, k, v, dout = gpu_inputs(seed_of("fa2-pairs-bitwise", dim, causal, cols), 1, 1000, 1000, 8, 2, dim,
+                               "bfloat16")
+    runs = {}
+    for pairs in ("0", "1"):
+        monkeypatch.setenv(FA2_FWD_HEAD_PAIRS_ENV, pairs)
+        runs[pairs] = gpu_run(q, k, v, dout, idx, causal, deterministic=True)
+    for key in ("out", "lse", "dq", "dk", "dv"):
+        np.testing.assert_array_equal(runs["1"][key], runs["0"][key], err_msg=f"{key}: head pairs differ")
+
+
 def _short_document_lengths(rng, seqlen):
     """Documents of 100-300 tokens filling `seqlen` (the last cut short): tiles of 1-3 live key blocks."""
     lens = []

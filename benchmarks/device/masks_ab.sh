@@ -17,7 +17,7 @@ cd "$(dirname "$0")/../.." || { echo "FATAL: cd to the repo root"; exit 1; }
 OUT=${OUT:-/tmp/pfm_out}; mkdir -p "$OUT"
 read -ra V <<< "${VARIANTS:?VARIANTS='base new' (directories of .gpu_variants)}"
 FAMILIES=${FAMILIES:-"fa2 sm90"} PASSES=${PASSES:-2} BUDGET_S=${BUDGET_S:-330} CHECK=${CHECK:-1}
-ARGS=.gpu_masks/args.txt
+ARGS=${ARGS:-.gpu_masks/args.txt}  # or another list of the same lines
 [ -f "$ARGS" ] || { echo "FATAL: $ARGS missing (dump_bench_masks.py; carry [\".gpu_masks\"])"; exit 1; }
 source benchmarks/device/variants.sh  # harness_of, run_variant, check_variants (env variants too)
 check_variants "${V[@]}"

@@ -46,7 +46,11 @@ __device__ __forceinline__ void stage_masked_rows(MaskedRows* smem, const int32_
 // the launch gives the CTAs an order (p.cta_order, fa2_cta_order.cuh); its own
 // instantiation, so that the kernel of every other call is the one it was
 // (reading the order in the same code cost plain causal 1-2%: code placement).
-template <typename Traits, bool kPadded = false, bool kOrdered = false>
+// kHeadsPerCta = 2: the tile's rows are 64-row query blocks of two query heads
+// of one GQA group (fwd_grid.h, FwdHeadPairs): the warps own as many rows and
+// share every K/V block as in a 128-row tile, while the mask and the causal
+// diagonal are met in 64-row blocks.
+template <typename Traits, bool kPadded = false, bool kOrdered = false, int kHeadsPerCta = 1>
 __global__ void __launch_bounds__(Traits::kNThreads)
     flashmask_fwd_kernel(const FwdParams p
 #ifdef FLASHMASK_EXP_TIMELINE
@@ -69,6 +73,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   constexpr int kNSteps = kBlockN / 16;  // 16-key groups: K fragments per k-step, k-steps of PV
   constexpr int kMTiles = Traits::kMTiles;
   constexpr int kWarpRows = 16 * kMTiles;
+  constexpr int kRowsPerHead = kBlockM / kHeadsPerCta;  // a query block's rows
+  static_assert(kHeadsPerCta == 1 || (kHeadsPerCta == 2 && !kOrdered), "head pairs take the grid's order");
+  static_assert(kRowsPerHead % kWarpRows == 0, "a warp's rows lie in one head");
   using Tile = SwizzledTile<kDim>;
   // The columns loaded and stored: the tiles' past them are zeros.
   const int dim = kPadded ? p.head_dim : kDim;
@@ -86,6 +93,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   FwdCta cta;
   if constexpr (kOrdered) {
     cta = fwd_cta_of_rank(p, gridDim.y, p.cta_order[(blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x]);
+  } else if constexpr (kHeadsPerCta > 1) {
+    cta = FwdCta{int(gridDim.y - 1 - blockIdx.y), int(blockIdx.x) * kHeadsPerCta, int(blockIdx.z)};  // its first head
   } else {
     cta = FwdCta{int(gridDim.y - 1 - blockIdx.y), int(blockIdx.x), int(blockIdx.z)};
   }
@@ -99,8 +108,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
   const int head_k = head / (p.num_heads / p.num_heads_k);
   const int mask_head = p.mask.num_heads == 1 ? 0 : head / (p.num_heads / p.mask.num_heads);
-  const int r0 = m_block * kBlockM;
-  const int r1 = min(r0 + kBlockM, seqlen_q);
+  const int r0 = m_block * kRowsPerHead;
+  const int r1 = min(r0 + kRowsPerHead, seqlen_q);
   const int causal_offset = seqlen_k - seqlen_q;
   const bool causal = p.mask.causal;
   const int k_blocks = (seqlen_k + kBlockN - 1) / kBlockN;
@@ -178,8 +187,12 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   };
   auto load_k = [&](int n) { load_kv(sK, k, p.k_row_stride, n); };
 
-  load_tile_async<kBlockM, kDim, kThreads, kPadded>(sQ, q + int64_t(r0) * p.q_row_stride, p.q_row_stride,
-                                                    r1 - r0, tid, dim);
+#pragma unroll
+  for (int h = 0; h < kHeadsPerCta; ++h) {  // each head's rows, one after the other
+    load_tile_async<kRowsPerHead, kDim, kThreads, kPadded>(sQ + h * kRowsPerHead * kDim,
+                                                           q + h * p.q_head_stride + int64_t(r0) * p.q_row_stride,
+                                                           p.q_row_stride, r1 - r0, tid, dim);
+  }
   TileKind kind = TileKind::kSkip;
   int n = next_live_block(0, kind);
   if (n < n_end) load_k(n);
@@ -198,8 +211,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     row_sum[mt][0] = row_sum[mt][1] = 0.f;
   }
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
-  const int warp_row0 = warp * kWarpRows;       // within the block
-  const int row_a = r0 + warp_row0 + lane / 4;  // + mt * 16 + h * 8
+  const int warp_row0 = warp * kWarpRows;  // within the tile
+  // + mt * 16 + h * 8; with head pairs the warp's rows within its head's block
+  const int row_a = r0 + (kHeadsPerCta == 1 ? warp_row0 : warp_row0 % kRowsPerHead) + lane / 4;
 
   // ldmatrix bases. Q (A of QK^T): rows warp_row0 + lane % 16, half lane / 16.
   // K (B of QK^T, two 8-key tiles per x4): keys lane % 8 + (lane / 16) x 8,
@@ -388,8 +402,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 #endif
 
   // Normalise and write O and the LSE (natural log). Empty rows: O = 0, LSE = -inf.
-  T* out = static_cast<T*>(p.out) + batch * p.o_batch_stride + head * p.o_head_stride;
-  float* lse = p.softmax_lse + (int64_t(batch) * p.num_heads + head) * seqlen_q;
+  const int warp_head = kHeadsPerCta == 1 ? head : head + warp_row0 / kRowsPerHead;
+  T* out = static_cast<T*>(p.out) + batch * p.o_batch_stride + warp_head * p.o_head_stride;
+  float* lse = p.softmax_lse + (int64_t(batch) * p.num_heads + warp_head) * seqlen_q;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll

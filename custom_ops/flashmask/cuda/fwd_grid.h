@@ -27,5 +27,23 @@ FLASHMASK_HOST_DEVICE FwdCta fwd_cta_of_rank(const FwdParams& p, int query_block
   return FwdCta{query_blocks - 1 - rows % query_blocks, r - rows * p.num_heads, rows / query_blocks};
 }
 
+// Head pairs (the kernel's kHeadsPerCta = 2): one CTA per (two query heads,
+// 64-row query block, batch), the pairs fastest, where both heads of a pair
+// read the same K/V head, the same mask head and the same block_mask head
+// (heads 2j and 2j + 1, so every group of an even size splits into pairs).
+// Both heads' rows then go through every tile together, so 64-row blocks
+// meet the mask where one head's 128-row block would: on masks of short
+// segments (documents, answers, windows) fewer tiles are partial or half
+// dead, at the MMA and K/V traffic per row of the 128-row tile.
+constexpr int kFwdPairRows = 64;
+inline bool heads_pair_up(int num_heads, int shared_by) {
+  return shared_by > 0 && num_heads % shared_by == 0 && (num_heads / shared_by) % 2 == 0;
+}
+inline bool fwd_head_pairs_fit(const FwdParams& p) {
+  return heads_pair_up(p.num_heads, p.num_heads_k) &&
+         (p.mask.startend_row_indices == nullptr || heads_pair_up(p.num_heads, p.mask.num_heads)) &&
+         (p.block_mask.data == nullptr || heads_pair_up(p.num_heads, p.block_mask.num_heads));
+}
+
 }  // namespace cuda
 }  // namespace flashmask
