@@ -47,7 +47,7 @@ __device__ __forceinline__ void stage_masked_rows(MaskedRows* smem, const int32_
 // instantiation, so that the kernel of every other call is the one it was
 // (reading the order in the same code cost plain causal 1-2%: code placement).
 // kHeadsPerCta = 2: the tile's rows are 64-row query blocks of two query heads
-// of one GQA group (fwd_grid.h, FwdHeadPairs): the warps own as many rows and
+// of one GQA group (fwd_grid.h, fwd_head_pairs_fit): the warps own as many rows and
 // share every K/V block as in a 128-row tile, while the mask and the causal
 // diagonal are met in 64-row blocks.
 template <typename Traits, bool kPadded = false, bool kOrdered = false, int kHeadsPerCta = 1>
@@ -93,10 +93,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   FwdCta cta;
   if constexpr (kOrdered) {
     cta = fwd_cta_of_rank(p, gridDim.y, p.cta_order[(blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x]);
-  } else if constexpr (kHeadsPerCta > 1) {
-    cta = FwdCta{int(gridDim.y - 1 - blockIdx.y), int(blockIdx.x) * kHeadsPerCta, int(blockIdx.z)};  // its first head
-  } else {
-    cta = FwdCta{int(gridDim.y - 1 - blockIdx.y), int(blockIdx.x), int(blockIdx.z)};
+  } else {  // with head pairs, the pair's first head
+    cta = FwdCta{int(gridDim.y - 1 - blockIdx.y), int(blockIdx.x) * kHeadsPerCta, int(blockIdx.z)};
   }
   const int m_block = cta.m_block;
   const int head = cta.head;

@@ -211,9 +211,10 @@ void launch_fwd_tiles(const FwdParams& planned, cudaStream_t stream) {
   FwdParams p = planned;
   p.cta_order = fa2_fwd_cta_order<Traits>(p, stream);
   if constexpr (Traits::kBlockM == 2 * kFwdPairRows) {
-    if (fa2_fwd_head_pairs(p, (int64_t(p.seqlen_q) + kFwdPairRows - 1) / kFwdPairRows)) {
+    const int64_t pair_blocks = (int64_t(p.seqlen_q) + kFwdPairRows - 1) / kFwdPairRows;
+    if (fa2_fwd_head_pairs(p, pair_blocks)) {
       const auto kernel = kernel_for_head_dim<FwdHeadPairsKernelOf, Traits>(p);
-      const dim3 grid(p.num_heads / 2, (p.seqlen_q + kFwdPairRows - 1) / kFwdPairRows, p.batch);
+      const dim3 grid(p.num_heads / 2, unsigned(pair_blocks), p.batch);
 #ifdef FLASHMASK_EXP_TIMELINE
       launch_grid<Traits>(kernel, p, grid, stream, g_exp_timeline_fwd);
 #else
