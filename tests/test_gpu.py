@@ -806,18 +806,22 @@ def test_fa2_forward_head_pairs(fa2_kernel, monkeypatch, dim, heads, heads_k, hm
                  causal, idx)
 
 
+@pytest.mark.parametrize("ordered", [False, True])
 @pytest.mark.parametrize("dim", [32, 96, 128, HD256])
 @pytest.mark.parametrize("causal,cols,hm", [(True, 1, 1), (True, 2, 2), (False, 2, 2), (False, 4, 1)])
-def test_fa2_forward_head_pairs_bitwise(fa2_kernel, monkeypatch, dim, causal, cols, hm):
+def test_fa2_forward_head_pairs_bitwise(fa2_kernel, monkeypatch, ordered, dim, causal, cols, hm):
     # Pairing changes which rows share a tile, not what a row computes: a row meets its visible
     # key blocks in the same order, and a block that one head's 128-row tile runs and a 64-row
     # block skips is masked for every row of that block (its scores -inf: P = 0, the row's
     # maximum and sum unchanged). So out and LSE, and the deterministic gradients computed from
-    # them, are bit for bit those of single-head tiles.
+    # them, are bit for bit those of single-head tiles; in the grid's order and, with the
+    # order's floors at 1, in the longest-first one (the pairs' own passes over 64-row blocks).
     skip_unsupported(dim)
+    if ordered:
+        _fa2_long_ctas_first(monkeypatch, "1")
     rng = np.random.default_rng(seed_of("fa2-pairs-bitwise-idx", causal, cols, hm))
     idx = random_indices(rng, 1, hm, 1000, 1000, causal, cols)
-    q, k, v, dout = gpu_inputs(seed_of("fa2-pairs-bitwise", dim, causal, cols), 1, 1000, 1000, 8, 2, dim,
+    q, k, v, dout = gpu_inputs(seed_of("fa2-pairs-bitwise", ordered, dim, causal, cols), 1, 1000, 1000, 8, 2, dim,
                                "bfloat16")
     runs = {}
     for pairs in ("0", "1"):

@@ -4,7 +4,8 @@
 // r-th CTA the hardware would start in the grid's own launch (x fastest, then
 // y, then z; the backward's padding CTAs left out). For each shape, walk the
 // grids as the hardware does and compare with fwd_cta_of_rank /
-// bwd_cta_of_rank, and count that bwd_live_ctas ranks are every live CTA.
+// bwd_cta_of_rank (the forward's head pairs' grid too), and count that
+// bwd_live_ctas ranks are every live CTA.
 // Prints the number of mismatches (0 expected) and the number of checks.
 #include <cstdint>
 #include <cstdio>
@@ -33,6 +34,17 @@ int main() {
               mismatches += c.m_block != blocks - 1 - y || c.head != x || c.batch != z;
               ++checks;
             }
+        // Head pairs: grid (heads / 2, query blocks, batch), a CTA named by its first head.
+        if (heads % 2 == 0) {
+          int64_t pair_rank = 0;
+          for (int z = 0; z < batch; ++z)
+            for (int y = 0; y < blocks; ++y)
+              for (int x = 0; x < heads / 2; ++x, ++pair_rank) {
+                const fc::FwdCta c = fc::fwd_cta_of_rank<2>(f, blocks, int(pair_rank));
+                mismatches += c.m_block != blocks - 1 - y || c.head != 2 * x || c.batch != z;
+                ++checks;
+              }
+        }
         // Backward: the light-last rows at every deferral the launcher allows.
         for (int light_last : {0, 1, 2, 3, blocks / 2, blocks - 1, blocks}) {
           if (light_last < 0 || light_last > blocks) continue;

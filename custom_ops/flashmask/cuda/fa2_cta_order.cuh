@@ -71,18 +71,24 @@ FLASHMASK_HOST_DEVICE int32_t* fa2_order_chunk_counts(int32_t* ranks, int64_t ct
 FLASHMASK_HOST_DEVICE int64_t fa2_order_chunks(int64_t ctas) { return (ctas + kFa2OrderChunk - 1) / kFa2OrderChunk; }
 
 // The CTAs (ranks) of one (mask row, block) entry: the heads that read the
-// mask row, and every batch where one mask serves the batch.
+// mask row (a CTA of head pairs takes two of them), and every batch where one
+// mask serves the batch.
+template <int kHeadsPerCta = 1>
 FLASHMASK_HOST_DEVICE int64_t fa2_ranks_per_entry(const FwdParams& p) {
-  return int64_t(p.num_heads / p.mask.num_heads) * (mask_batches(p) == 1 ? p.batch : 1);
+  return int64_t(p.num_heads / p.mask.num_heads / kHeadsPerCta) * (mask_batches(p) == 1 ? p.batch : 1);
 }
 
-// The forward's CTAs by rank, and the live key blocks of each.
+// The forward's CTAs by rank (of one head, or of head pairs: fwd_grid.h), and
+// the live key blocks of each.
+template <int kHeadsPerCta = 1>
 struct Fa2FwdOrderGrid {
   FwdParams p;
   int query_blocks;
-  FLASHMASK_HOST_DEVICE int64_t ctas() const { return int64_t(p.batch) * p.num_heads * query_blocks; }
+  FLASHMASK_HOST_DEVICE int64_t ctas() const {
+    return int64_t(p.batch) * (p.num_heads / kHeadsPerCta) * query_blocks;
+  }
   FLASHMASK_HOST_DEVICE int live_blocks(const int32_t* counts, int64_t rank) const {
-    const FwdCta cta = fwd_cta_of_rank(p, query_blocks, int(rank));
+    const FwdCta cta = fwd_cta_of_rank<kHeadsPerCta>(p, query_blocks, int(rank));
     return counts[mask_summary_row(p, cta.batch, cta.head) * query_blocks + cta.m_block];
   }
 };
@@ -100,8 +106,11 @@ struct Fa2BwdOrderGrid {
 
 // Adds `live` entries' blocks times the ranks an entry stands for into the
 // call's total (one thread per CTA or warp calls it).
+template <int kHeadsPerCta = 1>
 __device__ __forceinline__ void fa2_add_to_total(const FwdParams& p, int live, int32_t* region) {
-  if (live > 0) atomicAdd(fa2_order_total(region), static_cast<unsigned long long>(live) * fa2_ranks_per_entry(p));
+  if (live > 0) {
+    atomicAdd(fa2_order_total(region), static_cast<unsigned long long>(live) * fa2_ranks_per_entry<kHeadsPerCta>(p));
+  }
 }
 
 // The forward's count pass: one warp per (query block, mask row) entry, the
@@ -113,7 +122,7 @@ __device__ __forceinline__ void fa2_add_to_total(const FwdParams& p, int live, i
 // classifying every key block, its list in shared memory: 1.5M keys at most,
 // mask rows in the grid's y extent): as fast at 8K-512K (forty-third
 // session), and no limit but the rank's int32.
-template <int kThreads, int kBlockM, int kBlockN>
+template <int kThreads, int kBlockM, int kBlockN, int kHeadsPerCta = 1>
 __global__ void __launch_bounds__(kThreads) fa2_fwd_count_kernel(FwdParams p, int query_blocks, int32_t* region) {
   static_assert(kCoarseMaskBlockN % kBlockN == 0, "a coarse summary spans whole key blocks");
   constexpr int kBlocksPerRun = kCoarseMaskBlockN / kBlockN;
@@ -144,7 +153,7 @@ __global__ void __launch_bounds__(kThreads) fa2_fwd_count_kernel(FwdParams p, in
     if (lane == 0) fa2_order_counts(region)[entry] = live;
   }
   // One add a warp (the total is a sum; its order does not matter).
-  if (lane == 0) fa2_add_to_total(p, live, region);
+  if (lane == 0) fa2_add_to_total<kHeadsPerCta>(p, live, region);
 }
 
 // The backward's count pass: one thread per (key block, mask row) entry, the

@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   constexpr int kMTiles = Traits::kMTiles;
   constexpr int kWarpRows = 16 * kMTiles;
   constexpr int kRowsPerHead = kBlockM / kHeadsPerCta;  // a query block's rows
-  static_assert(kHeadsPerCta == 1 || (kHeadsPerCta == 2 && !kOrdered), "head pairs take the grid's order");
+  static_assert(kHeadsPerCta == 1 || kHeadsPerCta == 2, "one head a tile, or a pair");
   static_assert(kRowsPerHead % kWarpRows == 0, "a warp's rows lie in one head");
   using Tile = SwizzledTile<kDim>;
   // The columns loaded and stored: the tiles' past them are zeros.
@@ -92,7 +92,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   // longest tiles first) this CTA takes the rank it gives (fwd_grid.h).
   FwdCta cta;
   if constexpr (kOrdered) {
-    cta = fwd_cta_of_rank(p, gridDim.y, p.cta_order[(blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x]);
+    cta = fwd_cta_of_rank<kHeadsPerCta>(
+        p, gridDim.y, p.cta_order[(blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x]);
   } else {  // with head pairs, the pair's first head
     cta = FwdCta{int(gridDim.y - 1 - blockIdx.y), int(blockIdx.x) * kHeadsPerCta, int(blockIdx.z)};
   }

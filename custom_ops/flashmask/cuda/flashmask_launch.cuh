@@ -134,9 +134,9 @@ template <typename Traits, bool kPadded, bool kOrdered>
 struct FwdKernelOf {
   static constexpr auto kernel = flashmask_fwd_kernel<Traits, kPadded, kOrdered>;
 };
-template <typename Traits, bool kPadded, bool>  // head pairs take the grid's order
+template <typename Traits, bool kPadded, bool kOrdered>
 struct FwdHeadPairsKernelOf {
-  static constexpr auto kernel = flashmask_fwd_kernel<Traits, kPadded, false, 2>;
+  static constexpr auto kernel = flashmask_fwd_kernel<Traits, kPadded, kOrdered, 2>;
 };
 template <typename Traits, bool kPadded, bool kOrdered>
 struct BwdStagedKernelOf {
@@ -171,49 +171,52 @@ const int32_t* launch_fa2_order(const Grid& grid, int32_t* region, int blocks, i
 
 // PADDLE_FLASHMASK_FA2_FWD_HEAVY_FIRST=0: the forward's grid order always;
 // PADDLE_FLASHMASK_FA2_FWD_HEAVY_MIN_BLOCKS sets the floor in 64-key blocks
-// (tests lower it to order short calls this way). Returns the order, or null
+// (tests lower it to order short calls this way). The grid of kRows-row query
+// blocks of kHeadsPerCta heads a CTA (fwd_grid.h). Returns the order, or null
 // for the grid's own.
-template <typename Traits>
+template <typename Traits, int kRows = Traits::kBlockM, int kHeadsPerCta = 1>
 const int32_t* fa2_fwd_cta_order(const FwdParams& p, cudaStream_t stream) {
   if (!env_switch("PADDLE_FLASHMASK_FA2_FWD_HEAVY_FIRST", true)) return nullptr;
   const int min_blocks =
       env_int("PADDLE_FLASHMASK_FA2_FWD_HEAVY_MIN_BLOCKS", kFa2HeavyMinRows / Traits::kBlockN, 1, 1 << 24);
   const int key_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
-  const int query_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
-  const Fa2FwdOrderGrid grid{p, query_blocks};
+  const int query_blocks = (p.seqlen_q + kRows - 1) / kRows;
+  const Fa2FwdOrderGrid<kHeadsPerCta> grid{p, query_blocks};
   if (!fa2_cta_order_pays(p, key_blocks, min_blocks, grid.ctas())) return nullptr;
   int32_t* const region = fa2_cta_order(p);
   FLASHMASK_CUDA_CHECK(cudaMemsetAsync(region, 0, kTileOrderHeaderInts * sizeof(int32_t), stream));
   const int64_t warps = summary_table_rows(p) * query_blocks;  // one an entry
-  fa2_fwd_count_kernel<kFa2CountThreads, Traits::kBlockM, Traits::kBlockN>
+  fa2_fwd_count_kernel<kFa2CountThreads, kRows, Traits::kBlockN, kHeadsPerCta>
       <<<unsigned((warps * 32 + kFa2CountThreads - 1) / kFa2CountThreads), kFa2CountThreads, 0, stream>>>(
           p, query_blocks, region);
   FLASHMASK_CUDA_CHECK(cudaGetLastError());
   return launch_fa2_order(grid, region, query_blocks, min_blocks, stream);
 }
 
-// Head pairs (fwd_grid.h) where a mask cuts the tiles, the heads pair up and
-// the grid keeps its order. H200, bf16 32:8, against one head's 128 rows:
-// forward +5-9% on causal documents and sliding windows at 8K-16K, +14-16% on
-// 128-512-token documents, at every head dim. With no column mask a tile
-// meets only the causal diagonal, where pairs read -1.5% to +3% by head dim
-// (code placement): those calls keep their kernel.
+// Head pairs (fwd_grid.h) where a mask cuts the tiles and the heads pair up.
+// H200, bf16 32:8, against one head's 128 rows: forward +5-9% on causal
+// documents and sliding windows at 8K-16K, +14-16% on 128-512-token
+// documents, at every head dim. With no column mask a tile meets only the
+// causal diagonal, where pairs read -1.5% to +3% by head dim (code
+// placement): those calls keep their kernel.
 // PADDLE_FLASHMASK_FA2_FWD_HEAD_PAIRS=0: one head's 128 rows a CTA always.
 inline bool fa2_fwd_head_pairs(const FwdParams& p, int64_t pair_blocks) {
   const bool masked = p.mask.startend_row_indices != nullptr || p.block_mask.data != nullptr;
-  return masked && p.cta_order == nullptr && fwd_head_pairs_fit(p) && pair_blocks <= 65535 &&
+  return masked && fwd_head_pairs_fit(p) && pair_blocks <= 65535 &&
          env_switch("PADDLE_FLASHMASK_FA2_FWD_HEAD_PAIRS", true);
 }
 
-// The forward on one set of tiles (with the timeline's buffer in a diagnostic build).
+// The forward on one set of tiles (with the timeline's buffer in a diagnostic
+// build): of head pairs where they pay, else of one head; either in the grid's
+// order or the one the passes give (fa2_fwd_cta_order).
 template <typename Traits>
 void launch_fwd_tiles(const FwdParams& planned, cudaStream_t stream) {
   FwdParams p = planned;
-  p.cta_order = fa2_fwd_cta_order<Traits>(p, stream);
   if constexpr (Traits::kBlockM == 2 * kFwdPairRows) {
     const int64_t pair_blocks = (int64_t(p.seqlen_q) + kFwdPairRows - 1) / kFwdPairRows;
     if (fa2_fwd_head_pairs(p, pair_blocks)) {
-      const auto kernel = kernel_for_head_dim<FwdHeadPairsKernelOf, Traits>(p);
+      p.cta_order = fa2_fwd_cta_order<Traits, kFwdPairRows, 2>(p, stream);
+      const auto kernel = kernel_for_head_dim<FwdHeadPairsKernelOf, Traits>(p, p.cta_order != nullptr);
       const dim3 grid(p.num_heads / 2, unsigned(pair_blocks), p.batch);
 #ifdef FLASHMASK_EXP_TIMELINE
       launch_grid<Traits>(kernel, p, grid, stream, g_exp_timeline_fwd);
@@ -223,6 +226,7 @@ void launch_fwd_tiles(const FwdParams& planned, cudaStream_t stream) {
       return;
     }
   }
+  p.cta_order = fa2_fwd_cta_order<Traits>(p, stream);
   const auto kernel = kernel_for_head_dim<FwdKernelOf, Traits>(p, p.cta_order != nullptr);
 #ifdef FLASHMASK_EXP_TIMELINE
   launch_rows_heads_fastest<Traits>(kernel, p, p.seqlen_q, Traits::kBlockM, stream, g_exp_timeline_fwd);

@@ -18,13 +18,17 @@ struct FwdCta {
 };
 
 // The CTA of rank r: r = (batch x query_blocks + y) x num_heads + head, with
-// query block query_blocks - 1 - y (the heaviest under causal masks first).
+// query block query_blocks - 1 - y (the heaviest under causal masks first);
+// with head pairs (kHeadsPerCta = 2, below) num_heads / 2 CTAs a grid row,
+// each named by its first head.
 // 32-bit: an ordered launch has fewer than 2^31 CTAs (flashmask_launch.cuh,
 // fa2_cta_order_pays), and the kernel decodes its rank with two divisions
 // rather than two 64-bit ones.
+template <int kHeadsPerCta = 1>
 FLASHMASK_HOST_DEVICE FwdCta fwd_cta_of_rank(const FwdParams& p, int query_blocks, int r) {
-  const int rows = r / p.num_heads;
-  return FwdCta{query_blocks - 1 - rows % query_blocks, r - rows * p.num_heads, rows / query_blocks};
+  const int row_ctas = p.num_heads / kHeadsPerCta;
+  const int rows = r / row_ctas;
+  return FwdCta{query_blocks - 1 - rows % query_blocks, (r - rows * row_ctas) * kHeadsPerCta, rows / query_blocks};
 }
 
 // Head pairs (the kernel's kHeadsPerCta = 2): one CTA per (two query heads,
