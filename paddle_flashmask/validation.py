@@ -457,7 +457,9 @@ def check_deterministic_support(query, head_dim, deterministic):
 # _HEAVY_MIN_STEPS: the FA2-class kernels' longest CTAs first (cuda/fa2_cta_order.cuh) and the floor
 # of their live blocks (the forward's 64-key blocks, the backward's query steps);
 # PADDLE_FLASHMASK_FA2_FWD_HEAD_PAIRS: the FA2-class forward's tiles of two query heads' 64-row
-# blocks where the heads pair up (1, the default; cuda/fwd_grid.h) or one head's 128 rows (0).
+# blocks where the heads pair up (1, the default; cuda/fwd_grid.h) or one head's 128 rows (0);
+# PADDLE_FLASHMASK_FA2_FWD_HEAD_QUADS: four query heads' 32-row blocks a tile at head dims 96 and
+# 256 where the GQA groups split into fours (1, the default) or pairs there (0).
 INTEGER_ENV_SWITCHES = {
     "PADDLE_FLASHMASK_SM90_FWD_OVERLAP": (0, 1),
     "PADDLE_FLASHMASK_SM90_FWD_WIDE_KEYS": (0, 1),
@@ -479,6 +481,7 @@ INTEGER_ENV_SWITCHES = {
     "PADDLE_FLASHMASK_FA2_BWD_HEAVY_FIRST": (0, 1),
     "PADDLE_FLASHMASK_FA2_BWD_HEAVY_MIN_STEPS": (1, 1 << 24),
     "PADDLE_FLASHMASK_FA2_FWD_HEAD_PAIRS": (0, 1),
+    "PADDLE_FLASHMASK_FA2_FWD_HEAD_QUADS": (0, 1),
     "PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT": (0, 1),
     "PADDLE_FLASHMASK_SM90_BWD_DKV_DIRECT": (0, 1),
 }

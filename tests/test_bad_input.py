@@ -832,6 +832,7 @@ def test_bad_calls_do_not_crash_the_process(real_ops):
                                         ("PADDLE_FLASHMASK_FA2_BWD_HEAVY_FIRST", "on"),
                                         ("PADDLE_FLASHMASK_FA2_BWD_HEAVY_MIN_STEPS", "16777217"),
                                         ("PADDLE_FLASHMASK_FA2_FWD_HEAD_PAIRS", "on"),
+                                        ("PADDLE_FLASHMASK_FA2_FWD_HEAD_QUADS", "4"),
                                         ("PADDLE_FLASHMASK_FA2_SMEM_CLASS", "99K"),
                                         ("PADDLE_FLASHMASK_FA2_SMEM_CLASS", "a100"),
                                         ("PADDLE_FLASHMASK_FA2_BWD", "fast")])

@@ -789,6 +789,7 @@ def test_fa2_long_ctas_first_split_and_99k(fa2_kernel, monkeypatch, split):
 
 
 FA2_FWD_HEAD_PAIRS_ENV = "PADDLE_FLASHMASK_FA2_FWD_HEAD_PAIRS"
+FA2_FWD_HEAD_QUADS_ENV = "PADDLE_FLASHMASK_FA2_FWD_HEAD_QUADS"
 
 
 @pytest.mark.parametrize("dim", [64, 80, 128, HD256])
@@ -798,11 +799,29 @@ def test_fa2_forward_head_pairs(fa2_kernel, monkeypatch, dim, heads, heads_k, hm
     # The FA2-class forward's head pairs (cuda/fwd_grid.h: two query heads' 64-row blocks a
     # tile, in calls with a column mask) where the heads pair up (groups of 4, 2 and 2 with 1
     # or Hk mask heads; 4 query heads on one KV head) and, with 8 mask heads for 8 query heads,
-    # where they do not (one head's 128 rows); ragged rows and keys, every column form.
+    # where they do not (one head's 128 rows); ragged rows and keys, every column form. Quads
+    # off, so that the groups of 4 pair too.
     monkeypatch.setenv(FA2_FWD_HEAD_PAIRS_ENV, "1")
+    monkeypatch.setenv(FA2_FWD_HEAD_QUADS_ENV, "0")
     rng = np.random.default_rng(seed_of("fa2-pairs-idx", heads, hm, causal, cols))
     idx = random_indices(rng, 2, hm, 333, 333, causal, cols)
     run_gpu_case(seed_of("fa2-pairs", dim, heads, heads_k, hm, causal, cols), 2, 333, 333, heads, heads_k, dim,
+                 causal, idx)
+
+
+@pytest.mark.parametrize("dim", [80, 96, HD256])
+@pytest.mark.parametrize("heads,heads_k,hm", [(8, 2, 1), (8, 1, 1), (16, 4, 4), (4, 1, 1), (12, 6, 1)])
+@pytest.mark.parametrize("causal,cols", [(True, 1), (False, 2), (True, 2), (False, 4)])
+def test_fa2_forward_head_quads(fa2_kernel, monkeypatch, dim, heads, heads_k, hm, causal, cols):
+    # Head quads (cuda/fwd_grid.h: four query heads' 32-row blocks a tile; the head dims that
+    # take them, flashmask_launch.cuh's fwd_takes_quads, 80 on 96's tiles) where the GQA groups
+    # split into fours (groups of 4 and 8, one or Hk mask heads) and, with groups of 2, where
+    # they do not (pairs); ragged rows and keys, every column form.
+    monkeypatch.setenv(FA2_FWD_HEAD_PAIRS_ENV, "1")
+    monkeypatch.setenv(FA2_FWD_HEAD_QUADS_ENV, "1")
+    rng = np.random.default_rng(seed_of("fa2-quads-idx", heads, hm, causal, cols))
+    idx = random_indices(rng, 2, hm, 333, 333, causal, cols)
+    run_gpu_case(seed_of("fa2-quads", dim, heads, heads_k, hm, causal, cols), 2, 333, 333, heads, heads_k, dim,
                  causal, idx)
 
 
@@ -814,8 +833,10 @@ def test_fa2_forward_head_pairs_bitwise(fa2_kernel, monkeypatch, ordered, dim, c
     # key blocks in the same order, and a block that one head's 128-row tile runs and a 64-row
     # block skips is masked for every row of that block (its scores -inf: P = 0, the row's
     # maximum and sum unchanged). So out and LSE, and the deterministic gradients computed from
-    # them, are bit for bit those of single-head tiles; in the grid's order and, with the
-    # order's floors at 1, in the longest-first one (the pairs' own passes over 64-row blocks).
+    # them, are bit for bit those of single-head tiles, for pairs (64-row blocks) and quads
+    # (32-row blocks of the 8:2 heads' groups of 4, at the head dims that take them: 96 and 256;
+    # pairs again at the others); in the grid's order and, with the order's
+    # floors at 1, in the longest-first one (the tiles' own passes over their row blocks).
     skip_unsupported(dim)
     if ordered:
         _fa2_long_ctas_first(monkeypatch, "1")
@@ -824,11 +845,13 @@ def test_fa2_forward_head_pairs_bitwise(fa2_kernel, monkeypatch, ordered, dim, c
     q, k, v, dout = gpu_inputs(seed_of("fa2-pairs-bitwise", ordered, dim, causal, cols), 1, 1000, 1000, 8, 2, dim,
                                "bfloat16")
     runs = {}
-    for pairs in ("0", "1"):
+    for tiles, pairs, quads in (("one head", "0", "1"), ("pairs", "1", "0"), ("quads", "1", "1")):
         monkeypatch.setenv(FA2_FWD_HEAD_PAIRS_ENV, pairs)
-        runs[pairs] = gpu_run(q, k, v, dout, idx, causal, deterministic=True)
-    for key in ("out", "lse", "dq", "dk", "dv"):
-        np.testing.assert_array_equal(runs["1"][key], runs["0"][key], err_msg=f"{key}: head pairs differ")
+        monkeypatch.setenv(FA2_FWD_HEAD_QUADS_ENV, quads)
+        runs[tiles] = gpu_run(q, k, v, dout, idx, causal, deterministic=True)
+    for tiles in ("pairs", "quads"):
+        for key in ("out", "lse", "dq", "dk", "dv"):
+            np.testing.assert_array_equal(runs[tiles][key], runs["one head"][key], err_msg=f"{key}: head {tiles} differ")
 
 
 def _short_document_lengths(rng, seqlen):

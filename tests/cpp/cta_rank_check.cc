@@ -4,7 +4,7 @@
 // r-th CTA the hardware would start in the grid's own launch (x fastest, then
 // y, then z; the backward's padding CTAs left out). For each shape, walk the
 // grids as the hardware does and compare with fwd_cta_of_rank /
-// bwd_cta_of_rank (the forward's head pairs' grid too), and count that
+// bwd_cta_of_rank (the forward's head pairs' and quads' grids too), and count that
 // bwd_live_ctas ranks are every live CTA.
 // Prints the number of mismatches (0 expected) and the number of checks.
 #include <cstdint>
@@ -34,7 +34,7 @@ int main() {
               mismatches += c.m_block != blocks - 1 - y || c.head != x || c.batch != z;
               ++checks;
             }
-        // Head pairs: grid (heads / 2, query blocks, batch), a CTA named by its first head.
+        // Head pairs / quads: grid (heads / 2 or 4, query blocks, batch), a CTA named by its first head.
         if (heads % 2 == 0) {
           int64_t pair_rank = 0;
           for (int z = 0; z < batch; ++z)
@@ -42,6 +42,16 @@ int main() {
               for (int x = 0; x < heads / 2; ++x, ++pair_rank) {
                 const fc::FwdCta c = fc::fwd_cta_of_rank<2>(f, blocks, int(pair_rank));
                 mismatches += c.m_block != blocks - 1 - y || c.head != 2 * x || c.batch != z;
+                ++checks;
+              }
+        }
+        if (heads % 4 == 0) {
+          int64_t quad_rank = 0;
+          for (int z = 0; z < batch; ++z)
+            for (int y = 0; y < blocks; ++y)
+              for (int x = 0; x < heads / 4; ++x, ++quad_rank) {
+                const fc::FwdCta c = fc::fwd_cta_of_rank<4>(f, blocks, int(quad_rank));
+                mismatches += c.m_block != blocks - 1 - y || c.head != 4 * x || c.batch != z;
                 ++checks;
               }
         }

@@ -46,10 +46,10 @@ __device__ __forceinline__ void stage_masked_rows(MaskedRows* smem, const int32_
 // the launch gives the CTAs an order (p.cta_order, fa2_cta_order.cuh); its own
 // instantiation, so that the kernel of every other call is the one it was
 // (reading the order in the same code cost plain causal 1-2%: code placement).
-// kHeadsPerCta = 2: the tile's rows are 64-row query blocks of two query heads
-// of one GQA group (fwd_grid.h, fwd_head_pairs_fit): the warps own as many rows and
-// share every K/V block as in a 128-row tile, while the mask and the causal
-// diagonal are met in 64-row blocks.
+// kHeadsPerCta = 2 (4): the tile's rows are 64-row (32-row) query blocks of
+// two (four) query heads of one GQA group (fwd_grid.h, fwd_heads_share_tiles):
+// the warps own as many rows and share every K/V block as in a 128-row tile,
+// while the mask and the causal diagonal are met in 64-row (32-row) blocks.
 template <typename Traits, bool kPadded = false, bool kOrdered = false, int kHeadsPerCta = 1>
 __global__ void __launch_bounds__(Traits::kNThreads)
     flashmask_fwd_kernel(const FwdParams p
@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   constexpr int kMTiles = Traits::kMTiles;
   constexpr int kWarpRows = 16 * kMTiles;
   constexpr int kRowsPerHead = kBlockM / kHeadsPerCta;  // a query block's rows
-  static_assert(kHeadsPerCta == 1 || kHeadsPerCta == 2, "one head a tile, or a pair");
+  static_assert(kHeadsPerCta == 1 || kHeadsPerCta == 2 || kHeadsPerCta == 4, "one head a tile, a pair or a quad");
   static_assert(kRowsPerHead % kWarpRows == 0, "a warp's rows lie in one head");
   using Tile = SwizzledTile<kDim>;
   // The columns loaded and stored: the tiles' past them are zeros.
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   if constexpr (kOrdered) {
     cta = fwd_cta_of_rank<kHeadsPerCta>(
         p, gridDim.y, p.cta_order[(blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x]);
-  } else {  // with head pairs, the pair's first head
+  } else {  // with head pairs or quads, the group's first head
     cta = FwdCta{int(gridDim.y - 1 - blockIdx.y), int(blockIdx.x) * kHeadsPerCta, int(blockIdx.z)};
   }
   const int m_block = cta.m_block;

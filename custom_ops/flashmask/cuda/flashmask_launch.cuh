@@ -134,9 +134,12 @@ template <typename Traits, bool kPadded, bool kOrdered>
 struct FwdKernelOf {
   static constexpr auto kernel = flashmask_fwd_kernel<Traits, kPadded, kOrdered>;
 };
-template <typename Traits, bool kPadded, bool kOrdered>
-struct FwdHeadPairsKernelOf {
-  static constexpr auto kernel = flashmask_fwd_kernel<Traits, kPadded, kOrdered, 2>;
+template <int kHeadsPerCta>  // head pairs or quads (fwd_grid.h)
+struct FwdHeadsKernel {
+  template <typename Traits, bool kPadded, bool kOrdered>
+  struct Of {
+    static constexpr auto kernel = flashmask_fwd_kernel<Traits, kPadded, kOrdered, kHeadsPerCta>;
+  };
 };
 template <typename Traits, bool kPadded, bool kOrdered>
 struct BwdStagedKernelOf {
@@ -193,38 +196,63 @@ const int32_t* fa2_fwd_cta_order(const FwdParams& p, cudaStream_t stream) {
   return launch_fa2_order(grid, region, query_blocks, min_blocks, stream);
 }
 
-// Head pairs (fwd_grid.h) where a mask cuts the tiles and the heads pair up.
-// H200, bf16 32:8, against one head's 128 rows: forward +5-9% on causal
-// documents and sliding windows at 8K-16K, +14-16% on 128-512-token
+// Head pairs or quads (fwd_grid.h) where a mask cuts the tiles and the heads
+// group up. H200, bf16 32:8, pairs against one head's 128 rows: forward +5-9%
+// on causal documents and sliding windows at 8K-16K, +14-16% on 128-512-token
 // documents, at every head dim. With no column mask a tile meets only the
 // causal diagonal, where pairs read -1.5% to +3% by head dim (code
 // placement): those calls keep their kernel.
-// PADDLE_FLASHMASK_FA2_FWD_HEAD_PAIRS=0: one head's 128 rows a CTA always.
-inline bool fa2_fwd_head_pairs(const FwdParams& p, int64_t pair_blocks) {
+// PADDLE_FLASHMASK_FA2_FWD_HEAD_PAIRS=0: one head's 128 rows a CTA always;
+// PADDLE_FLASHMASK_FA2_FWD_HEAD_QUADS=0: pairs where quads would fit
+// (fwd_takes_quads: head dims 96 and 256).
+inline bool fa2_fwd_heads_a_tile(const FwdParams& p, int heads_a_tile, int64_t query_blocks) {
   const bool masked = p.mask.startend_row_indices != nullptr || p.block_mask.data != nullptr;
-  return masked && fwd_head_pairs_fit(p) && pair_blocks <= 65535 &&
-         env_switch("PADDLE_FLASHMASK_FA2_FWD_HEAD_PAIRS", true);
+  return masked && fwd_heads_share_tiles(p, heads_a_tile) && query_blocks <= 65535 &&
+         env_switch("PADDLE_FLASHMASK_FA2_FWD_HEAD_PAIRS", true) &&
+         (heads_a_tile == 2 || env_switch("PADDLE_FLASHMASK_FA2_FWD_HEAD_QUADS", true));
+}
+
+// Launches the forward on tiles of kHeadsPerCta heads' kBlockM / kHeadsPerCta
+// rows where they fit (fa2_fwd_heads_a_tile), in the grid's order or the one
+// its own passes give; false where they do not fit.
+template <typename Traits, int kHeadsPerCta>
+bool launch_fwd_head_tiles(FwdParams p, cudaStream_t stream) {
+  constexpr int kRows = Traits::kBlockM / kHeadsPerCta;
+  const int64_t query_blocks = (int64_t(p.seqlen_q) + kRows - 1) / kRows;
+  if (!fa2_fwd_heads_a_tile(p, kHeadsPerCta, query_blocks)) return false;
+  p.cta_order = fa2_fwd_cta_order<Traits, kRows, kHeadsPerCta>(p, stream);
+  const auto kernel =
+      kernel_for_head_dim<FwdHeadsKernel<kHeadsPerCta>::template Of, Traits>(p, p.cta_order != nullptr);
+  const dim3 grid(p.num_heads / kHeadsPerCta, unsigned(query_blocks), p.batch);
+#ifdef FLASHMASK_EXP_TIMELINE
+  launch_grid<Traits>(kernel, p, grid, stream, g_exp_timeline_fwd);
+#else
+  launch_grid<Traits>(kernel, p, grid, stream);
+#endif
+  return true;
+}
+
+// Head dims whose forward takes quads before pairs. H200 (sm_90a), bf16 32:8,
+// quads against pairs on masks at 8K: head dim 96 +0.3-6%, 256 +1-5%; 64
+// -1% to +2%; 128 -5% to -8%, where the quad kernel spills 160 bytes (57
+// spill instructions in its loop against the pairs' 28). The sm_80 build of
+// 128's quad kernel spills no more than its pairs' (NOTES.md, forty-fifth session).
+template <typename Traits>
+constexpr bool fwd_takes_quads() {
+  return Traits::kHeadDim == 96 || Traits::kHeadDim == 256;
 }
 
 // The forward on one set of tiles (with the timeline's buffer in a diagnostic
-// build): of head pairs where they pay, else of one head; either in the grid's
-// order or the one the passes give (fa2_fwd_cta_order).
+// build): of head quads or pairs where they fit, else of one head; either in
+// the grid's order or the one the passes give (fa2_fwd_cta_order).
 template <typename Traits>
 void launch_fwd_tiles(const FwdParams& planned, cudaStream_t stream) {
   FwdParams p = planned;
-  if constexpr (Traits::kBlockM == 2 * kFwdPairRows) {
-    const int64_t pair_blocks = (int64_t(p.seqlen_q) + kFwdPairRows - 1) / kFwdPairRows;
-    if (fa2_fwd_head_pairs(p, pair_blocks)) {
-      p.cta_order = fa2_fwd_cta_order<Traits, kFwdPairRows, 2>(p, stream);
-      const auto kernel = kernel_for_head_dim<FwdHeadPairsKernelOf, Traits>(p, p.cta_order != nullptr);
-      const dim3 grid(p.num_heads / 2, unsigned(pair_blocks), p.batch);
-#ifdef FLASHMASK_EXP_TIMELINE
-      launch_grid<Traits>(kernel, p, grid, stream, g_exp_timeline_fwd);
-#else
-      launch_grid<Traits>(kernel, p, grid, stream);
-#endif
-      return;
+  if constexpr (Traits::kBlockM == 2 * kFwdPairRows && Traits::kBlockM == 4 * kFwdQuadRows) {
+    if constexpr (fwd_takes_quads<Traits>()) {
+      if (launch_fwd_head_tiles<Traits, 4>(p, stream)) return;
     }
+    if (launch_fwd_head_tiles<Traits, 2>(p, stream)) return;
   }
   p.cta_order = fa2_fwd_cta_order<Traits>(p, stream);
   const auto kernel = kernel_for_head_dim<FwdKernelOf, Traits>(p, p.cta_order != nullptr);

@@ -19,8 +19,8 @@ struct FwdCta {
 
 // The CTA of rank r: r = (batch x query_blocks + y) x num_heads + head, with
 // query block query_blocks - 1 - y (the heaviest under causal masks first);
-// with head pairs (kHeadsPerCta = 2, below) num_heads / 2 CTAs a grid row,
-// each named by its first head.
+// with head pairs or quads (kHeadsPerCta = 2 or 4, below) num_heads /
+// kHeadsPerCta CTAs a grid row, each named by its first head.
 // 32-bit: an ordered launch has fewer than 2^31 CTAs (flashmask_launch.cuh,
 // fa2_cta_order_pays), and the kernel decodes its rank with two divisions
 // rather than two 64-bit ones.
@@ -39,15 +39,22 @@ FLASHMASK_HOST_DEVICE FwdCta fwd_cta_of_rank(const FwdParams& p, int query_block
 // meet the mask where one head's 128-row block would: on masks of short
 // segments (documents, answers, windows) fewer tiles are partial or half
 // dead, at the MMA and K/V traffic per row of the 128-row tile.
+// Head quads (kHeadsPerCta = 4): the same with 32-row blocks of four heads
+// (4j .. 4j + 3), where the GQA groups split into fours: each warp's 32 rows
+// are one head's block.
 constexpr int kFwdPairRows = 64;
-inline bool heads_pair_up(int num_heads, int shared_by) {
-  return shared_by > 0 && num_heads % shared_by == 0 && (num_heads / shared_by) % 2 == 0;
+constexpr int kFwdQuadRows = 32;
+// Heads in groups of `heads_a_tile` consecutive ones, each group inside one
+// run of `shared_by`'s heads (num_heads / shared_by query heads a run).
+inline bool heads_group_up(int num_heads, int shared_by, int heads_a_tile) {
+  return shared_by > 0 && num_heads % shared_by == 0 && (num_heads / shared_by) % heads_a_tile == 0;
 }
-inline bool fwd_head_pairs_fit(const FwdParams& p) {
-  return heads_pair_up(p.num_heads, p.num_heads_k) &&
-         (p.mask.startend_row_indices == nullptr || heads_pair_up(p.num_heads, p.mask.num_heads)) &&
-         (p.block_mask.data == nullptr || heads_pair_up(p.num_heads, p.block_mask.num_heads));
+inline bool fwd_heads_share_tiles(const FwdParams& p, int heads_a_tile) {
+  return heads_group_up(p.num_heads, p.num_heads_k, heads_a_tile) &&
+         (p.mask.startend_row_indices == nullptr || heads_group_up(p.num_heads, p.mask.num_heads, heads_a_tile)) &&
+         (p.block_mask.data == nullptr || heads_group_up(p.num_heads, p.block_mask.num_heads, heads_a_tile));
 }
+inline bool fwd_head_pairs_fit(const FwdParams& p) { return fwd_heads_share_tiles(p, 2); }
 
 }  // namespace cuda
 }  // namespace flashmask
