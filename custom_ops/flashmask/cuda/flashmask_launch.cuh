@@ -233,10 +233,11 @@ bool launch_fwd_head_tiles(FwdParams p, cudaStream_t stream) {
 }
 
 // Head dims whose forward takes quads before pairs. H200 (sm_90a), bf16 32:8,
-// quads against pairs on masks at 8K: head dim 96 +0.3-6%, 256 +1-5%; 64
-// -1% to +2%; 128 -5% to -8%, where the quad kernel spills 160 bytes (57
-// spill instructions in its loop against the pairs' 28). The sm_80 build of
-// 128's quad kernel spills no more than its pairs' (NOTES.md, forty-fifth session).
+// quads against pairs on the benchmark's masks: head dim 96 +2-5% at 8K and
+// 32K, 256 +3-4% on documents at 8K and even elsewhere; 64 -1% to +2% and 128
+// -5% to -8% at 8K, where 128's quad kernel spills 160 bytes (57 spill
+// instructions in its loop against the pairs' 28). The sm_80 build of 128's
+// quad kernel spills no more than its pairs' (NOTES.md, forty-fifth session).
 template <typename Traits>
 constexpr bool fwd_takes_quads() {
   return Traits::kHeadDim == 96 || Traits::kHeadDim == 256;

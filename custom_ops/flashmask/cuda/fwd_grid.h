@@ -54,7 +54,6 @@ inline bool fwd_heads_share_tiles(const FwdParams& p, int heads_a_tile) {
          (p.mask.startend_row_indices == nullptr || heads_group_up(p.num_heads, p.mask.num_heads, heads_a_tile)) &&
          (p.block_mask.data == nullptr || heads_group_up(p.num_heads, p.block_mask.num_heads, heads_a_tile));
 }
-inline bool fwd_head_pairs_fit(const FwdParams& p) { return fwd_heads_share_tiles(p, 2); }
 
 }  // namespace cuda
 }  // namespace flashmask
