@@ -792,6 +792,16 @@ FA2_FWD_HEAD_PAIRS_ENV = "PADDLE_FLASHMASK_FA2_FWD_HEAD_PAIRS"
 FA2_FWD_HEAD_QUADS_ENV = "PADDLE_FLASHMASK_FA2_FWD_HEAD_QUADS"
 
 
+def _head_tiles_case(monkeypatch, tag, quads, dim, heads, heads_k, hm, causal, cols):
+    """One multi-head-tile case (pairs on, quads as given) on random indices, 2 x 333 rows and keys,
+    against the dense reference; `tag` names its seeds."""
+    monkeypatch.setenv(FA2_FWD_HEAD_PAIRS_ENV, "1")
+    monkeypatch.setenv(FA2_FWD_HEAD_QUADS_ENV, quads)
+    rng = np.random.default_rng(seed_of(f"{tag}-idx", heads, hm, causal, cols))
+    idx = random_indices(rng, 2, hm, 333, 333, causal, cols)
+    run_gpu_case(seed_of(tag, dim, heads, heads_k, hm, causal, cols), 2, 333, 333, heads, heads_k, dim, causal, idx)
+
+
 @pytest.mark.parametrize("dim", [64, 80, 128, HD256])
 @pytest.mark.parametrize("heads,heads_k,hm", [(8, 2, 1), (8, 4, 4), (6, 3, 3), (4, 1, 1), (8, 2, 8)])
 @pytest.mark.parametrize("causal,cols", [(True, 1), (False, 2), (True, 2), (False, 4)])
@@ -801,12 +811,7 @@ def test_fa2_forward_head_pairs(fa2_kernel, monkeypatch, dim, heads, heads_k, hm
     # or Hk mask heads; 4 query heads on one KV head) and, with 8 mask heads for 8 query heads,
     # where they do not (one head's 128 rows); ragged rows and keys, every column form. Quads
     # off, so that the groups of 4 pair too.
-    monkeypatch.setenv(FA2_FWD_HEAD_PAIRS_ENV, "1")
-    monkeypatch.setenv(FA2_FWD_HEAD_QUADS_ENV, "0")
-    rng = np.random.default_rng(seed_of("fa2-pairs-idx", heads, hm, causal, cols))
-    idx = random_indices(rng, 2, hm, 333, 333, causal, cols)
-    run_gpu_case(seed_of("fa2-pairs", dim, heads, heads_k, hm, causal, cols), 2, 333, 333, heads, heads_k, dim,
-                 causal, idx)
+    _head_tiles_case(monkeypatch, "fa2-pairs", "0", dim, heads, heads_k, hm, causal, cols)
 
 
 @pytest.mark.parametrize("dim", [80, 96, HD256])
@@ -817,12 +822,7 @@ def test_fa2_forward_head_quads(fa2_kernel, monkeypatch, dim, heads, heads_k, hm
     # take them, flashmask_launch.cuh's fwd_takes_quads, 80 on 96's tiles) where the GQA groups
     # split into fours (groups of 4 and 8, one or Hk mask heads) and, with groups of 2, where
     # they do not (pairs); ragged rows and keys, every column form.
-    monkeypatch.setenv(FA2_FWD_HEAD_PAIRS_ENV, "1")
-    monkeypatch.setenv(FA2_FWD_HEAD_QUADS_ENV, "1")
-    rng = np.random.default_rng(seed_of("fa2-quads-idx", heads, hm, causal, cols))
-    idx = random_indices(rng, 2, hm, 333, 333, causal, cols)
-    run_gpu_case(seed_of("fa2-quads", dim, heads, heads_k, hm, causal, cols), 2, 333, 333, heads, heads_k, dim,
-                 causal, idx)
+    _head_tiles_case(monkeypatch, "fa2-quads", "1", dim, heads, heads_k, hm, causal, cols)
 
 
 @pytest.mark.parametrize("ordered", [False, True])

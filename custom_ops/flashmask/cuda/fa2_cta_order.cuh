@@ -71,15 +71,15 @@ FLASHMASK_HOST_DEVICE int32_t* fa2_order_chunk_counts(int32_t* ranks, int64_t ct
 FLASHMASK_HOST_DEVICE int64_t fa2_order_chunks(int64_t ctas) { return (ctas + kFa2OrderChunk - 1) / kFa2OrderChunk; }
 
 // The CTAs (ranks) of one (mask row, block) entry: the heads that read the
-// mask row (a CTA of head pairs takes two of them), and every batch where one
-// mask serves the batch.
+// mask row (a CTA of head pairs or quads takes two or four of them), and every
+// batch where one mask serves the batch.
 template <int kHeadsPerCta = 1>
 FLASHMASK_HOST_DEVICE int64_t fa2_ranks_per_entry(const FwdParams& p) {
   return int64_t(p.num_heads / p.mask.num_heads / kHeadsPerCta) * (mask_batches(p) == 1 ? p.batch : 1);
 }
 
-// The forward's CTAs by rank (of one head, or of head pairs: fwd_grid.h), and
-// the live key blocks of each.
+// The forward's CTAs by rank (of one head, or of head pairs or quads:
+// fwd_grid.h), and the live key blocks of each.
 template <int kHeadsPerCta = 1>
 struct Fa2FwdOrderGrid {
   FwdParams p;

@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   }
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
   const int warp_row0 = warp * kWarpRows;  // within the tile
-  // + mt * 16 + h * 8; with head pairs the warp's rows within its head's block
+  // + mt * 16 + h * 8; with head pairs or quads the warp's rows within its head's block
   const int row_a = r0 + (kHeadsPerCta == 1 ? warp_row0 : warp_row0 % kRowsPerHead) + lane / 4;
 
   // ldmatrix bases. Q (A of QK^T): rows warp_row0 + lane % 16, half lane / 16.
