@@ -222,6 +222,46 @@ def test_sm90_kernels_sass(compiled):
     assert kernels["fwd"] >= 1 and kernels["bwd"] >= 1, kernels
 
 
+# The backward kernels add dQ (and, with GQA, dK/dV into fp32 slots) with fire-and-forget
+# REDs. One fence.sc (__threadfence()) anywhere in the FA2-class staged kernel, even on a path
+# the call never took, made ptxas compile them as ATOMs that wait for their result on sm_90a
+# (sm_80 kept its REDs): the backward 9-33% slower on the H200 (NOTES.md, forty-sixth session).
+# The Hopper backward's release counts (its overlapped finish) must not do it either.
+SASS_FP32_ADD_RED = r"\bREDG?\.E\.ADD\.F32"
+SASS_FP32_ADD_ATOM = r"\bATOMG?\.E\.ADD\.F32"
+BACKWARD_OBJECTS = {  # arch: (object file pattern, kernel name) of the backward kernels built for it
+    "sm_80": [(r"flashmask_bwd_hdim\d+_\w+_sm80\.cu$", "flashmask_bwd_staged_kernel")],
+    "sm_90a": [(r"flashmask_bwd_hdim\d+_\w+_sm80\.cu$", "flashmask_bwd_staged_kernel"),
+               (r"flashmask_bwd_sm90_\w+\.cu$", "flashmask_bwd_sm90_kernel")],
+}
+
+
+@pytest.mark.parametrize("arch", sorted(BACKWARD_OBJECTS))
+def test_backward_fp32_adds_are_reds(compiled, arch):
+    cuobjdump = cuda_tool("cuobjdump")
+    if not cuobjdump:
+        pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump, as the README's test command does)")
+    problems, kernels = [], 0
+    for file_pattern, kernel in BACKWARD_OBJECTS[arch]:
+        objects = [(s, o) for s, o, rc, _ in compiled if rc == 0 and re.search(file_pattern, s)]
+        assert objects, f"no {kernel} objects compiled (see the compile test)"
+        for source, obj in objects:
+            res = subprocess.run([cuobjdump, "-sass", "-arch", arch, obj], capture_output=True, text=True)
+            assert res.returncode == 0, f"cuobjdump on {obj}:\n{res.stderr[-2000:]}"
+            for fname, body in sass_functions(res.stdout).items():
+                if kernel not in fname:
+                    continue
+                kernels += 1
+                where = f"{os.path.basename(source)} ({fname[:90]})"
+                if not re.search(SASS_FP32_ADD_RED, body):
+                    problems.append(f"{where}: no fp32 RED (its dQ or dK/dV adds)")
+                atoms = re.findall(SASS_FP32_ADD_ATOM, body)
+                if atoms:
+                    problems.append(f"{where}: {len(atoms)} fp32 adds compiled as ATOM (each waits for a result)")
+    assert not problems, "\n".join(problems)
+    assert kernels > 0
+
+
 def test_sm90_forward_out_panels_match_q_layout(tmp_path):
     """The forward's TMA epilogue reads O's panels where stmatrix wrote them
     (tests/cpp/fwd_out_panels_check.cu, host code through nvcc)."""
