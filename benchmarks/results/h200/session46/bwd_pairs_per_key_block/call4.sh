@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Session 46, device call 4 (no Paddle): the FA2-class staged backward's head pairs chosen per key
+# block (variant bpk, the working tree: key blocks of at most 32 listed query blocks take two query
+# heads a CTA, the odd head's CTA leaves), against the same binary with pairs off (bpk0) and on for
+# every key block (bpkall, the forty-fifth session's pairs), and the tree before (base, 6b62c2d).
+# Carry [".gpu_variants", ".gpu_masks"].
+set -uo pipefail
+cd "$(dirname "$0")/../../../../.." || exit 1
+OUT=${OUT:-/tmp/pfm_out}; mkdir -p "$OUT/logs"
+T0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "$OUT/summary.txt"; }
+for v in bpk base; do xz -dkf .gpu_variants/$v/flashmask_harness.xz && chmod +x .gpu_variants/$v/flashmask_harness; done
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader >> "$OUT/summary.txt"
+H=.gpu_variants/bpk/flashmask_harness
+for v in bpk bpkall; do
+  ( [ -f .gpu_variants/$v/env ] && { set -a; source .gpu_variants/$v/env; set +a; }; timeout 100 $H --check-fa2 ) > "$OUT/logs/check_$v.log" 2>&1
+  stamp "$v check-fa2: exit $? | $(grep -E '^[0-9]+ failures' "$OUT/logs/check_$v.log" | tail -1)"
+  grep -E "FAIL|what\(\)|error" "$OUT/logs/check_$v.log" | head -5 | tee -a "$OUT/summary.txt"
+done
+ARGS=.gpu_masks/args_8k_32k.txt OUT=$OUT/ab128 VARIANTS='base bpk0 bpk bpkall' FAMILIES=fa2 PASSES=3 CHECK=0 BUDGET_S=200 \
+  bash benchmarks/device/masks_ab.sh > "$OUT/logs/ab128_stdout.txt" 2>&1
+stamp "head dim 128 A/B done"
+head -5 .gpu_masks/args_8k_32k.txt > .gpu_masks/args_8k.txt
+for d in 64 96 256; do
+  FLASHMASK_HARNESS_DIM=$d ARGS=.gpu_masks/args_8k.txt OUT=$OUT/ab$d VARIANTS='bpk0 bpk bpkall' FAMILIES=fa2 PASSES=2 CHECK=0 \
+    BUDGET_S=60 bash benchmarks/device/masks_ab.sh > "$OUT/logs/ab${d}_stdout.txt" 2>&1
+  stamp "head dim $d A/B done"
+done
+CS=/usr/local/cuda/bin/compute-sanitizer; [ -x "$CS" ] || CS=$(command -v compute-sanitizer)
+for tool in memcheck synccheck; do
+  PADDLE_FLASHMASK_FA2_BWD_PAIR_MAX_STEPS=4 timeout 60 $CS --tool $tool --kernel-name kns=flashmask_bwd_staged_kernel $H --check-fa2 > "$OUT/logs/sanitize_bwd_$tool.log" 2>&1
+  stamp "bpk (max steps 4) $tool (staged backward, --check-fa2): exit $? | $(grep -E 'ERROR SUMMARY' "$OUT/logs/sanitize_bwd_$tool.log" | tail -1)"
+done
+for d in 128 64 96 256; do cp "$OUT/ab$d/masks_ab_summary.md" "$OUT/masks_ab_summary_hd$d.md" 2>/dev/null; done
+tar -C "$OUT" -cJf "$OUT/logs.tar.xz" $(cd "$OUT" && ls -d logs ab* 2>/dev/null) && rm -rf "$OUT/logs" "$OUT"/ab[0-9]*
+stamp "done"
