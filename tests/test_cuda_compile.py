@@ -138,6 +138,13 @@ def sass_functions(text):
     return funcs
 
 
+def kernel_sass(cuobjdump, obj, arch, env=None):
+    """{mangled function name: its SASS} of one object's `arch` code."""
+    res = subprocess.run([cuobjdump, "-sass", "-arch", arch, obj], capture_output=True, text=True, env=env)
+    assert res.returncode == 0, f"cuobjdump on {obj}:\n{res.stderr[-2000:]}"
+    return sass_functions(res.stdout)
+
+
 # What the Hopper kernels are built around, in their sm_90a SASS: wgmma (HGMMA), TMA tile
 # loads (UTMALDG), setmaxnreg register reallocation between the producer warpgroup
 # (gives registers back) and the consumers (take them), and no local memory (LDL/STL:
@@ -187,9 +194,7 @@ def test_sm90_kernels_sass(compiled):
         f"sm90 kernel objects: {len(objects)} of {len(expected)} compiled (see the compile test)")
     problems, kernels = [], {"fwd": 0, "bwd": 0}
     for source, obj in objects:
-        res = subprocess.run([cuobjdump, "-sass", "-arch", "sm_90a", obj], capture_output=True, text=True, env=env)
-        assert res.returncode == 0, f"cuobjdump on {obj}:\n{res.stderr[-2000:]}"
-        funcs = {n: body for n, body in sass_functions(res.stdout).items()
+        funcs = {n: body for n, body in kernel_sass(cuobjdump, obj, "sm_90a", env).items()
                  if re.search(r"flashmask_(fwd|bwd)_sm90_kernel", n)}
         if not funcs:
             problems.append(f"{os.path.basename(source)}: no sm_90a flashmask_*_sm90_kernel in the SASS")
@@ -246,9 +251,7 @@ def test_backward_fp32_adds_are_reds(compiled, arch):
         objects = [(s, o) for s, o, rc, _ in compiled if rc == 0 and re.search(file_pattern, s)]
         assert objects, f"no {kernel} objects compiled (see the compile test)"
         for source, obj in objects:
-            res = subprocess.run([cuobjdump, "-sass", "-arch", arch, obj], capture_output=True, text=True)
-            assert res.returncode == 0, f"cuobjdump on {obj}:\n{res.stderr[-2000:]}"
-            for fname, body in sass_functions(res.stdout).items():
+            for fname, body in kernel_sass(cuobjdump, obj, arch).items():
                 if kernel not in fname:
                     continue
                 kernels += 1

@@ -18,43 +18,32 @@ using flashmask::BwdParams;
 using flashmask::FwdParams;
 namespace fc = flashmask::cuda;
 
+// The forward's grid of kHeadsPerCta heads a CTA, walked as the hardware starts it, against
+// fwd_cta_of_rank<kHeadsPerCta>.
+template <int kHeadsPerCta>
+void check_fwd_grid(const FwdParams& f, int blocks, int64_t& mismatches, int64_t& checks) {
+  int64_t rank = 0;
+  for (int z = 0; z < f.batch; ++z)
+    for (int y = 0; y < blocks; ++y)
+      for (int x = 0; x < f.num_heads / kHeadsPerCta; ++x, ++rank) {
+        const fc::FwdCta c = fc::fwd_cta_of_rank<kHeadsPerCta>(f, blocks, int(rank));
+        mismatches += c.m_block != blocks - 1 - y || c.head != kHeadsPerCta * x || c.batch != z;
+        ++checks;
+      }
+}
+
 int main() {
   int64_t mismatches = 0, checks = 0;
   for (int batch : {1, 2, 3}) {
     for (int heads : {1, 4, 6, 32}) {
       for (int blocks : {1, 2, 5, 17, 40}) {
-        // Forward: grid (heads, query blocks, batch), query blocks in reverse.
+        // Forward: grid (heads / k, query blocks, batch), query blocks in reverse, a CTA named
+        // by its first head: one head, pairs and quads.
         FwdParams f;
         f.batch = batch, f.num_heads = heads;
-        int64_t rank = 0;
-        for (int z = 0; z < batch; ++z)
-          for (int y = 0; y < blocks; ++y)
-            for (int x = 0; x < heads; ++x, ++rank) {
-              const fc::FwdCta c = fc::fwd_cta_of_rank(f, blocks, int(rank));
-              mismatches += c.m_block != blocks - 1 - y || c.head != x || c.batch != z;
-              ++checks;
-            }
-        // Head pairs / quads: grid (heads / 2 or 4, query blocks, batch), a CTA named by its first head.
-        if (heads % 2 == 0) {
-          int64_t pair_rank = 0;
-          for (int z = 0; z < batch; ++z)
-            for (int y = 0; y < blocks; ++y)
-              for (int x = 0; x < heads / 2; ++x, ++pair_rank) {
-                const fc::FwdCta c = fc::fwd_cta_of_rank<2>(f, blocks, int(pair_rank));
-                mismatches += c.m_block != blocks - 1 - y || c.head != 2 * x || c.batch != z;
-                ++checks;
-              }
-        }
-        if (heads % 4 == 0) {
-          int64_t quad_rank = 0;
-          for (int z = 0; z < batch; ++z)
-            for (int y = 0; y < blocks; ++y)
-              for (int x = 0; x < heads / 4; ++x, ++quad_rank) {
-                const fc::FwdCta c = fc::fwd_cta_of_rank<4>(f, blocks, int(quad_rank));
-                mismatches += c.m_block != blocks - 1 - y || c.head != 4 * x || c.batch != z;
-                ++checks;
-              }
-        }
+        check_fwd_grid<1>(f, blocks, mismatches, checks);
+        if (heads % 2 == 0) check_fwd_grid<2>(f, blocks, mismatches, checks);
+        if (heads % 4 == 0) check_fwd_grid<4>(f, blocks, mismatches, checks);
         // Backward: the light-last rows at every deferral the launcher allows.
         for (int light_last : {0, 1, 2, 3, blocks / 2, blocks - 1, blocks}) {
           if (light_last < 0 || light_last > blocks) continue;
