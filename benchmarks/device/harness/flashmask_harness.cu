@@ -95,6 +95,15 @@ std::vector<int32_t> window_mask(const Case& c) {  // causal C=2: sliding window
     }
   return m;
 }
+std::vector<int32_t> bidir_window_mask(const Case& c) {  // non-causal C=2: rows [j - 60, j + 100) see key j
+  std::vector<int32_t> m(size_t(c.b) * c.sk * 2);
+  for (int b = 0; b < c.b; ++b)
+    for (int j = 0; j < c.sk; ++j) {
+      m[(size_t(b) * c.sk + j) * 2] = std::min(c.sq, j + 100);
+      m[(size_t(b) * c.sk + j) * 2 + 1] = std::max(0, j - 60);
+    }
+  return m;
+}
 std::vector<int32_t> random4_mask(const Case& c) {  // C=4 random bands, rows 10..20 fully masked
   std::mt19937 rng(7);
   std::vector<int32_t> m(size_t(c.b) * c.sk * 4);
@@ -1022,6 +1031,17 @@ int main(int argc, char** argv) {
       {"none", 2, 77, 77, 2, 2, 96, false, 0, nullptr},
       {"causal_doc", 1, 777, 777, 2, 1, 96, true, 1, doc_mask},
       {"random4+empty", 1, 333, 333, 4, 4, 96, false, 4, random4_mask},
+      // Each partial-tile test of the kernels that take one a call (cuda/partial_test.cuh) at
+      // head dims 64, 96 and 256: non-causal C = 2 (VisibleRows from UTE), and causal C = 4
+      // (the column bounds: the op takes causal C = 1 or 2, the kernels any).
+      {"bidir_window", 1, 1000, 1000, 4, 2, 64, false, 2, bidir_window_mask},
+      {"bidir_window", 1, 777, 777, 2, 1, 96, false, 2, bidir_window_mask},
+      {"bidir_window", 1, 333, 333, 2, 1, 256, false, 2, bidir_window_mask},
+      {"bidir_window", 1, 1000, 1000, 4, 2, 128, false, 2, bidir_window_mask},
+      {"causal_random4", 1, 1000, 1000, 4, 2, 64, true, 4, random4_mask},
+      {"causal_random4", 1, 333, 333, 4, 4, 96, true, 4, random4_mask},
+      {"causal_random4", 1, 333, 333, 2, 1, 256, true, 4, random4_mask},
+      {"causal_random4", 1, 1000, 1000, 4, 2, 128, true, 4, random4_mask},
   };
   // Head dim 80, both families, on 96's tiles (TMA fills the Hopper tiles'
   // columns past 80, the FA2-class loads zero them; the stores leave them out):

@@ -39,6 +39,7 @@
 #include "exp_timeline.h"
 #include "kernel_traits.h"
 #include "mma_utils.cuh"
+#include "partial_test.cuh"
 #include "tile_io.cuh"
 
 namespace flashmask {
@@ -75,29 +76,12 @@ __device__ __forceinline__ void gemm_b_trans_ahead(float (&acc)[kMTiles][2 * kNS
     }
 }
 
-// Partial tiles' element test from the key columns staged in shared memory:
-// as VisibleRows or MaskedRows (one load a key), or from the column bounds
-// (causal C = 4: element_masked).
-template <typename KeyRows>
-struct KeyRowsTest {
-  const ColumnBounds* staged;
-  __device__ __forceinline__ KeyRows rows_of(int key) const { return reinterpret_cast<const KeyRows*>(staged)[key]; }
-  __device__ __forceinline__ bool test(const KeyRows& rows, int, int row) const { return row_masked(rows, row); }
-};
-struct ColumnBoundsTest {
-  const ColumnBounds* staged;
-  bool has_columns, causal;
-  int causal_offset, seqlen_k, c0;
-  __device__ __forceinline__ int rows_of(int) const { return 0; }
-  __device__ __forceinline__ bool test(int, int key, int row) const {
-    return element_masked(staged, has_columns, causal, causal_offset, seqlen_k, row, c0 + key, c0);
-  }
-};
-
 // kPadded: p.head_dim is narrower than the tiles' (tile_head_dim). kOrdered:
 // the launch runs one CTA per rank of the grid, in p.cta_order's order
-// (fa2_cta_order.cuh); its own instantiation, as the forward's.
-template <typename Traits, bool kPadded = false, bool kOrdered = false>
+// (fa2_cta_order.cuh); its own instantiation, as the forward's. kTest: the
+// partial tiles' element test (partial_test.cuh), the call's partial_test_of,
+// or kRunTime: each of the three, chosen in the kernel.
+template <typename Traits, bool kPadded, bool kOrdered, PartialTest kTest>
 __global__ void __launch_bounds__(Traits::kNThreads)
     flashmask_bwd_staged_kernel(const BwdParams p
 #ifdef FLASHMASK_EXP_TIMELINE
@@ -175,7 +159,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 
   const bool has_columns = p.mask.startend_row_indices != nullptr;
   const int32_t* columns = mask_columns(p, batch, head);
-  // As in the forward: partial tiles test two intervals a column (MaskedRows),
+  // kRunTime, as in the forward: partial tiles test two intervals a column (MaskedRows),
   // except causal calls with 4 bounds a column (three intervals).
   const bool two_intervals = !(has_columns && causal && p.mask.num_cols == 4);
   // Where each key column sees one interval of query rows (no column mask,
@@ -212,7 +196,13 @@ __global__ void __launch_bounds__(Traits::kNThreads)
                                                     tid, dim);
   load_tile_async<kBlockN, kDim, kThreads, kPadded>(sV, v + int64_t(c0) * p.v_row_stride, p.v_row_stride, seqlen_k - c0,
                                                     tid, dim);
-  if (tid < kBlockN) {  // the key columns' masked rows, read at the first top barrier
+  // The key columns' rows for the partial tiles' test, read at the first top
+  // barrier. kRunTime's staging is written out here as it was before the
+  // kernels per test: stage_partial_columns' put it in another instruction
+  // order (its head dims keep their SASS of before, instruction for instruction).
+  if constexpr (kTest != PartialTest::kRunTime) {
+    stage_partial_columns<kTest, kBlockN>(sCol, columns, p.mask, c0, seqlen_q, seqlen_k, causal_offset, tid);
+  } else if (tid < kBlockN) {
     const int col = c0 + tid;
     if (one_visible) {
       // Without a column mask every row from the diagonal on (causal) or every row is visible.
@@ -229,7 +219,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
       reinterpret_cast<MaskedRows*>(sCol)[tid] = masked_rows(b, col, causal, causal_offset, seqlen_k);
     }
   }
-  if (!two_intervals) stage_column_bounds<kBlockN>(sCol, columns, p.mask, c0, seqlen_q, seqlen_k, tid);
+  if (kTest == PartialTest::kRunTime && !two_intervals) {
+    stage_column_bounds<kBlockN>(sCol, columns, p.mask, c0, seqlen_q, seqlen_k, tid);
+  }
 
   __shared__ const int32_t* s_block_mask;
   if (tid == 0) s_block_mask = block_mask_row(p, batch, head, 0) == nullptr
@@ -391,7 +383,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
               }
           }
       };
-      if (kind == TileKind::kPartial && one_visible) {
+      if constexpr (kTest != PartialTest::kRunTime) {
+        if (kind == TileKind::kPartial) mask_scores(partial_tester<kTest>(sCol, p.mask, causal_offset, seqlen_k, c0));
+      } else if (kind == TileKind::kPartial && one_visible) {
         mask_scores(KeyRowsTest<VisibleRows>{sCol});
       } else if (kind == TileKind::kPartial && two_intervals) {
         mask_scores(KeyRowsTest<MaskedRows>{sCol});

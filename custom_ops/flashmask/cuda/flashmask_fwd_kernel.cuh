@@ -19,28 +19,12 @@
 #include "fwd_grid.h"
 #include "kernel_traits.h"
 #include "mma_utils.cuh"
+#include "partial_test.cuh"
 #include "tile_io.cuh"
 #include "workspace.h"
 
 namespace flashmask {
 namespace cuda {
-
-// The masked rows of key columns [c0, c0 + kCols) of a partial tile, as two
-// intervals each (MaskedRows; the causal diagonal and the columns past
-// seqlen_k folded in; without a column mask only those two remain).
-template <int kCols>
-__device__ __forceinline__ void stage_masked_rows(MaskedRows* smem, const int32_t* columns,
-                                                  const MaskParams& mask, int c0, int seqlen_q, int seqlen_k,
-                                                  int causal_offset, int tid) {
-  if (tid < kCols) {
-    const int col = c0 + tid;
-    const ColumnBounds bounds = columns != nullptr && col < seqlen_k
-                                    ? load_column_bounds(columns + int64_t(col) * mask.col_stride, mask.num_cols,
-                                                         mask.causal, seqlen_q)
-                                    : ColumnBounds{0, 0, 0, 0};
-    smem[tid] = masked_rows(bounds, col, mask.causal, causal_offset, seqlen_k);
-  }
-}
 
 // kPadded: p.head_dim is narrower than the tiles' (tile_head_dim). kOrdered:
 // the launch gives the CTAs an order (p.cta_order, fa2_cta_order.cuh); its own
@@ -50,7 +34,11 @@ __device__ __forceinline__ void stage_masked_rows(MaskedRows* smem, const int32_
 // two (four) query heads of one GQA group (fwd_grid.h, fwd_heads_share_tiles):
 // the warps own as many rows and share every K/V block as in a 128-row tile,
 // while the mask and the causal diagonal are met in 64-row (32-row) blocks.
-template <typename Traits, bool kPadded = false, bool kOrdered = false, int kHeadsPerCta = 1>
+// kTest: the partial tiles' element test (partial_test.cuh), the call's
+// partial_test_of; or kRunTime, where the kernel tests every mask's partial
+// tiles as MaskedRows or from the column bounds (a third test, VisibleRows,
+// in the same kernel cost 2-4%: NOTES.md, "VisibleRows").
+template <typename Traits, bool kPadded, bool kOrdered, int kHeadsPerCta, PartialTest kTest>
 __global__ void __launch_bounds__(Traits::kNThreads)
     flashmask_fwd_kernel(const FwdParams p
 #ifdef FLASHMASK_EXP_TIMELINE
@@ -128,7 +116,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
                                              mask_batch * p.mask.batch_stride +
                                              mask_head * p.mask.head_stride
                                        : nullptr;
-  // Partial tiles test each column's masked rows as two intervals
+  // kRunTime: partial tiles test each column's masked rows as two intervals
   // (MaskedRows: the causal diagonal and the ragged tail folded in), except
   // causal calls with 4 bounds a column, which need three and keep the
   // general test.
@@ -238,11 +226,14 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     load_kv(sV, v, p.v_row_stride, n);
     cp_async_commit();
     if (kind == TileKind::kPartial) {
-      if (two_intervals) {
-        stage_masked_rows<kBlockN>(reinterpret_cast<MaskedRows*>(sCol), columns, p.mask, c0, seqlen_q,
-                                   seqlen_k, causal_offset, tid);
+      if constexpr (kTest != PartialTest::kRunTime) {
+        stage_partial_columns<kTest, kBlockN>(sCol, columns, p.mask, c0, seqlen_q, seqlen_k, causal_offset, tid);
+      } else if (two_intervals) {
+        stage_partial_columns<PartialTest::kMaskedRows, kBlockN>(sCol, columns, p.mask, c0, seqlen_q, seqlen_k,
+                                                                 causal_offset, tid);
       } else {
-        stage_column_bounds<kBlockN>(sCol, columns, p.mask, c0, seqlen_q, seqlen_k, tid);
+        stage_partial_columns<PartialTest::kColumnBounds, kBlockN>(sCol, columns, p.mask, c0, seqlen_q, seqlen_k,
+                                                                   causal_offset, tid);
       }
     }
     // The next live block, found while the GEMM runs (its bounds come from L2).
@@ -293,7 +284,25 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     if (n_next < n_end) load_k(n_next);
     cp_async_commit();
 
-    if (kind == TileKind::kPartial && two_intervals) {
+    if constexpr (kTest != PartialTest::kRunTime) {
+      if (kind == TileKind::kPartial) {
+        // Each of the thread's 16 columns is read once and tested against its 4 rows.
+        const auto masked = partial_tester<kTest>(sCol, p.mask, causal_offset, seqlen_k, c0);
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int key = j * 8 + (lane % 4) * 2 + c;
+            const auto key_rows = masked.rows_of(key);
+#pragma unroll
+            for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                if (masked.test(key_rows, key, row_a + mt * 16 + h * 8)) acc_s[mt][j][2 * h + c] = -CUDART_INF_F;
+              }
+          }
+      }
+    } else if (kind == TileKind::kPartial && two_intervals) {
       // Each of the thread's 16 columns is loaded once and tested against its
       // 4 rows: two subtractions and unsigned compares an element.
       const MaskedRows* rows_of = reinterpret_cast<const MaskedRows*>(sCol);

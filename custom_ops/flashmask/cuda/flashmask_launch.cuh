@@ -21,6 +21,7 @@
 #include "flashmask_bwd_staged_kernel.cuh"
 #include "flashmask_fwd_kernel.cuh"
 #include "kernel_traits.h"
+#include "partial_test.cuh"
 
 namespace flashmask {
 namespace cuda {
@@ -113,39 +114,62 @@ void launch_rows_heads_fastest(Kernel kernel, const Params& p, int seqlen, int b
   launch_grid<Traits>(kernel, p, dim3(p.num_heads, blocks, p.batch), stream, extra...);
 }
 
+// A kernel's instantiation for the call's partial-tile test (partial_test_of),
+// or its one for every test (kRunTime) at head dims that keep one.
+template <template <typename, bool, bool, PartialTest> class KernelOf, typename Traits, bool kPadded, bool kOrdered>
+auto kernel_for_test(PartialTest test) {
+  if constexpr (!fa2_kernel_per_partial_test<Traits::kHeadDim>()) {
+    return KernelOf<Traits, kPadded, kOrdered, PartialTest::kRunTime>::kernel;
+  } else {
+    switch (test) {
+      case PartialTest::kVisibleRows:
+        return KernelOf<Traits, kPadded, kOrdered, PartialTest::kVisibleRows>::kernel;
+      case PartialTest::kMaskedRows:
+        return KernelOf<Traits, kPadded, kOrdered, PartialTest::kMaskedRows>::kernel;
+      default:
+        return KernelOf<Traits, kPadded, kOrdered, PartialTest::kColumnBounds>::kernel;
+    }
+  }
+}
+
 // A kernel's instantiation for the call's head dim: its own, or, where the
 // call's head dim runs on these tiles padded (tile_head_dim), the one
 // that loads and stores p.head_dim columns; the one that takes p.cta_order
-// where the launch orders its CTAs (`ordered`).
-template <template <typename, bool, bool> class KernelOf, typename Traits, typename Params>
+// where the launch orders its CTAs (`ordered`); and the call's partial-tile test.
+template <template <typename, bool, bool, PartialTest> class KernelOf, typename Traits, typename Params>
 auto kernel_for_head_dim(const Params& p, bool ordered = false) {
+  const PartialTest test = partial_test_of(p.mask);
   if constexpr (takes_padded_head_dims<Traits::kHeadDim>()) {
     if (p.head_dim != Traits::kHeadDim) {
       if (tile_head_dim(p.head_dim) != Traits::kHeadDim) {
         throw std::logic_error("flashmask FA2-class kernels: head_dim " + std::to_string(p.head_dim) +
                                " reached the " + std::to_string(Traits::kHeadDim) + " kernel");
       }
-      return ordered ? KernelOf<Traits, true, true>::kernel : KernelOf<Traits, true, false>::kernel;
+      return ordered ? kernel_for_test<KernelOf, Traits, true, true>(test)
+                     : kernel_for_test<KernelOf, Traits, true, false>(test);
     }
   }
-  return ordered ? KernelOf<Traits, false, true>::kernel : KernelOf<Traits, false, false>::kernel;
+  return ordered ? kernel_for_test<KernelOf, Traits, false, true>(test)
+                 : kernel_for_test<KernelOf, Traits, false, false>(test);
 }
-template <typename Traits, bool kPadded, bool kOrdered>
+template <typename Traits, bool kPadded, bool kOrdered, PartialTest kTest>
 struct FwdKernelOf {
-  static constexpr auto kernel = flashmask_fwd_kernel<Traits, kPadded, kOrdered>;
+  static constexpr auto kernel = flashmask_fwd_kernel<Traits, kPadded, kOrdered, 1, kTest>;
 };
 template <int kHeadsPerCta>  // head pairs or quads (fwd_grid.h)
 struct FwdHeadsKernel {
-  template <typename Traits, bool kPadded, bool kOrdered>
+  template <typename Traits, bool kPadded, bool kOrdered, PartialTest kTest>
   struct Of {
-    static constexpr auto kernel = flashmask_fwd_kernel<Traits, kPadded, kOrdered, kHeadsPerCta>;
+    static constexpr auto kernel = flashmask_fwd_kernel<Traits, kPadded, kOrdered, kHeadsPerCta, kTest>;
   };
 };
-template <typename Traits, bool kPadded, bool kOrdered>
+template <typename Traits, bool kPadded, bool kOrdered, PartialTest kTest>
 struct BwdStagedKernelOf {
-  static constexpr auto kernel = flashmask_bwd_staged_kernel<Traits, kPadded, kOrdered>;
+  static constexpr auto kernel = flashmask_bwd_staged_kernel<Traits, kPadded, kOrdered, kTest>;
 };
-template <typename Traits, bool kPadded, bool>  // its grid is never ordered
+// Its grid is never ordered, and it tests partial tiles from the column bounds
+// at run time (the deterministic mode's dQ pass): one instantiation for all.
+template <typename Traits, bool kPadded, bool, PartialTest>
 struct BwdDQKernelOf {
   static constexpr auto kernel = flashmask_bwd_dq_kernel<Traits, kPadded>;
 };
