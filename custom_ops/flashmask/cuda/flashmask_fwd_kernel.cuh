@@ -284,40 +284,27 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     if (n_next < n_end) load_k(n_next);
     cp_async_commit();
 
-    if constexpr (kTest != PartialTest::kRunTime) {
-      if (kind == TileKind::kPartial) {
-        // Each of the thread's 16 columns is read once and tested against its 4 rows.
-        const auto masked = partial_tester<kTest>(sCol, p.mask, causal_offset, seqlen_k, c0);
-#pragma unroll
-        for (int j = 0; j < kNTiles; ++j)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int key = j * 8 + (lane % 4) * 2 + c;
-            const auto key_rows = masked.rows_of(key);
-#pragma unroll
-            for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-              for (int h = 0; h < 2; ++h) {
-                if (masked.test(key_rows, key, row_a + mt * 16 + h * 8)) acc_s[mt][j][2 * h + c] = -CUDART_INF_F;
-              }
-          }
-      }
-    } else if (kind == TileKind::kPartial && two_intervals) {
-      // Each of the thread's 16 columns is loaded once and tested against its
-      // 4 rows: two subtractions and unsigned compares an element.
-      const MaskedRows* rows_of = reinterpret_cast<const MaskedRows*>(sCol);
+    // Partial tiles: each of the thread's 16 columns is read once (rows_of) and
+    // tested against its 4 rows.
+    auto mask_scores = [&](const auto& masked) {
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const MaskedRows m = rows_of[j * 8 + (lane % 4) * 2 + c];
+          const int key = j * 8 + (lane % 4) * 2 + c;
+          const auto key_rows = masked.rows_of(key);
 #pragma unroll
           for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              if (row_masked(m, row_a + mt * 16 + h * 8)) acc_s[mt][j][2 * h + c] = -CUDART_INF_F;
+              if (masked.test(key_rows, key, row_a + mt * 16 + h * 8)) acc_s[mt][j][2 * h + c] = -CUDART_INF_F;
             }
         }
+    };
+    if constexpr (kTest != PartialTest::kRunTime) {
+      if (kind == TileKind::kPartial) mask_scores(partial_tester<kTest>(sCol, p.mask, causal_offset, seqlen_k, c0));
+    } else if (kind == TileKind::kPartial && two_intervals) {
+      mask_scores(partial_tester<PartialTest::kMaskedRows>(sCol, p.mask, causal_offset, seqlen_k, c0));
     } else if (kind == TileKind::kPartial) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
