@@ -162,6 +162,8 @@ def segment_aligned_geometry(indices, causal, seqlen, block_m, block_n):
     straddles two blocks. A block's last row and key tiles count whole, as the kernels compute
     them: their rows and keys past the block are the next block's, loaded and masked (only the
     sequence's end clips a tile, as in computed_area)."""
+    if indices is None:  # no column mask: one block, the whole sequence
+        return tile_geometry(None, causal, seqlen, seqlen, block_m, block_n)[0]
     idx = np.asarray(indices, dtype=np.int64)
     batch, heads = idx.shape[:2]
     computed = 0
@@ -199,7 +201,8 @@ def geometry_table(masks_module, names, lengths, tiles=KERNEL_TILES, heads_k=8, 
             idx, causal = bench_mask(masks_module, name, seqlen, heads_k)
             if segment_aligned:
                 shares = {k: segment_aligned_geometry(idx, causal, seqlen, m, n) for k, (m, n) in tiles.items()}
-                blocks = [len(per_head) for per_batch in segments(idx, causal, seqlen) for per_head in per_batch]
+                blocks = [1] if idx is None else [len(per_head) for per_batch in segments(idx, causal, seqlen)
+                                                  for per_head in per_batch]
                 tail = f"{min(blocks)}" if min(blocks) == max(blocks) else f"{min(blocks)}-{max(blocks)}"
             else:
                 geo = {k: tile_geometry(idx, causal, seqlen, seqlen, m, n) for k, (m, n) in tiles.items()}

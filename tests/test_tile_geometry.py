@@ -104,6 +104,16 @@ def test_table_for_the_benchmark_masks(capsys):
     assert all(float(a) >= float(f) for f, a in zip(fixed.split("|")[3:7], aligned.split("|")[3:7]))
 
 
+def test_table_takes_plain_causal(capsys):
+    """Plain causal (no column mask) is one diagonal block: its aligned share is its own, 1.00 of itself."""
+    assert geometry.main(["--lengths", "1024", "--masks", "causal"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| causal ")]
+    assert len(rows) == 2
+    assert rows[0].split("|")[3:7] == rows[1].split("|")[3:7]
+    assert all(float(x) == 1.0 for x in rows[1].split("|")[3:7])
+    assert rows[1].split("|")[7].strip() == "1"
+
+
 def _dense_splits(keep):
     """Rows s where no visible pair crosses s (neither row >= s with key < s nor the reverse)."""
     n = keep.shape[-1]
