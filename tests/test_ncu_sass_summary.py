@@ -46,3 +46,20 @@ def test_opcodes_side_by_side(tmp_path, capsys):
     assert table["LDL"][1:4] == ["0", "40", "-40"]
     assert table["HMMA"][3] == "0"
     assert table["total"][1:3] == ["800", "140"]
+
+
+def test_counts_group_lines_by_how_often_they_ran(tmp_path, capsys):
+    summary = _summary()
+    page = _source_page(tmp_path, "ours.csv", [
+        ("HMMA.16816 R0", 60, "2,000"),  # the step body: 2000 runs
+        ("LDS R1, [R2]", 20, "2,000"),
+        ("REDG.E.ADD.F32 [R2], R1", 15, "320"),  # an epilogue loop: 320 runs
+        ("EXIT", 5, "20"),  # once a warp
+        ("BRA 0x0", 0, "0"),
+    ])
+    summary.print_counts([page])
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[2:]}
+    assert rows["2,000"][1:] == ["2", "0.800", "80", "4,000"]
+    assert rows["320"][1:] == ["1", "0.150", "15", "320"]
+    assert rows["20"][1:] == ["1", "0.050", "5", "20"]
+    assert list(rows)[:3] == ["2,000", "320", "20"]  # by samples

@@ -5,10 +5,15 @@ and the samples per stall reason over the whole kernel.
 
     python3 ncu_sass_summary.py SRC.csv [TOP] [FULL.tsv] > summary.txt
     python3 ncu_sass_summary.py --opcodes OURS.csv PEER.csv > opcodes.txt
+    python3 ncu_sass_summary.py --counts SRC.csv [SRC.csv ...] > counts.txt
 
 FULL.tsv, if given, gets every SASS line: samples, the three largest stall reasons, the text.
 --opcodes sets two kernels' executed instructions and stall samples side by side, summed by
 opcode (the mnemonic before its first dot): where one kernel runs more instructions than the other.
+--counts groups a kernel's SASS lines by how many times each ran (warp instructions): lines that
+run once a warp and CTA (prologue, epilogue), once a step, once a step with a next block, once a
+partial step... fall into groups of their own, and their stall samples are the time each part
+takes (NOTES.md, forty-eighth session: the sliding window's backward against FA2's).
 """
 
 import collections
@@ -60,9 +65,31 @@ def print_opcodes(path_a, path_b, top=40):
     print(f"{'total':10s} {sum(v[0] for v in a.values()):14,.0f} {sum(v[0] for v in b.values()):14,.0f}")
 
 
+def print_counts(paths, top=12):
+    """Per kernel, the largest groups of SASS lines by execution count: lines, samples (share and
+    count), executed warp instructions."""
+    for path in paths:
+        rows = read_rows(path)
+        sample_col = sample_column(rows)
+        lines, samples, executed = collections.Counter(), collections.Counter(), collections.Counter()
+        for r in rows:
+            n = num(r.get("Instructions Executed", 0))
+            lines[n] += 1
+            samples[n] += num(r[sample_col])
+            executed[n] += n
+        total = max(sum(samples.values()), 1)
+        print(f"# {path}: {len(rows)} SASS lines, {total:.0f} samples, {sum(executed.values()):,.0f} warp instructions")
+        print(f"{'runs a line':>14s} {'lines':>6s} {'samples':>8s} {'count':>9s} {'instructions':>15s}")
+        for n in sorted(samples, key=lambda k: -samples[k])[:top]:
+            print(f"{n:14,.0f} {lines[n]:6d} {samples[n] / total:8.3f} {samples[n]:9.0f} {executed[n]:15,.0f}")
+
+
 def main():
     if sys.argv[1] == "--opcodes":
         print_opcodes(sys.argv[2], sys.argv[3])
+        return
+    if sys.argv[1] == "--counts":
+        print_counts(sys.argv[2:])
         return
     path = sys.argv[1]
     top = int(sys.argv[2]) if len(sys.argv) > 2 else 40

@@ -264,6 +264,26 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     copy_tile_async<kBlockM, kDim, kThreads, false, kPadded>(
         sdO, dout + int64_t(m) * kBlockM * p.do_row_stride, p.do_row_stride, rows_of(m), tid, dim);
   };
+  // The next block's copies without a branch around them
+  // (Traits::kUnbranchedNextCopies): past the last block (m = q_blocks) they
+  // copy zero bytes from the last block's rows into a buffer no step reads
+  // again, and their address arithmetic shares a basic block with the GEMM
+  // after them.
+  auto load_q_unbranched = [&](int m, int buf) {
+    const bool live = m < q_blocks;
+    const int at = live ? m : q_blocks - 1;
+    copy_tile_async<kBlockM, kDim, kThreads, false, kPadded>(
+        sQbuf + buf * Traits::kSmemQ, q + int64_t(at) * kBlockM * p.q_row_stride, p.q_row_stride,
+        live ? rows_of(at) : 0, tid, dim);
+    load_row_stats_async<kBlockM>(sStatsBuf + buf * 2 * kBlockM, lse + at * kBlockM, lse + delta_plane + at * kBlockM,
+                                  live ? int(stats_rows - int64_t(at) * kBlockM) : 0, tid);
+  };
+  auto load_do_unbranched = [&](int m) {
+    const bool live = m < q_blocks;
+    const int at = live ? m : q_blocks - 1;
+    copy_tile_async<kBlockM, kDim, kThreads, false, kPadded>(
+        sdO, dout + int64_t(at) * kBlockM * p.do_row_stride, p.do_row_stride, live ? rows_of(at) : 0, tid, dim);
+  };
 
   // dV and dK of the warp's keys x head-dim slice, over all query blocks.
   constexpr int kVTiles = kVDims / 8;
@@ -299,7 +319,11 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     TileKind kind_next = TileKind::kSkip;
     const int m_next = next_live_block(m + 1, kind_next);
     if constexpr (Traits::kQStages == 2) {
-      if (m_next < q_blocks) load_q(m_next, buf ^ 1);
+      if constexpr (Traits::kUnbranchedNextCopies) {
+        load_q_unbranched(m_next, buf ^ 1);
+      } else if (m_next < q_blocks) {
+        load_q(m_next, buf ^ 1);
+      }
       cp_async_commit();
     }
     const uint32_t q_smem = smem_addr(sQbuf + buf * Traits::kSmemQ);
@@ -445,12 +469,20 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     };
     dkv_gemm(acc_dv, smem_addr(sP), smem_addr(sdO));
     __syncthreads();  // (3) every warp is done with dO
-    if (m_next < q_blocks) load_do(m_next);
+    if constexpr (Traits::kUnbranchedNextCopies) {
+      load_do_unbranched(m_next);
+    } else if (m_next < q_blocks) {
+      load_do(m_next);
+    }
     cp_async_commit();
     dkv_gemm(acc_dk, smem_addr(sdS), q_smem);
     if constexpr (Traits::kQStages == 1) {
       __syncthreads();  // (4) one Q buffer: every warp is done with it (and with the row statistics)
-      if (m_next < q_blocks) load_q(m_next, 0);
+      if constexpr (Traits::kUnbranchedNextCopies) {
+        load_q_unbranched(m_next, 0);
+      } else if (m_next < q_blocks) {
+        load_q(m_next, 0);
+      }
       cp_async_commit();
     }
 
