@@ -93,7 +93,7 @@ def test_cuda_sources_compile_for_sm80_and_sm90a(compiled):
                 # The backward at the 255-register limit: 44 bytes on sm_80 and sm_90a since
                 # issue 15 step 3 (36 / 72 before), outside the MMA runs but for one sm_80 reload;
                 # the staged kernel (grid order) 12-16 bytes since its unbranched next-block
-                # copies, one reload a step, and 0.5-1.5% faster with it (NOTES.md)
+                # copies, one reload a step, and up to 0.9% faster with it (NOTES.md)
                 limit = 48
             elif "hdim256" in name:
                 # issue 15 step 6 (nvcc 13.0, sm_80 / sm_90a): forward 246 / 249 registers and

@@ -116,10 +116,10 @@ struct BwdStagedTraits {
   static constexpr int kQStages = kWide ? 1 : 2;
   // The next query block's Q/dO copies without a branch around them (past the
   // last block they copy zero bytes), so that ptxas interleaves their address
-  // arithmetic with the GEMM after them. H200, backward: head dim 96 +4-5% on
-  // every 8K cell (its 99 KB tiles +1.5-4%), 128 +0.5-1.5% (its 99 KB tiles
-  // -0.6 to -1.4%: those keep the branch). At 64 and 256 they moved nothing
-  // and spilled (4 and 20-24 bytes): those keep it too (NOTES.md, forty-eighth session).
+  // arithmetic with the GEMM after them. H200, backward: head dim 96 +3-5% on
+  // every 8K cell (its 99 KB tiles +1.5-4%), 128 +0-1% (its 99 KB tiles -0.6
+  // to -1.4%: those keep the branch). At 64 and 256 they moved nothing and
+  // spilled (4 and 20-24 bytes): those keep it too (NOTES.md, forty-eighth session).
   static constexpr bool kUnbranchedNextCopies =
       kHeadDim_ == 96 || (kHeadDim_ == 128 && kClass == SmemClass::kDefault);
   static constexpr int kSmemQ = kBlockM * kHeadDim;   // elements, Q (each buffer) or dO
