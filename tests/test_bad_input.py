@@ -821,6 +821,7 @@ def test_bad_calls_do_not_crash_the_process(real_ops):
                                         ("PADDLE_FLASHMASK_SM90_BWD_ORDER_CLASSES", "257"),
                                         ("PADDLE_FLASHMASK_SM90_BWD_FINISH_OVERLAP", "on"),
                                         ("PADDLE_FLASHMASK_SM90_BWD_DKV_DIRECT", "2"),
+                                        ("PADDLE_FLASHMASK_FA2_BWD_GQA_HEADS", "yes"),
                                         ("PADDLE_FLASHMASK_SM90_BWD_CHAINS_FIRST", "2"),
                                         ("PADDLE_FLASHMASK_SM90_BWD_CHAIN_MIN_STEPS", "0"),
                                         ("PADDLE_FLASHMASK_SM90_FWD_HEAVY_FIRST", "yes"),

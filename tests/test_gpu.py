@@ -561,18 +561,24 @@ def dkv_direct_indices(monkeypatch, env, direct, hm, seed_name="dkv-direct-idx")
 
 
 @pytest.mark.parametrize("direct", [None, "0"])
+@pytest.mark.parametrize("gqa_heads", [None, "0"])
 @pytest.mark.parametrize("heads_k,hm", [(4, 1), (4, 4), (2, 1), (1, 4)])
 @pytest.mark.parametrize("deterministic", [False, True])
-def test_fa2_bwd_dkv_direct(fa2_kernel, monkeypatch, direct, heads_k, hm, deterministic):
+def test_fa2_bwd_dkv_direct(fa2_kernel, monkeypatch, direct, gqa_heads, heads_k, hm, deterministic):
     # The FA2-class backward stores dK/dV in the output dtype itself (the default,
-    # BwdParams::dkv_direct): straight into dk/dv without GQA, and with GQA in deterministic mode
-    # per query head into dk_heads/dv_heads that bwd_finish sums per kv head; or (=0, and GQA
-    # otherwise) adds them into fp32 slots converted after it; 4 query heads over 4, 2 or 1 kv
-    # heads, masks shared or per head, a key block no query row sees (dkv_direct_indices).
+    # BwdParams::dkv_direct): straight into dk/dv without GQA, and with GQA (groups of up to 4, or
+    # in deterministic mode) per query head into dk_heads/dv_heads that bwd_finish sums per kv
+    # head; or (=0, and with PADDLE_FLASHMASK_FA2_BWD_GQA_HEADS=0 for GQA outside deterministic
+    # mode) adds them into fp32 slots converted after it; 4 query heads over 4, 2 or 1 kv heads,
+    # masks shared or per head, a key block no query row sees (dkv_direct_indices).
+    if gqa_heads is None:
+        monkeypatch.delenv("PADDLE_FLASHMASK_FA2_BWD_GQA_HEADS", raising=False)
+    else:
+        monkeypatch.setenv("PADDLE_FLASHMASK_FA2_BWD_GQA_HEADS", gqa_heads)
     idx = dkv_direct_indices(monkeypatch, "PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT", direct, hm)
     for dim in (64, 128, 256):
-        run_gpu_case(seed_of("dkv-direct", direct, heads_k, hm, deterministic, dim), 2, 517, 517, 4, heads_k, dim,
-                     True, idx, deterministic=deterministic)
+        run_gpu_case(seed_of("dkv-direct", direct, gqa_heads, heads_k, hm, deterministic, dim), 2, 517, 517, 4,
+                     heads_k, dim, True, idx, deterministic=deterministic)
 
 
 @pytest.mark.parametrize("direct", [None, "0"])

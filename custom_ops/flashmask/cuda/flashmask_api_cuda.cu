@@ -133,15 +133,17 @@ void plan_bwd_cuda(BwdParams& params, int head_group, int group_max_steps) {
   // Every (key block, query head) CTA is the one writer of its dK/dV rows and
   // stores them in the output dtype (the slots below go unused): the sm90
   // kernel without GQA (sm90::bwd_dkv_direct), the FA2-class staged kernel
-  // into dk/dv without GQA and with GQA in deterministic mode per query head
-  // (dk/dv_heads, half the bytes of its per-head fp32 slots) for bwd_finish to
-  // sum per kv head, as FlashAttention-2 does. A GQA group's CTAs otherwise
-  // keep adding into kv-head slots: per query head stores timed the same on
-  // the H200 (32:8, causal and masks, NOTES.md) and take twice their bytes at
-  // a group of 4.
+  // into dk/dv without GQA, and with GQA per query head (dk/dv_heads) for
+  // bwd_finish to sum per kv head, as FlashAttention-2 does: in deterministic
+  // mode (half the bytes of its per-head fp32 slots) and at head dim 128 for
+  // groups of up to 4 (cuda::fa2_gqa_heads_stored: 0-3% faster than adding
+  // into the kv-head slots, for up to twice their bytes). Otherwise a GQA
+  // group's CTAs add into the kv-head slots.
   params.dkv_direct = sm90_bwd ? sm90::bwd_dkv_direct(params)
                                : cuda::use_staged_bwd() && cuda::fa2_dkv_direct() &&
-                                     (params.num_heads == params.num_heads_k || params.deterministic);
+                                     (params.num_heads == params.num_heads_k || params.deterministic ||
+                                      cuda::fa2_gqa_heads_stored(params.num_heads, params.num_heads_k,
+                                                                 params.head_dim));
   // The sm90 epilogue stores its whole slot even where no query block was
   // live; the FA2-class one only adds what it computed.
   params.dkv_accum_stored = one_writer && sm90_bwd && !fitted && !params.dkv_direct;

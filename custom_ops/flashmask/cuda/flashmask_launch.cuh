@@ -79,6 +79,21 @@ bool take_99k_tiles() {
 // PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT=0 keeps the slots (to time both).
 inline bool fa2_dkv_direct() { return env_switch("PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT", true); }
 
+// With GQA outside deterministic mode as well, at head dim 128 for groups of
+// up to 4 query heads: each (key block, query head) CTA stores its rows in 16
+// bits and bwd_finish sums each kv head's group, in place of 128 KB of fp32
+// adds a CTA into kv-head slots zeroed before and converted after. H200, 32:8,
+// backward: sliding window 32K +3.1%, 128-512-token documents +1.3-2.2%,
+// window 8K +1.2%, the rest +0-0.9%; head dim 96 -0.7% to +0.7%, so the other
+// head dims keep the slots (NOTES.md, forty-eighth session). The buffers take
+// group / 2 times the slots' bytes, so larger groups keep them too.
+// PADDLE_FLASHMASK_FA2_BWD_GQA_HEADS=0 keeps them always.
+constexpr int kFa2GqaHeadsMaxGroup = 4;
+inline bool fa2_gqa_heads_stored(int num_heads, int num_heads_k, int head_dim) {
+  return head_dim == 128 && num_heads / num_heads_k <= kFa2GqaHeadsMaxGroup &&
+         env_switch("PADDLE_FLASHMASK_FA2_BWD_GQA_HEADS", true);
+}
+
 // One CTA of Traits::kNThreads per grid cell, with the kernel's shared memory;
 // `extra` follows the params among the kernel's arguments.
 template <typename Traits, typename Kernel, typename Params, typename... Extra>
