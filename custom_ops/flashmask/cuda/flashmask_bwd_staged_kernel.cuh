@@ -252,38 +252,23 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     return scan.next(from, q_blocks, lane, classify, kind, skip_ahead);
   };
   auto rows_of = [&](int m) { return min(kBlockM, seqlen_q - m * kBlockM); };
-  // Q/dO copies step their first address (copy_tile_async).
-  auto load_q = [&](int m, int buf) {
+  // Q/dO copies step their first address (copy_tile_async). With `live`
+  // false they copy zero bytes from block m's rows: the next block's copies
+  // without a branch around them (Traits::kUnbranchedNextCopies) take the last
+  // block's rows past the end, into a buffer no step reads again, and their
+  // address arithmetic shares a basic block with the GEMM after them.
+  auto load_q = [&](int m, int buf, bool live = true) {
     copy_tile_async<kBlockM, kDim, kThreads, false, kPadded>(
-        sQbuf + buf * Traits::kSmemQ, q + int64_t(m) * kBlockM * p.q_row_stride, p.q_row_stride, rows_of(m), tid,
-        dim);
-    load_row_stats_async<kBlockM>(sStatsBuf + buf * 2 * kBlockM, lse + m * kBlockM,
-                                  lse + delta_plane + m * kBlockM, int(stats_rows - int64_t(m) * kBlockM), tid);
+        sQbuf + buf * Traits::kSmemQ, q + int64_t(m) * kBlockM * p.q_row_stride, p.q_row_stride,
+        live ? rows_of(m) : 0, tid, dim);
+    load_row_stats_async<kBlockM>(sStatsBuf + buf * 2 * kBlockM, lse + m * kBlockM, lse + delta_plane + m * kBlockM,
+                                  live ? int(stats_rows - int64_t(m) * kBlockM) : 0, tid);
   };
-  auto load_do = [&](int m) {
+  auto load_do = [&](int m, bool live = true) {
     copy_tile_async<kBlockM, kDim, kThreads, false, kPadded>(
-        sdO, dout + int64_t(m) * kBlockM * p.do_row_stride, p.do_row_stride, rows_of(m), tid, dim);
+        sdO, dout + int64_t(m) * kBlockM * p.do_row_stride, p.do_row_stride, live ? rows_of(m) : 0, tid, dim);
   };
-  // The next block's copies without a branch around them
-  // (Traits::kUnbranchedNextCopies): past the last block (m = q_blocks) they
-  // copy zero bytes from the last block's rows into a buffer no step reads
-  // again, and their address arithmetic shares a basic block with the GEMM
-  // after them.
-  auto load_q_unbranched = [&](int m, int buf) {
-    const bool live = m < q_blocks;
-    const int at = live ? m : q_blocks - 1;
-    copy_tile_async<kBlockM, kDim, kThreads, false, kPadded>(
-        sQbuf + buf * Traits::kSmemQ, q + int64_t(at) * kBlockM * p.q_row_stride, p.q_row_stride,
-        live ? rows_of(at) : 0, tid, dim);
-    load_row_stats_async<kBlockM>(sStatsBuf + buf * 2 * kBlockM, lse + at * kBlockM, lse + delta_plane + at * kBlockM,
-                                  live ? int(stats_rows - int64_t(at) * kBlockM) : 0, tid);
-  };
-  auto load_do_unbranched = [&](int m) {
-    const bool live = m < q_blocks;
-    const int at = live ? m : q_blocks - 1;
-    copy_tile_async<kBlockM, kDim, kThreads, false, kPadded>(
-        sdO, dout + int64_t(at) * kBlockM * p.do_row_stride, p.do_row_stride, live ? rows_of(at) : 0, tid, dim);
-  };
+  auto last_if_past = [&](int m) { return m < q_blocks ? m : q_blocks - 1; };
 
   // dV and dK of the warp's keys x head-dim slice, over all query blocks.
   constexpr int kVTiles = kVDims / 8;
@@ -320,7 +305,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     const int m_next = next_live_block(m + 1, kind_next);
     if constexpr (Traits::kQStages == 2) {
       if constexpr (Traits::kUnbranchedNextCopies) {
-        load_q_unbranched(m_next, buf ^ 1);
+        load_q(last_if_past(m_next), buf ^ 1, m_next < q_blocks);
       } else if (m_next < q_blocks) {
         load_q(m_next, buf ^ 1);
       }
@@ -470,7 +455,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     dkv_gemm(acc_dv, smem_addr(sP), smem_addr(sdO));
     __syncthreads();  // (3) every warp is done with dO
     if constexpr (Traits::kUnbranchedNextCopies) {
-      load_do_unbranched(m_next);
+      load_do(last_if_past(m_next), m_next < q_blocks);
     } else if (m_next < q_blocks) {
       load_do(m_next);
     }
@@ -479,7 +464,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     if constexpr (Traits::kQStages == 1) {
       __syncthreads();  // (4) one Q buffer: every warp is done with it (and with the row statistics)
       if constexpr (Traits::kUnbranchedNextCopies) {
-        load_q_unbranched(m_next, 0);
+        load_q(last_if_past(m_next), 0, m_next < q_blocks);
       } else if (m_next < q_blocks) {
         load_q(m_next, 0);
       }
