@@ -958,7 +958,7 @@ int main(int argc, char** argv) {
     // or of benchmarks/bench_fa2_masks.py (the instances FlashAttention-2 runs as varlen
     // documents and local windows):
     //   --time-mask-file FILE S C CAUSAL(0/1) NAME [sm90|fa2]
-    // timed like --time-bwd-masks' rows (bf16, 32:8, D=128; the Hopper kernels unless
+    // timed like --time-bwd-masks' rows (bf16, 32:8 unless FLASHMASK_HARNESS_KV_HEADS, D=128; the Hopper kernels unless
     // fa2 is named), so a figure of the op's benchmark, or of a peer, can be set beside
     // the bare kernel's on the very same mask. FILE "-" is no mask (plain causal or full).
     if (argc != 7 && argc != 8) {
@@ -991,8 +991,16 @@ int main(int argc, char** argv) {
       std::printf("--time-mask-file: FLASHMASK_HARNESS_DIM must be 64, 96, 128 or 256, got %s\n", dim_env);
       return 2;
     }
+    // FLASHMASK_HARNESS_KV_HEADS: the kv heads of the 32 query heads (default 8), for GQA
+    // groups other than 4 (the FA2-class backward's dK/dV store rule depends on the group).
+    const char* kv_env = std::getenv("FLASHMASK_HARNESS_KV_HEADS");
+    const int hk = kv_env != nullptr && *kv_env != '\0' ? std::atoi(kv_env) : 8;
+    if (hk < 1 || hk > 32 || 32 % hk != 0) {
+      std::printf("--time-mask-file: FLASHMASK_HARNESS_KV_HEADS must divide 32, got %s\n", kv_env);
+      return 2;
+    }
     print_time_header();
-    time_case(argv[6], s, 32, 8, dim, family == "fa2" ? GpuKernel::kFA2 : GpuKernel::kSm90, rng, mask, false, 0,
+    time_case(argv[6], s, 32, hk, dim, family == "fa2" ? GpuKernel::kFA2 : GpuKernel::kSm90, rng, mask, false, 0,
               -1, causal, cols);
     return 0;
   }
