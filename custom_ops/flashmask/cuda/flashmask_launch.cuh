@@ -79,18 +79,20 @@ bool take_99k_tiles() {
 // PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT=0 keeps the slots (to time both).
 inline bool fa2_dkv_direct() { return env_switch("PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT", true); }
 
-// With GQA outside deterministic mode as well, at head dim 128 for groups of
-// up to 4 query heads: each (key block, query head) CTA stores its rows in 16
-// bits and bwd_finish sums each kv head's group, in place of 128 KB of fp32
-// adds a CTA into kv-head slots zeroed before and converted after. H200, 32:8,
-// backward: sliding window 32K +3.1%, 128-512-token documents +1.3-2.2%,
-// window 8K +1.2%, the rest +0-0.9%; head dim 96 -0.7% to +0.7%, so the other
-// head dims keep the slots (NOTES.md, forty-eighth session). The buffers take
-// group / 2 times the slots' bytes, so larger groups keep them too.
-// PADDLE_FLASHMASK_FA2_BWD_GQA_HEADS=0 keeps them always.
+// With GQA outside deterministic mode as well, at head dims 64, 128 and 256 for
+// groups of up to 4 query heads: each (key block, query head) CTA stores its
+// rows in 16 bits and bwd_finish sums each kv head's group, in place of fp32
+// adds into kv-head slots zeroed before and converted after. H200, 32:8,
+// backward: head dim 128 sliding window 32K +3.1%, 128-512-token documents
+// +1.3-2.2%, the rest +0-1.2%; 64 +1.4-3.5% on every mask (causal +-0.2%); 256
+// +0-1.6% (NOTES.md, forty-eighth and forty-ninth sessions). Head dims 80 and
+// 96 read -0.7% to +0.7%, and groups of 8 at 64 and 128 -1.1% to +2.5%: they
+// keep the slots, which take fewer bytes (the per-head buffers take group / 2
+// times the slots' bytes). PADDLE_FLASHMASK_FA2_BWD_GQA_HEADS=0 keeps them always.
 constexpr int kFa2GqaHeadsMaxGroup = 4;
 inline bool fa2_gqa_heads_stored(int num_heads, int num_heads_k, int head_dim) {
-  return head_dim == 128 && num_heads / num_heads_k <= kFa2GqaHeadsMaxGroup &&
+  const bool measured_faster = head_dim == 64 || head_dim == 128 || head_dim == 256;
+  return measured_faster && num_heads / num_heads_k <= kFa2GqaHeadsMaxGroup &&
          env_switch("PADDLE_FLASHMASK_FA2_BWD_GQA_HEADS", true);
 }
 
