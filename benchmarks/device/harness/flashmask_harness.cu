@@ -958,8 +958,8 @@ int main(int argc, char** argv) {
     // or of benchmarks/bench_fa2_masks.py (the instances FlashAttention-2 runs as varlen
     // documents and local windows):
     //   --time-mask-file FILE S C CAUSAL(0/1) NAME [sm90|fa2]
-    // timed like --time-bwd-masks' rows (bf16, 32:8 unless FLASHMASK_HARNESS_KV_HEADS, D=128; the Hopper kernels unless
-    // fa2 is named), so a figure of the op's benchmark, or of a peer, can be set beside
+    // timed like --time-bwd-masks' rows (bf16, 32:8 unless FLASHMASK_HARNESS_KV_HEADS, D=128;
+    // the Hopper kernels unless fa2 is named), so a figure of the op's benchmark, or of a peer, can be set beside
     // the bare kernel's on the very same mask. FILE "-" is no mask (plain causal or full).
     if (argc != 7 && argc != 8) {
       std::printf("usage: --time-mask-file FILE S C CAUSAL NAME [sm90|fa2]\n");

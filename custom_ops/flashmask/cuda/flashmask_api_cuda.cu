@@ -137,8 +137,8 @@ void plan_bwd_cuda(BwdParams& params, int head_group, int group_max_steps) {
   // bwd_finish to sum per kv head, as FlashAttention-2 does: in deterministic
   // mode (half the bytes of its per-head fp32 slots) and at head dims 64, 128
   // and 256 for groups of up to 4 (cuda::fa2_gqa_heads_stored: 0-3.5% faster
-  // than adding into the kv-head slots, for up to twice their bytes). Otherwise a GQA
-  // group's CTAs add into the kv-head slots.
+  // than adding into the kv-head slots, for up to twice their bytes).
+  // Otherwise a GQA group's CTAs add into the kv-head slots.
   params.dkv_direct = sm90_bwd ? sm90::bwd_dkv_direct(params)
                                : cuda::use_staged_bwd() && cuda::fa2_dkv_direct() &&
                                      (params.num_heads == params.num_heads_k || params.deterministic ||
