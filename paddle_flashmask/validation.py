@@ -448,8 +448,9 @@ def check_deterministic_support(query, head_dim, deterministic):
 # after it) the FA2-class backward stores dK/dV in the output dtype itself (1, the default) or adds
 # them into fp32 slots converted after it (flashmask_launch.cuh, fa2_dkv_direct);
 # PADDLE_FLASHMASK_FA2_BWD_GQA_HEADS: with GQA groups of up to 4 query heads at head dims 64, 128 and
-# 256, the FA2-class backward stores dK/dV per query head in the output dtype and sums each group after it (1,
-# the default) or adds them into fp32 kv-head slots (0; flashmask_launch.cuh, fa2_gqa_heads_stored);
+# 256, the FA2-class backward stores dK/dV per query head in the output dtype and sums each group
+# after it (1, the default) or adds them into fp32 kv-head slots (0; flashmask_launch.cuh,
+# fa2_gqa_heads_stored);
 # PADDLE_FLASHMASK_SM90_BWD_DKV_DIRECT: the same for the Hopper backward without GQA (1, the default;
 # 0: fp32 slots; flashmask_sm90_api.cu, bwd_dkv_direct);
 # PADDLE_FLASHMASK_SM90_BWD_CHAINS_FIRST / _CHAIN_MIN_STEPS: the Hopper backward's longest key blocks

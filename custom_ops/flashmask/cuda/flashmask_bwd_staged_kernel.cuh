@@ -253,10 +253,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   };
   auto rows_of = [&](int m) { return min(kBlockM, seqlen_q - m * kBlockM); };
   // Q/dO copies step their first address (copy_tile_async). With `live`
-  // false they copy zero bytes from block m's rows: the next block's copies
-  // without a branch around them (Traits::kUnbranchedNextCopies) take the last
-  // block's rows past the end, into a buffer no step reads again, and their
-  // address arithmetic shares a basic block with the GEMM after them.
+  // false they copy zero bytes from block m's rows (load_next).
   auto load_q = [&](int m, int buf, bool live = true) {
     copy_tile_async<kBlockM, kDim, kThreads, false, kPadded>(
         sQbuf + buf * Traits::kSmemQ, q + int64_t(m) * kBlockM * p.q_row_stride, p.q_row_stride,
@@ -268,7 +265,17 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     copy_tile_async<kBlockM, kDim, kThreads, false, kPadded>(
         sdO, dout + int64_t(m) * kBlockM * p.do_row_stride, p.do_row_stride, live ? rows_of(m) : 0, tid, dim);
   };
-  auto last_if_past = [&](int m) { return m < q_blocks ? m : q_blocks - 1; };
+  // The next block's copies, load(m, live): without a branch around them
+  // where the traits say so (Traits::kUnbranchedNextCopies), past the last
+  // block zero bytes from its rows into a buffer no step reads again, so
+  // that their address arithmetic shares a basic block with the GEMM after them.
+  auto load_next = [&](int m_next, auto&& load) {
+    if constexpr (Traits::kUnbranchedNextCopies) {
+      load(m_next < q_blocks ? m_next : q_blocks - 1, m_next < q_blocks);
+    } else if (m_next < q_blocks) {
+      load(m_next, true);
+    }
+  };
 
   // dV and dK of the warp's keys x head-dim slice, over all query blocks.
   constexpr int kVTiles = kVDims / 8;
@@ -304,11 +311,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     TileKind kind_next = TileKind::kSkip;
     const int m_next = next_live_block(m + 1, kind_next);
     if constexpr (Traits::kQStages == 2) {
-      if constexpr (Traits::kUnbranchedNextCopies) {
-        load_q(last_if_past(m_next), buf ^ 1, m_next < q_blocks);
-      } else if (m_next < q_blocks) {
-        load_q(m_next, buf ^ 1);
-      }
+      load_next(m_next, [&](int m_q, bool live) { load_q(m_q, buf ^ 1, live); });
       cp_async_commit();
     }
     const uint32_t q_smem = smem_addr(sQbuf + buf * Traits::kSmemQ);
@@ -454,20 +457,12 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     };
     dkv_gemm(acc_dv, smem_addr(sP), smem_addr(sdO));
     __syncthreads();  // (3) every warp is done with dO
-    if constexpr (Traits::kUnbranchedNextCopies) {
-      load_do(last_if_past(m_next), m_next < q_blocks);
-    } else if (m_next < q_blocks) {
-      load_do(m_next);
-    }
+    load_next(m_next, load_do);
     cp_async_commit();
     dkv_gemm(acc_dk, smem_addr(sdS), q_smem);
     if constexpr (Traits::kQStages == 1) {
       __syncthreads();  // (4) one Q buffer: every warp is done with it (and with the row statistics)
-      if constexpr (Traits::kUnbranchedNextCopies) {
-        load_q(last_if_past(m_next), 0, m_next < q_blocks);
-      } else if (m_next < q_blocks) {
-        load_q(m_next, 0);
-      }
+      load_next(m_next, [&](int m_q, bool live) { load_q(m_q, 0, live); });
       cp_async_commit();
     }
 
