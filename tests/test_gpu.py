@@ -517,6 +517,14 @@ def test_sm90_bwd_finish(sm90_bwd_head_group, monkeypatch, overlap, dim, dim_v, 
 # block i - 1; the default), the serial loop, pingpong between the consumer warpgroups
 # --------------------------------------------------------------------------------------
 
+def set_switch(monkeypatch, name, value):
+    """Sets the environment switch `name` to `value`, or (None) unsets it: the op's default."""
+    if value is None:
+        monkeypatch.delenv(name, raising=False)
+    else:
+        monkeypatch.setenv(name, value)
+
+
 @pytest.mark.parametrize("light_last", [None, "0", "1", "3", "100"])
 @pytest.mark.parametrize("heads,heads_k,hm", [(8, 2, 1), (8, 1, 8)])
 @pytest.mark.parametrize("causal,cols", [(True, 0), (False, 4)])
@@ -526,10 +534,7 @@ def test_fa2_bwd_light_last(fa2_kernel, monkeypatch, light_last, heads, heads_k,
     # heads fastest (flashmask_launch.cuh, bwd_light_last; default 16 of 128-key blocks, so at
     # 517 keys every block is deferred): the grid's order (0), a mixed one (1, 3), the default and
     # more than the call has (100), GQA and per-head masks, against the float64 reference.
-    if light_last is None:
-        monkeypatch.delenv("PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST", raising=False)
-    else:
-        monkeypatch.setenv("PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST", light_last)
+    set_switch(monkeypatch, "PADDLE_FLASHMASK_FA2_BWD_LIGHT_LAST", light_last)
     rng = np.random.default_rng(seed_of("light-idx", heads, heads_k, hm, causal, cols))
     idx = None if cols == 0 else random_indices(rng, 2, hm, 517, 517, causal, cols)
     for dim in (64, 128, 256):
@@ -550,10 +555,7 @@ def dkv_direct_indices(monkeypatch, env, direct, hm, seed_name="dkv-direct-idx")
     causal C=1 indices [2, hm, 517, 1] in which keys 128-300 are seen by no query row, so a CTA
     with no live query block must store zeros (every buffer comes from paddle.empty); 517 keys end
     in a ragged block."""
-    if direct is None:
-        monkeypatch.delenv(env, raising=False)
-    else:
-        monkeypatch.setenv(env, direct)
+    set_switch(monkeypatch, env, direct)
     rng = np.random.default_rng(seed_of(seed_name, hm))
     idx = random_indices(rng, 2, hm, 517, 517, True, 1)
     idx[:, :, 128:301, 0] = np.arange(128, 301, dtype=idx.dtype)  # start at the diagonal: no row
@@ -571,10 +573,7 @@ def test_fa2_bwd_dkv_direct(fa2_kernel, monkeypatch, direct, gqa_heads, heads_k,
     # head; or (=0, and with PADDLE_FLASHMASK_FA2_BWD_GQA_HEADS=0 for GQA outside deterministic
     # mode) adds them into fp32 slots converted after it; 4 query heads over 4, 2 or 1 kv heads,
     # masks shared or per head, a key block no query row sees (dkv_direct_indices).
-    if gqa_heads is None:
-        monkeypatch.delenv("PADDLE_FLASHMASK_FA2_BWD_GQA_HEADS", raising=False)
-    else:
-        monkeypatch.setenv("PADDLE_FLASHMASK_FA2_BWD_GQA_HEADS", gqa_heads)
+    set_switch(monkeypatch, "PADDLE_FLASHMASK_FA2_BWD_GQA_HEADS", gqa_heads)
     idx = dkv_direct_indices(monkeypatch, "PADDLE_FLASHMASK_FA2_BWD_DKV_DIRECT", direct, hm)
     for dim in (64, 128, 256):
         run_gpu_case(seed_of("dkv-direct", direct, gqa_heads, heads_k, hm, deterministic, dim), 2, 517, 517, 4,
