@@ -122,6 +122,15 @@ def dense_reference(q, k, v, cols):
     return (torch.softmax(scores, -1) @ vf).transpose(1, 2)
 
 
+def random_inputs(s, device, heads=HEADS, kv_heads=KV_HEADS, dim=DIM, seed=0):
+    """q, k, v (requiring grad) and dout, bf16 [1, s, heads, dim], drawn in that order from one seeded generator."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    q, k, v = (torch.randn(1, s, h, dim, device=device, dtype=torch.bfloat16, generator=g, requires_grad=True)
+               for h in (heads, kv_heads, kv_heads))
+    dout = torch.randn(1, s, heads, dim, device=device, dtype=torch.bfloat16, generator=g)
+    return q, k, v, dout
+
+
 def rel_err(a, b):
     return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
 
@@ -135,10 +144,7 @@ def check_forms(device):
         if name == "sliding_window":  # a window narrower than the length, so it masks something
             window = 300
             cols = np.minimum(s, np.arange(s) + window + 1).astype(np.int32)
-        g = torch.Generator(device=device).manual_seed(1)
-        q, k, v = (torch.randn(1, s, h, DIM, device=device, dtype=torch.bfloat16, generator=g, requires_grad=True)
-                   for h in (4, 2, 2))
-        dout = torch.randn(1, s, 4, DIM, device=device, dtype=torch.bfloat16, generator=g)
+        q, k, v, dout = random_inputs(s, device, heads=4, kv_heads=2, seed=1)
         out = fa2_call(q, k, v, lens, window)
         grads = torch.autograd.grad(out, (q, k, v), dout)
         ref = dense_reference(q, k, v, cols)
@@ -212,11 +218,7 @@ def main():
         for name, s in cases:
             lens, window, cols = instance(name, s)
             fwd_flops = 4.0 * unmasked_area(s, cols) * HEADS * DIM
-            g = torch.Generator(device=device).manual_seed(0)
-            q = torch.randn(1, s, HEADS, DIM, device=device, dtype=torch.bfloat16, generator=g, requires_grad=True)
-            k = torch.randn(1, s, KV_HEADS, DIM, device=device, dtype=torch.bfloat16, generator=g, requires_grad=True)
-            v = torch.randn(1, s, KV_HEADS, DIM, device=device, dtype=torch.bfloat16, generator=g, requires_grad=True)
-            dout = torch.randn(1, s, HEADS, DIM, device=device, dtype=torch.bfloat16, generator=g)
+            q, k, v, dout = random_inputs(s, device)
             impls = [("fa2_native_gqa", lambda: fa2_call(q, k, v, lens, window))]
             if name == "causal":
                 impls.append(("fa2_sdpa_repeat_kv", lambda: sdpa_repeat_call(q, k, v)))

@@ -15,17 +15,14 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench_fa2_masks import DIM, HEADS, KV_HEADS, fa2_call, instance  # noqa: E402
+from bench_fa2_masks import DIM, HEADS, KV_HEADS, fa2_call, instance, random_inputs  # noqa: E402
 
 
 def backward_kernels(name, s, calls):
     """[(kernel name, launches per call, mean us)] of FA2's backward on one instance, by total time."""
     lens, window, _ = instance(name, s)
     dim = int(os.environ.get("FLASHMASK_HARNESS_DIM") or DIM)
-    g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(1, s, h, dim, device="cuda", dtype=torch.bfloat16, generator=g, requires_grad=True)
-               for h in (HEADS, KV_HEADS, KV_HEADS))
-    dout = torch.randn(1, s, HEADS, dim, device="cuda", dtype=torch.bfloat16, generator=g)
+    q, k, v, dout = random_inputs(s, "cuda", dim=dim)
     out = fa2_call(q, k, v, lens, window)
     torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)  # warm-up
     torch.cuda.synchronize()

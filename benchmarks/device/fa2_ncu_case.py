@@ -14,7 +14,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench_fa2_masks import DIM, HEADS, KV_HEADS, fa2_call, instance  # noqa: E402
+from bench_fa2_masks import DIM, fa2_call, instance, random_inputs  # noqa: E402
 
 
 def main(argv):
@@ -24,10 +24,7 @@ def main(argv):
     name, s = argv[0], int(argv[1])
     lens, window, _ = instance(name, s)
     dim = int(os.environ.get("FLASHMASK_HARNESS_DIM") or DIM)  # the harness's head dim, same variable
-    g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(1, s, h, dim, device="cuda", dtype=torch.bfloat16, generator=g, requires_grad=True)
-               for h in (HEADS, KV_HEADS, KV_HEADS))
-    dout = torch.randn(1, s, HEADS, dim, device="cuda", dtype=torch.bfloat16, generator=g)
+    q, k, v, dout = random_inputs(s, "cuda", dim=dim)
     for _ in range(2):  # the first pass is skipped by --launch-skip
         out = fa2_call(q, k, v, lens, window)
         torch.autograd.grad(out, (q, k, v), dout)
