@@ -122,6 +122,23 @@ def tile_geometry(indices, causal, seqlen_q, seqlen_k, block_m, block_n):
     return float(area.sum() / max(computed.sum(), 1)), float((kinds == PARTIAL).sum() / max(n_live, 1))
 
 
+def key_halves(indices, causal, seqlen_q, seqlen_k, block_m=64, block_n=128):
+    """The FA2-class backward's steps (block_m query rows over a CTA's block_n keys, two summary
+    blocks wide) and how many of them have exactly one live summary block ("key half"): (live
+    steps, steps with one live half). A half past the keys' end is not live. Where a step's other
+    half is wholly masked, a kernel can run that step's GEMMs on the live half's keys alone."""
+    if block_n != 2 * SUMMARY_COLS:
+        raise ValueError(f"block_n {block_n}: key halves are two summary blocks of {SUMMARY_COLS}")
+    parts = _part_kinds(indices, causal, seqlen_q, seqlen_k, block_m, SUMMARY_COLS)
+    n_tiles = -(-seqlen_k // block_n)
+    pad = 2 * n_tiles - parts.shape[-1]
+    if pad:
+        parts = np.concatenate([parts, np.full(parts.shape[:-1] + (pad,), SKIP)], axis=-1)
+    live = (parts != SKIP).reshape(parts.shape[:-1] + (n_tiles, 2))
+    steps = live.any(-1)
+    return int(steps.sum()), int((live.sum(-1) == 1).sum())
+
+
 def _live_row_range(indices, causal, seqlen):
     """(first, last) visible row of each key column, [B, Hm, S] each (self-attention, Sq = Sk =
     seqlen); an empty column has first = seqlen and last = -1."""
@@ -212,6 +229,21 @@ def geometry_table(masks_module, names, lengths, tiles=KERNEL_TILES, heads_k=8, 
     return lines
 
 
+def key_halves_table(masks_module, names, lengths, heads_k=8):
+    """Markdown rows: the FA2-class backward's live steps (64 rows x 128 keys) per (batch, mask
+    head) and the share with one live 64-key half (`key_halves`)."""
+    from mask_area import bench_mask
+
+    lines = ["| mask | S | live steps | one live half |", "|---|---|---|---|"]
+    for seqlen in lengths:
+        for name in names:
+            idx, causal = bench_mask(masks_module, name, seqlen, heads_k)
+            steps, single = key_halves(idx, causal, seqlen, seqlen)
+            rows = 1 if idx is None else int(np.prod(np.shape(idx)[:2]))
+            lines.append(f"| {name} | {_length(seqlen)} | {steps / rows:.0f} | {single / max(steps, 1):.3f} |")
+    return lines
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lengths", type=int, nargs="+", default=[8192, 32768])
@@ -229,6 +261,9 @@ def main(argv=None):
           "`segments`) tiled from its own first row and key, as a varlen kernel tiles its sequences "
           "(tiles never straddle two blocks); last column: the blocks found.\n")
     print("\n".join(geometry_table(masks, args.masks, args.lengths, segment_aligned=True)))
+    print("\nThe FA2-class backward's steps (64 query rows over a CTA's 128 keys) with one live 64-key "
+          "half, whose other half a kernel need not compute.\n")
+    print("\n".join(key_halves_table(masks, ["causal"] + [m for m in args.masks if m != "causal"], args.lengths)))
     return 0
 
 

@@ -94,9 +94,13 @@ def test_rejects_tiles_that_straddle_summary_blocks():
 
 def test_table_for_the_benchmark_masks(capsys):
     assert geometry.main(["--lengths", "2048", "--masks", "causal_document", "sliding_window"]) == 0
-    out = capsys.readouterr().out
+    out, halves = capsys.readouterr().out.split("one live 64-key half")
     rows = [line for line in out.splitlines() if line.startswith("| causal_document") or line.startswith("| sliding")]
     assert len(rows) == 4  # the kernels' tiles, then the same aligned to the diagonal blocks
+    # then the backward's steps with one live key half, plain causal's first
+    half_rows = [line.split("|")[1:5] for line in halves.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [r[0].strip() for r in half_rows[1:]] == ["causal", "causal_document", "sliding_window"]
+    assert all(0 <= float(r[3]) < 1 for r in half_rows[1:])
     for row in rows:
         shares = [float(x) for x in row.strip("|").split("|")[2:6]]
         assert all(0.3 < s <= 1.05 for s in shares)
@@ -107,7 +111,8 @@ def test_table_for_the_benchmark_masks(capsys):
 def test_table_takes_plain_causal(capsys):
     """Plain causal (no column mask) is one diagonal block: its aligned share is its own, 1.00 of itself."""
     assert geometry.main(["--lengths", "1024", "--masks", "causal"]) == 0
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| causal ")]
+    out = capsys.readouterr().out.split("one live 64-key half")[0]
+    rows = [line for line in out.splitlines() if line.startswith("| causal ")]
     assert len(rows) == 2
     assert rows[0].split("|")[3:7] == rows[1].split("|")[3:7]
     assert all(float(x) == 1.0 for x in rows[1].split("|")[3:7])
@@ -161,3 +166,38 @@ def test_segment_aligned_documents_are_causal_blocks(block_m, block_n):
     got = geometry.segment_aligned_geometry(idx, True, 1024, block_m, block_n)
     assert got == pytest.approx(area / computed)
     assert got > geometry.tile_geometry(idx, True, 1024, 1024, block_m, block_n)[0]
+
+
+def test_key_halves_of_plain_causal_are_the_diagonal_steps():
+    """Causal at 1024 with 64 x 128 steps: key block j sees query blocks 2j..15, and only its first
+    (rows 128j..128j+63) leaves its second half (keys 128j+64..) wholly masked."""
+    steps, single = geometry.key_halves(None, True, 1024, 1024)
+    assert steps == sum(16 - 2 * j for j in range(8))
+    assert single == 8
+
+
+@pytest.mark.parametrize("name", MASK_NAMES)
+@pytest.mark.parametrize("seqlen_q, seqlen_k", [(777, 777), (300, 517)])
+def test_key_halves_are_the_dense_masks_halves(name, seqlen_q, seqlen_k):
+    """A step is live where its 64 x 128 tile holds a visible pair; it has one live half where one
+    of its 64-key halves holds none. The counts from the summaries are an upper bound on the
+    live steps (a summary is conservative) and equal the dense mask's on the single halves it
+    finds sound: each half it calls dead is dead."""
+    idx, causal = masks.example_mask(name, seqlen_k, batch_size=2, num_heads=2, seed=5, place="numpy")
+    idx = np.minimum(idx, seqlen_q)
+    steps, single = geometry.key_halves(idx, causal, seqlen_q, seqlen_k)
+    halves, _ = _dense_tiles(masks.to_dense(idx, causal, seqlen_q), 64, 64)
+    n_tiles = -(-seqlen_k // 128)
+    if halves.shape[-1] < 2 * n_tiles:
+        halves = np.concatenate([halves, np.zeros(halves.shape[:-1] + (1,), bool)], -1)
+    pairs = halves.reshape(halves.shape[:-1] + (n_tiles, 2))
+    dense_steps = int(pairs.any(-1).sum())
+    assert steps >= dense_steps
+    kinds = geometry._part_kinds(idx, causal, seqlen_q, seqlen_k, 64, 64)
+    assert not halves[..., :kinds.shape[-1]][kinds == geometry.SKIP].any(), "a dead half holds visible pairs"
+    assert 0 <= single <= steps
+
+
+def test_key_halves_take_two_summary_blocks_only():
+    with pytest.raises(ValueError, match="two summary blocks"):
+        geometry.key_halves(None, True, 512, 512, block_n=64)
