@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Session 51, device call 1 (no Paddle; not run: no device was lent): the FA2-class staged backward's 64-key halves (a step whose
+# tile has one wholly masked half runs S/dP and dV/dK on the live half's warps only, dQ over its 64
+# keys) against the tree before (variant base, 483fb03), one binary each.
+# --check-fa2 and memcheck of the staged backward with halves first, then the Paddle benchmark's mask
+# instances at head dims 128 (3 passes), 64 and 96 (2 passes), 32:8, passes interleaved.
+# Carry [".gpu_variants", ".gpu_masks"].
+set -uo pipefail
+cd "$(dirname "$0")/../../../../.." || exit 1
+OUT=${OUT:-/tmp/pfm_out}; mkdir -p "$OUT/logs"
+T0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "$OUT/summary.txt"; }
+for v in base halves; do xz -dkf .gpu_variants/$v/flashmask_harness.xz && chmod +x .gpu_variants/$v/flashmask_harness; done
+H=.gpu_variants/halves/flashmask_harness
+timeout 70 $H --check-fa2 > "$OUT/logs/check_halves.log" 2>&1
+stamp "halves check-fa2 exit $? | $(grep -E '^[0-9]+ failures' "$OUT/logs/check_halves.log" | tail -1)"
+grep -E " FAIL$|error|what\(\)" "$OUT/logs/check_halves.log" | head -5 | tee -a "$OUT/summary.txt"
+timeout 100 compute-sanitizer --tool memcheck --kernel-name kns=flashmask_bwd_staged_kernel --error-exitcode 9 \
+  $H --check-fa2 > "$OUT/logs/memcheck_halves.log" 2>&1
+stamp "memcheck exit $?: $(grep -E 'ERROR SUMMARY' "$OUT/logs/memcheck_halves.log" | tail -1) | $(grep -E '^[0-9]+ failures' "$OUT/logs/memcheck_halves.log" | tail -1)"
+grep -v -E "causal_(16384|32768)" .gpu_masks/args_all.txt > .gpu_masks/args_nolong.txt
+ab() {  # ab NAME DIM ARGS PASSES BUDGET
+  FLASHMASK_HARNESS_DIM=$2 FLASHMASK_HARNESS_KV_HEADS=8 ARGS=$3 OUT=$OUT/ab_$1 VARIANTS='base halves' FAMILIES=fa2 \
+    PASSES=$4 CHECK=0 BUDGET_S=$5 bash benchmarks/device/masks_ab.sh > "$OUT/logs/ab_$1_stdout.txt" 2>&1
+  cp "$OUT/ab_$1/masks_ab_summary.md" "$OUT/masks_ab_summary_$1.md" 2>/dev/null
+  stamp "$1 (head dim $2) done"
+}
+ab hd128 128 .gpu_masks/args_all.txt 3 130
+ab hd64 64 .gpu_masks/args_nolong.txt 2 60
+ab hd96 96 .gpu_masks/args_nolong.txt 2 60
+tar -C "$OUT" -cJf "$OUT/logs.tar.xz" $(cd "$OUT" && ls -d logs ab_* 2>/dev/null) && rm -rf "$OUT/logs" "$OUT"/ab_*
+stamp "done"
