@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Session 51, device call 1 (no Paddle; not run: no device was lent): the FA2-class staged backward's 64-key halves (a step whose
-# tile has one wholly masked half runs S/dP and dV/dK on the live half's warps only, dQ over its 64
-# keys) against the tree before (variant base, 483fb03), one binary each.
-# --check-fa2 and memcheck of the staged backward with halves first, then the Paddle benchmark's mask
-# instances at head dims 128 (3 passes), 64 and 96 (2 passes), 32:8, passes interleaved.
-# Carry [".gpu_variants", ".gpu_masks"].
+# Session 51, device call 1 (no Paddle; not run: no device was lent): the FA2-class staged
+# backward's 64-key halves (a step whose tile has one wholly masked half runs S/dP and dV/dK on the
+# live half's warps only, dQ over its 64 keys) against the tree before (variant base, 483fb03), one
+# binary each. --check-fa2 and memcheck of the staged backward with halves first, then the Paddle
+# benchmark's mask instances at head dims 128 (3 passes), 64 and 96 (2 passes), 32:8, passes
+# interleaved; last, racecheck of the staged backward at head dims 128 and 64 (70 s each: part of
+# --check-fa2's list). About 9 min. Carry [".gpu_variants", ".gpu_masks"].
 set -uo pipefail
 cd "$(dirname "$0")/../../../../.." || exit 1
 OUT=${OUT:-/tmp/pfm_out}; mkdir -p "$OUT/logs"
@@ -28,5 +29,10 @@ ab() {  # ab NAME DIM ARGS PASSES BUDGET
 ab hd128 128 .gpu_masks/args_all.txt 3 130
 ab hd64 64 .gpu_masks/args_nolong.txt 2 60
 ab hd96 96 .gpu_masks/args_nolong.txt 2 60
+for d in 128 64; do  # the halves change which warps touch P/dS and when: racecheck the staged backward
+  FLASHMASK_HARNESS_DIM=$d timeout 70 compute-sanitizer --tool racecheck --kernel-name kns=flashmask_bwd_staged_kernel \
+    --error-exitcode 9 $H --check-fa2 > "$OUT/logs/racecheck_hd$d.log" 2>&1
+  stamp "racecheck hd$d exit $?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/logs/racecheck_hd$d.log" | tail -1) | ok lines $(grep -c ' ok$' "$OUT/logs/racecheck_hd$d.log")"
+done
 tar -C "$OUT" -cJf "$OUT/logs.tar.xz" $(cd "$OUT" && ls -d logs ab_* 2>/dev/null) && rm -rf "$OUT/logs" "$OUT"/ab_*
 stamp "done"
