@@ -179,10 +179,9 @@ def test_key_halves_of_plain_causal_are_the_diagonal_steps():
 @pytest.mark.parametrize("name", MASK_NAMES)
 @pytest.mark.parametrize("seqlen_q, seqlen_k", [(777, 777), (300, 517)])
 def test_key_halves_are_the_dense_masks_halves(name, seqlen_q, seqlen_k):
-    """A step is live where its 64 x 128 tile holds a visible pair; it has one live half where one
-    of its 64-key halves holds none. The counts from the summaries are an upper bound on the
-    live steps (a summary is conservative) and equal the dense mask's on the single halves it
-    finds sound: each half it calls dead is dead."""
+    """A step is live where its 64 x 128 tile holds a visible pair. The summaries' count bounds the
+    dense mask's live steps from above (a summary is conservative), and every half they call dead
+    holds no visible pair, so a kernel that skips it computes the same."""
     idx, causal = masks.example_mask(name, seqlen_k, batch_size=2, num_heads=2, seed=5, place="numpy")
     idx = np.minimum(idx, seqlen_q)
     steps, single = geometry.key_halves(idx, causal, seqlen_q, seqlen_k)
