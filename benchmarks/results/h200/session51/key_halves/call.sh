@@ -2,8 +2,7 @@
 # Session 51, device call 1 (no Paddle; not run: no device was lent): the FA2-class staged
 # backward's 64-key halves (a step whose tile has one wholly masked half runs S/dP and dV/dK on the
 # live half's warps only, dQ over its 64 keys) against the tree before (variant base, 483fb03), one
-# binary each; halves96 is the branch's first version, with halves at head dim 96 too, for that
-# A/B. --check-fa2 and memcheck of the staged backward with halves first, then the Paddle
+# binary each. --check-fa2 and memcheck of the staged backward with halves first, then the Paddle
 # benchmark's mask instances at head dims 128 (3 passes), 64 and 96 (2 passes), 32:8, passes
 # interleaved; last, racecheck of the staged backward at head dims 128 and 64 (70 s each: part of
 # --check-fa2's list). About 9 min. Carry [".gpu_variants", ".gpu_masks"].
@@ -12,7 +11,7 @@ cd "$(dirname "$0")/../../../../.." || exit 1
 OUT=${OUT:-/tmp/pfm_out}; mkdir -p "$OUT/logs"
 T0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "$OUT/summary.txt"; }
-for v in base halves halves96; do xz -dkf .gpu_variants/$v/flashmask_harness.xz && chmod +x .gpu_variants/$v/flashmask_harness; done
+for v in base halves; do xz -dkf .gpu_variants/$v/flashmask_harness.xz && chmod +x .gpu_variants/$v/flashmask_harness; done
 H=.gpu_variants/halves/flashmask_harness
 timeout 70 $H --check-fa2 > "$OUT/logs/check_halves.log" 2>&1
 stamp "halves check-fa2 exit $? | $(grep -E '^[0-9]+ failures' "$OUT/logs/check_halves.log" | tail -1)"
@@ -20,8 +19,6 @@ grep -E " FAIL$|error|what\(\)" "$OUT/logs/check_halves.log" | head -5 | tee -a 
 timeout 100 compute-sanitizer --tool memcheck --kernel-name kns=flashmask_bwd_staged_kernel --error-exitcode 9 \
   $H --check-fa2 > "$OUT/logs/memcheck_halves.log" 2>&1
 stamp "memcheck exit $?: $(grep -E 'ERROR SUMMARY' "$OUT/logs/memcheck_halves.log" | tail -1) | $(grep -E '^[0-9]+ failures' "$OUT/logs/memcheck_halves.log" | tail -1)"
-FLASHMASK_HARNESS_DIM=96 timeout 40 .gpu_variants/halves96/flashmask_harness --check-fa2 > "$OUT/logs/check_halves96.log" 2>&1
-stamp "halves96 check-fa2 (head dim 96) exit $? | $(grep -E '^[0-9]+ failures' "$OUT/logs/check_halves96.log" | tail -1)"
 grep -v -E "causal_(16384|32768)" .gpu_masks/args_all.txt > .gpu_masks/args_nolong.txt
 ab() {  # ab NAME DIM ARGS PASSES BUDGET [VARIANTS]
   FLASHMASK_HARNESS_DIM=$2 FLASHMASK_HARNESS_KV_HEADS=8 ARGS=$3 OUT=$OUT/ab_$1 VARIANTS=${6:-'base halves'} FAMILIES=fa2 \
@@ -31,7 +28,7 @@ ab() {  # ab NAME DIM ARGS PASSES BUDGET [VARIANTS]
 }
 ab hd128 128 .gpu_masks/args_all.txt 3 130
 ab hd64 64 .gpu_masks/args_nolong.txt 2 60
-ab hd96 96 .gpu_masks/args_nolong.txt 2 60 'base halves96'  # the branch keeps 96 out: its first version's 96
+ab hd96 96 .gpu_masks/args_nolong.txt 2 60
 for d in 128 64; do  # the halves change which warps touch P/dS and when: racecheck the staged backward
   FLASHMASK_HARNESS_DIM=$d timeout 70 compute-sanitizer --tool racecheck --kernel-name kns=flashmask_bwd_staged_kernel \
     --error-exitcode 9 $H --check-fa2 > "$OUT/logs/racecheck_hd$d.log" 2>&1
