@@ -81,6 +81,18 @@ def _part_kinds(indices, causal, seqlen_q, seqlen_k, block_m, part_cols):
     return np.broadcast_to(kinds, shape + kinds.shape[-2:])
 
 
+def _tile_parts(indices, causal, seqlen_q, seqlen_k, block_m, block_n, part_cols):
+    """Kinds [B, Hm, row blocks, key tiles, parts] of each block_m x block_n tile's part_cols-wide
+    parts (_part_kinds); parts wholly past the keys' end count as skipped."""
+    parts = _part_kinds(indices, causal, seqlen_q, seqlen_k, block_m, part_cols)
+    per_tile = block_n // part_cols
+    n_tiles = -(-seqlen_k // block_n)
+    pad = n_tiles * per_tile - parts.shape[-1]
+    if pad:
+        parts = np.concatenate([parts, np.full(parts.shape[:-1] + (pad,), SKIP)], axis=-1)
+    return parts.reshape(parts.shape[:-1] + (n_tiles, per_tile))
+
+
 def classify_tiles(indices, causal, seqlen_q, seqlen_k, block_m, block_n, summary_cols=SUMMARY_COLS):
     """Kinds [B, Hm, row blocks, key blocks] (SKIP, FULL, PARTIAL) of the block_m x block_n tiles.
 
@@ -89,14 +101,7 @@ def classify_tiles(indices, causal, seqlen_q, seqlen_k, block_m, block_n, summar
     masked elementwise otherwise."""
     if block_n % summary_cols and summary_cols % block_n:
         raise ValueError(f"block_n {block_n} and summary_cols {summary_cols}: one must divide the other")
-    part_cols = min(block_n, summary_cols)
-    parts = _part_kinds(indices, causal, seqlen_q, seqlen_k, block_m, part_cols)
-    per_tile = block_n // part_cols
-    n_tiles = -(-seqlen_k // block_n)
-    pad = n_tiles * per_tile - parts.shape[-1]
-    if pad:  # parts wholly past the keys' end count as skipped (combined below)
-        parts = np.concatenate([parts, np.full(parts.shape[:-1] + (pad,), SKIP)], axis=-1)
-    grouped = parts.reshape(parts.shape[:-1] + (n_tiles, per_tile))
+    grouped = _tile_parts(indices, causal, seqlen_q, seqlen_k, block_m, block_n, min(block_n, summary_cols))
     # combine_tile_kinds: the parts' common kind, else elementwise (a missing part beside a live
     # one counts as skipped, so the tile masks the overhang).
     same = (grouped == grouped[..., :1]).all(-1)
@@ -129,14 +134,8 @@ def key_halves(indices, causal, seqlen_q, seqlen_k, block_m=64, block_n=128):
     half is wholly masked, a kernel can run that step's GEMMs on the live half's keys alone."""
     if block_n != 2 * SUMMARY_COLS:
         raise ValueError(f"block_n {block_n}: key halves are two summary blocks of {SUMMARY_COLS}")
-    parts = _part_kinds(indices, causal, seqlen_q, seqlen_k, block_m, SUMMARY_COLS)
-    n_tiles = -(-seqlen_k // block_n)
-    pad = 2 * n_tiles - parts.shape[-1]
-    if pad:
-        parts = np.concatenate([parts, np.full(parts.shape[:-1] + (pad,), SKIP)], axis=-1)
-    live = (parts != SKIP).reshape(parts.shape[:-1] + (n_tiles, 2))
-    steps = live.any(-1)
-    return int(steps.sum()), int((live.sum(-1) == 1).sum())
+    live = _tile_parts(indices, causal, seqlen_q, seqlen_k, block_m, block_n, SUMMARY_COLS) != SKIP
+    return int(live.any(-1).sum()), int((live.sum(-1) == 1).sum())
 
 
 def _live_row_range(indices, causal, seqlen):
