@@ -7,18 +7,12 @@
 # interleaved; last, racecheck of the staged backward at head dims 128 and 64 (70 s each: part of
 # --check-fa2's list). About 9 min. Carry [".gpu_variants", ".gpu_masks"].
 set -uo pipefail
-cd "$(dirname "$0")/../../../../.." || exit 1
-OUT=${OUT:-/tmp/pfm_out}; mkdir -p "$OUT/logs"
-T0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "$OUT/summary.txt"; }
-for v in base halves; do xz -dkf .gpu_variants/$v/flashmask_harness.xz && chmod +x .gpu_variants/$v/flashmask_harness; done
+source "$(dirname "$0")/../../../../device/call_lib.sh"
+call_begin
+unpack_harness base halves
 H=.gpu_variants/halves/flashmask_harness
-timeout 70 $H --check-fa2 > "$OUT/logs/check_halves.log" 2>&1
-stamp "halves check-fa2 exit $? | $(grep -E '^[0-9]+ failures' "$OUT/logs/check_halves.log" | tail -1)"
-grep -E " FAIL$|error|what\(\)" "$OUT/logs/check_halves.log" | head -5 | tee -a "$OUT/summary.txt"
-timeout 100 compute-sanitizer --tool memcheck --kernel-name kns=flashmask_bwd_staged_kernel --error-exitcode 9 \
-  $H --check-fa2 > "$OUT/logs/memcheck_halves.log" 2>&1
-stamp "memcheck exit $?: $(grep -E 'ERROR SUMMARY' "$OUT/logs/memcheck_halves.log" | tail -1) | $(grep -E '^[0-9]+ failures' "$OUT/logs/memcheck_halves.log" | tail -1)"
+check_run check_halves 70 $H --check-fa2
+sanitize memcheck flashmask_bwd_staged_kernel 100 memcheck_halves $H --check-fa2
 grep -v -E "causal_(16384|32768)" .gpu_masks/args_all.txt > .gpu_masks/args_nolong.txt
 ab() {  # ab NAME DIM ARGS PASSES BUDGET [VARIANTS]
   FLASHMASK_HARNESS_DIM=$2 FLASHMASK_HARNESS_KV_HEADS=8 ARGS=$3 OUT=$OUT/ab_$1 VARIANTS=${6:-'base halves'} FAMILIES=fa2 \
@@ -30,9 +24,7 @@ ab hd128 128 .gpu_masks/args_all.txt 3 130
 ab hd64 64 .gpu_masks/args_nolong.txt 2 60
 ab hd96 96 .gpu_masks/args_nolong.txt 2 60
 for d in 128 64; do  # the halves change which warps touch P/dS and when: racecheck the staged backward
-  FLASHMASK_HARNESS_DIM=$d timeout 70 compute-sanitizer --tool racecheck --kernel-name kns=flashmask_bwd_staged_kernel \
-    --error-exitcode 9 $H --check-fa2 > "$OUT/logs/racecheck_hd$d.log" 2>&1
-  stamp "racecheck hd$d exit $?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/logs/racecheck_hd$d.log" | tail -1) | ok lines $(grep -c ' ok$' "$OUT/logs/racecheck_hd$d.log")"
+  FLASHMASK_HARNESS_DIM=$d sanitize racecheck flashmask_bwd_staged_kernel 70 racecheck_hd$d $H --check-fa2
 done
-tar -C "$OUT" -cJf "$OUT/logs.tar.xz" $(cd "$OUT" && ls -d logs ab_* 2>/dev/null) && rm -rf "$OUT/logs" "$OUT"/ab_*
+pack_logs $(cd "$OUT" && ls -d ab_* 2>/dev/null)
 stamp "done"
