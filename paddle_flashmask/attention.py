@@ -114,12 +114,13 @@ def set_index_validation(enabled):
     A tensor that passed is not checked again while it lives unchanged (every layer of
     a model shares one indices tensor, so the GPU flag read-back happens once per
     batch, not once per layer); an in-place change makes it checked again, except through
-    ``Tensor.set_value``, which does not bump Paddle's inplace version (pass a new tensor, or
-    call this function, which forgets every checked tensor). With it off, out-of-range values
+    ``Tensor.set_value`` and ``Tensor.copy_`` (and writes through another framework's view of
+    the memory, such as DLPack), which do not bump Paddle's inplace version (pass a new tensor,
+    or call this function, which forgets every checked tensor). With it off, out-of-range values
     are not detected (the kernels stay memory-safe: values are only compared, never used as
-    addresses)."""
+    addresses). ``enabled`` must be a bool."""
     global _validate_indices
-    old, _validate_indices = _validate_indices, bool(enabled)
+    old, _validate_indices = _validate_indices, validation.check_flag("enabled", enabled)
     _checked_indices.clear()
     return old
 
@@ -163,6 +164,22 @@ def _check_index_values(ops, indices, seqlen_q, causal):
     flags = ops.pfm_flashmask_check_indices(_contiguous(indices), seqlen_q, causal)
     validation.check_indices_values(int(flags.numpy()[0]), seqlen_q)
     _remember_checked(indices, seqlen_q, causal)
+
+
+def _assert_values_in_program(ops, call, startend_row_indices, block_mask):
+    """Under to_static(full_graph=True) the values exist only when the program runs: Assert ops
+    in it stop a run with bad ones, where eager raises check_indices_values' ValueError. Paddle's
+    assert error names no argument, so each prints the tensor it checks (under the program's name
+    for it) and, for the indices, the check op's error bits (validation._INDEX_ERRORS). Every call
+    checks: there is no tensor to remember."""
+    assert_op = paddle.static.nn.control_flow.Assert
+    if block_mask is not None:
+        kept = paddle.logical_and(block_mask >= 0, block_mask <= 1)
+        assert_op(paddle.all(kept), data=[block_mask], summarize=16, name="block_mask values must be 0 or 1")
+    if startend_row_indices is not None and _validate_indices:
+        flags = ops.pfm_flashmask_check_indices(_contiguous(startend_row_indices), call.seqlen_q, call.causal)
+        assert_op(paddle.all(flags == 0), data=[startend_row_indices, flags], summarize=16,
+                  name=f"startend_row_indices values must be query rows in [0, {call.seqlen_q}] with start <= end")
 
 
 def _contiguous(t):
@@ -326,12 +343,15 @@ def _check_call(query, key, value, startend_row_indices, block_mask, *, dropout,
 def _run_call(call, query, key, value, startend_row_indices, block_mask):
     """The op on a checked call: the per-tensor value checks (once a tensor), then the kernels."""
     ops = load_ops()
-    if block_mask is not None and paddle.in_dynamic_mode() and not _already_checked(block_mask, -1, "block_mask"):
-        # values read back once per tensor: every layer of a model gets the same block_mask
-        validation.check_block_mask_values(block_mask)
-        _remember_checked(block_mask, -1, "block_mask")
-    if startend_row_indices is not None and _validate_indices and paddle.in_dynamic_mode():
-        _check_index_values(ops, startend_row_indices, call.seqlen_q, call.causal)
+    if not paddle.in_dynamic_mode():
+        _assert_values_in_program(ops, call, startend_row_indices, block_mask)
+    else:
+        if block_mask is not None and not _already_checked(block_mask, -1, "block_mask"):
+            # values read back once per tensor: every layer of a model gets the same block_mask
+            validation.check_block_mask_values(block_mask)
+            _remember_checked(block_mask, -1, "block_mask")
+        if startend_row_indices is not None and _validate_indices:
+            _check_index_values(ops, startend_row_indices, call.seqlen_q, call.causal)
 
     q, k, v = _contiguous(query), _contiguous(key), _contiguous(value)
     indices = None if startend_row_indices is None else _contiguous(startend_row_indices)

@@ -98,11 +98,23 @@ def _check_bool(value, name: str) -> bool:
 _INT32_MAX = int(np.iinfo(np.int32).max)
 
 
+def _check_seqlen(value, name: str = "seqlen") -> int:
+    """A sequence length: an integer in [1, 2^31 - 1] (past it the int32 indices would wrap)."""
+    value = _check_int(value, name, 1)
+    if value > _INT32_MAX:
+        raise ValueError(f"{name} must be at most {_INT32_MAX} (int32 indices), got {value}")
+    return value
+
+
 def _to_tensor(arr: np.ndarray, place) -> paddle.Tensor:
     arr = np.ascontiguousarray(arr, dtype=np.int32)
     if isinstance(place, str) and place == NUMPY:
         return arr
-    return _paddle().to_tensor(arr, dtype="int32", place=place)
+    try:
+        return _paddle().to_tensor(arr, dtype="int32", place=place)
+    except (AttributeError, TypeError, ValueError, RuntimeError) as e:  # e.g. "gpu" on a CPU-only Paddle
+        raise ValueError(f"place={place!r}: this Paddle cannot put the indices there ({type(e).__name__}: {e})") \
+            from None
 
 
 def _is_paddle_tensor(x) -> bool:
@@ -174,6 +186,8 @@ def _lengths_rows(doc_lens, batch_size, name: str) -> List[np.ndarray]:
             a = np.zeros(0, dtype=np.int64)
         if a.dtype.kind not in "iu":
             raise ValueError(f"{name} must contain integers, got dtype {a.dtype}")
+        if a.dtype.kind == "u" and np.any(a > _INT32_MAX):  # before the cast, which would wrap them
+            raise ValueError(f"{name}: a batch row sums past {_INT32_MAX}, the int32 indices' limit")
         a = a.astype(np.int64).reshape(-1)
         if np.any(a < 0):
             raise ValueError(f"{name} must not contain negative lengths, got {a.tolist()}")
@@ -189,9 +203,7 @@ def _resolve_seqlen(totals: Sequence[int], seqlen, name: str) -> int:
         if need < 1:
             raise ValueError(f"{name} must contain at least one token when seqlen is not given")
         seqlen = need
-    seqlen = _check_int(seqlen, "seqlen", 1)
-    if seqlen > _INT32_MAX:
-        raise ValueError(f"seqlen must be at most {_INT32_MAX} (int32 indices), got {seqlen}")
+    seqlen = _check_seqlen(seqlen)
     if need > seqlen:
         raise ValueError(f"{name} sums to {need}, more than seqlen={seqlen}")
     return seqlen
@@ -222,7 +234,7 @@ def causal_mask(seqlen: int, batch_size: int = 1, *, place=None) -> paddle.Tenso
         ...
         1 1 1 1 1 1 1 1 1 1
     """
-    S = _check_int(seqlen, "seqlen", 1)
+    S = _check_seqlen(seqlen)
     B = _check_int(batch_size, "batch_size", 1)
     return _to_tensor(np.full((B, 1, S, 1), S, dtype=np.int32), place)
 
@@ -245,7 +257,7 @@ def sliding_window_mask(seqlen: int, window: int, batch_size: int = 1, *, place=
         0 0 0 0 0 0 1 1 1 0
         0 0 0 0 0 0 0 1 1 1
     """
-    S = _check_int(seqlen, "seqlen", 1)
+    S = _check_seqlen(seqlen)
     w = min(_check_int(window, "window", 0), S)  # wider than the sequence: the whole prefix
     B = _check_int(batch_size, "batch_size", 1)
     lts = np.minimum(np.arange(S, dtype=np.int64) + w + 1, S)
@@ -427,7 +439,7 @@ def global_sliding_window_mask(seqlen: int, global_tokens: int, window, batch_si
         1 1 0 0 0 0 0 1 1 1
         1 1 0 0 0 0 0 0 1 1
     """
-    S = _check_int(seqlen, "seqlen", 1)
+    S = _check_seqlen(seqlen)
     G = _check_int(global_tokens, "global_tokens", 0)
     B = _check_int(batch_size, "batch_size", 1)
     if _is_int(window):
@@ -585,7 +597,7 @@ def prefix_lm_causal_mask(seqlen: int, prefix_len: int, batch_size: int = 1, *, 
         1 1 1 1 1 1 1 1 1 0
         1 1 1 1 1 1 1 1 1 1
     """
-    S = _check_int(seqlen, "seqlen", 1)
+    S = _check_seqlen(seqlen)
     P = _check_int(prefix_len, "prefix_len", 0)
     B = _check_int(batch_size, "batch_size", 1)
     if P > S:
@@ -622,7 +634,7 @@ def qk_sparse_mask(seqlen: int, maskout_pairs, batch_size: int | None = None, *,
 
     (Paddle's docstring writes column 5 as ``(5, 5)``; any empty interval is equivalent.)
     """
-    S = _check_int(seqlen, "seqlen", 1)
+    S = _check_seqlen(seqlen)
     rows = _pair_rows(maskout_pairs, batch_size, "maskout_pairs")
     j = np.arange(S, dtype=np.int64)
     out = []
@@ -667,7 +679,7 @@ def random_eviction_mask(seqlen: int, num_heads: int, batch_size: int = 1, start
         1 1 0 0 1 1 0 1 1 0
         1 1 0 0 0 1 0 1 0 1
     """
-    S = _check_int(seqlen, "seqlen", 1)
+    S = _check_seqlen(seqlen)
     H = _check_int(num_heads, "num_heads", 1)
     B = _check_int(batch_size, "batch_size", 1)
     if start_row is None:
@@ -858,7 +870,7 @@ def example_mask(name: str, seqlen: int, batch_size: int = 1, num_heads: int = 1
     """
     if not isinstance(name, str) or name not in MASK_BUILDERS:
         raise ValueError(f"name must be one of {sorted(MASK_BUILDERS)}, got {name!r}")
-    S = _check_int(seqlen, "seqlen", 1)
+    S = _check_seqlen(seqlen)
     B = _check_int(batch_size, "batch_size", 1)
     H = _check_int(num_heads, "num_heads", 1)
     rng = np.random.default_rng(_check_int(seed, "seed", 0))

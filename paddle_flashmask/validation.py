@@ -72,13 +72,13 @@ def check_qkv(query, key, value):
         raise ValueError(f"key batch size {bk} does not match query batch size {b}")
     if dk != d:
         raise ValueError(f"key head_dim {dk} does not match query head_dim {d}")
+    if min(b, sq, sk, h, d) == 0:  # first: no heads at all is an empty tensor, not a GQA ratio
+        raise ValueError(
+            f"query and key must be non-empty, got query {_shape_str(query)}, key {_shape_str(key)}"
+        )
     if hk == 0 or h % hk != 0:
         raise ValueError(
             f"query num_heads ({h}) must be a multiple of key num_heads ({hk}) for GQA/MQA"
-        )
-    if min(b, sq, sk, h, d) == 0:
-        raise ValueError(
-            f"query and key must be non-empty, got query {_shape_str(query)}, key {_shape_str(key)}"
         )
     # Static-graph variables carry no place: the program's device decides.
     if paddle.in_dynamic_mode():
@@ -463,8 +463,11 @@ def check_deterministic_support(query, head_dim, deterministic):
 # PADDLE_FLASHMASK_FA2_FWD_HEAD_PAIRS: the FA2-class forward's tiles of two query heads' 64-row
 # blocks where the heads pair up (1, the default; cuda/fwd_grid.h) or one head's 128 rows (0);
 # PADDLE_FLASHMASK_FA2_FWD_HEAD_QUADS: four query heads' 32-row blocks a tile at head dims 96 and
-# 256 where the GQA groups split into fours (1, the default) or pairs there (0).
+# 256 where the GQA groups split into fours (1, the default) or pairs there (0);
+# PADDLE_FLASHMASK_NUM_THREADS: the CPU kernels' threads (cpu/parallel.h; unset: the cores this
+# process may run on). Bounded so that a stray value fails here rather than in thread creation.
 INTEGER_ENV_SWITCHES = {
+    "PADDLE_FLASHMASK_NUM_THREADS": (1, 1024),
     "PADDLE_FLASHMASK_SM90_FWD_OVERLAP": (0, 1),
     "PADDLE_FLASHMASK_SM90_FWD_WIDE_KEYS": (0, 1),
     "PADDLE_FLASHMASK_SM90_FWD_PINGPONG": (0, 1),

@@ -20,6 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import paddle_flashmask as pfm  # noqa: E402
 from paddle_flashmask import masks  # noqa: E402
 from paddle_flashmask.distributed import ContextParallelPlan, flashmask_attention, spacing  # noqa: E402
+from paddle_flashmask.distributed import allgather  # noqa: E402
+from paddle_flashmask.distributed import attention as dist_attention  # noqa: E402
 from reference import random_indices  # noqa: E402
 
 
@@ -44,6 +46,12 @@ def single_device(q, k, v, do, idx, causal):
     out, lse = pfm.flashmask_attention(qt, kt, vt, it, causal=causal, return_softmax_lse=True)
     dq, dk, dv = paddle.grad([out], [qt, kt, vt], [paddle.to_tensor(do)])
     return [t.numpy() for t in (out, lse, dq, dk, dv)]
+
+
+def single_device_scaled(q, k, v, idx, causal, scale):
+    out = pfm.flashmask_attention(*(paddle.to_tensor(x) for x in (q, k, v)), paddle.to_tensor(idx), causal=causal,
+                                  softmax_scale=scale)
+    return out.numpy()
 
 
 def context_parallel(q, k, v, do, idx, causal, W, rank, method, chunk_size=None, layout="auto", plan_box=None):
@@ -85,8 +93,6 @@ def fused_calls(plan):
 
 
 def run_cases(W, rank, results):
-    from paddle_flashmask.distributed import allgather
-
     B, H, Hk, D = 2, 4, 2, 16
     # (S, name, indices, causal, value head dim, chunk size, sparse K/V exchange[, layout])
     cases = [(S, name, idx, causal, None, None, True) for S in (77, 130)
@@ -225,6 +231,32 @@ def run_bad_input(W, rank, results):
     expect_raise(results, "scale_on_rank1_only",
                  lambda: flashmask_attention(*local, it, causal=True, plan=plan,
                                              softmax_scale=0.5 if rank == 1 else None))
+    # an exchange switch set on one rank only: its messages would differ in size (gloo aborts)
+    def sparse_off_on_rank1():
+        allgather.SPARSE_EXCHANGE = rank != 1
+        try:
+            flashmask_attention(*local, it, causal=True, plan=plan)
+        finally:
+            allgather.SPARSE_EXCHANGE = True
+
+    expect_raise(results, "exchange_switch_on_rank1_only", sparse_off_on_rank1)
+    # signatures whose group sum is W x rank 1's (10, 20, 30 on 3 ranks): a sum-based agreement let
+    # rank 1 go on alone into the exchange while the others raised
+    def mean_signature_on_rank1():
+        own = dist_attention._call_signature
+        dist_attention._call_signature = lambda *args: 10 * (rank + 1)
+        try:
+            flashmask_attention(*local, it, causal=True, plan=plan)
+        finally:
+            dist_attention._call_signature = own
+
+    expect_raise(results, "signatures_whose_mean_is_rank1s", mean_signature_on_rank1)
+    # arguments that differ in form, not in what the call takes, agree: deterministic None / False,
+    # softmax_scale 1 / 1.0
+    ref_one = single_device_scaled(q, k, v, idx, True, 1.0)
+    out = flashmask_attention(*local, it, causal=True, plan=plan, deterministic=None if rank == 0 else False,
+                              softmax_scale=1 if rank == 0 else 1.0)
+    results["equivalent_arguments"] = rel(out.numpy(), ref_one[:, plan.local_rows(rank)])
     # the group still works afterwards
     rows, got = context_parallel(q, k, v, do, idx, True, W, rank, "allgather")
     ref = single_device(q, k, v, do, idx, True)

@@ -276,6 +276,16 @@ def test_backward_deterministic_and_thread_independent(rng, monkeypatch):
         np.testing.assert_array_equal(a, c)
 
 
+@pytest.mark.parametrize("threads", ["100000", "0", "-3", "abc"])
+def test_cpu_thread_count_out_of_range_raises(monkeypatch, threads):
+    """A thread count the CPU kernels could not start (100000 aborted the process in thread
+    creation) or would have ignored is named before any kernel runs."""
+    q = paddle.to_tensor(np.ones((1, 8, 2, 16), np.float32))
+    monkeypatch.setenv("PADDLE_FLASHMASK_NUM_THREADS", threads)
+    with pytest.raises(ValueError, match=r"PADDLE_FLASHMASK_NUM_THREADS must be an integer in \[1, 1024\]"):
+        pfm.flashmask_attention(q, q, q, causal=True)
+
+
 def grads_of_call(data, idx, causal, **kwargs):
     """out, dq, dk, dv (numpy) of one call on the given q/k/v arrays."""
     q, k, v = (paddle.to_tensor(x, stop_gradient=False) for x in data)
@@ -506,3 +516,27 @@ def test_to_static_full_graph_matches_eager(rng):
     except TypeError:
         pytest.skip("this Paddle's to_static has no full_graph switch")
     np.testing.assert_allclose(static(q, k, v, idx).numpy(), eager.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_to_static_full_graph_stops_on_bad_values(rng):
+    """Under full_graph=True the values exist only when the program runs: bad indices or block_mask
+    values stop it (Paddle's Assert error) rather than give zeros, as eager raises; good ones run."""
+
+    class Attention(paddle.nn.Layer):
+        def forward(self, q, k, v, idx, block_mask):
+            return pfm.flashmask_attention(q, k, v, idx, causal=True, block_mask=block_mask)
+
+    q, k, v = (paddle.to_tensor(rng.standard_normal((1, 70, 2, 16)).astype("float32")) for _ in range(3))
+    good = masks.causal_document_mask([30, 40])
+    kept = paddle.ones([1, 1, 1, 1], dtype="int32")
+    try:
+        static = paddle.jit.to_static(Attention(), full_graph=True)
+    except TypeError:
+        pytest.skip("this Paddle's to_static has no full_graph switch")
+    np.testing.assert_allclose(static(q, k, v, good, kept).numpy(), Attention()(q, k, v, good, kept).numpy(),
+                               rtol=1e-6, atol=1e-6)
+    for idx, block_mask in ((paddle.full([1, 1, 70, 1], -3, dtype="int32"), kept),
+                            (paddle.full([1, 1, 70, 1], 71, dtype="int32"), kept),
+                            (good, paddle.full([1, 1, 1, 1], 5, dtype="int32"))):
+        with pytest.raises(Exception, match="AssertOp|Assert"):
+            static(q, k, v, idx, block_mask)

@@ -329,6 +329,17 @@ def test_checked_tensors_do_not_pile_up(spy):
     assert spy.calls.count(CHECK_OP) == 3 * attention_mod._CHECKED_PRUNE_AT
 
 
+@pytest.mark.parametrize("setting", ["no", "false", 0, 2, None, []])
+def test_index_validation_setting_must_be_a_bool(setting):
+    old = pfm.set_index_validation(True)
+    try:
+        with pytest.raises(TypeError, match="enabled must be a bool"):
+            pfm.set_index_validation(setting)
+        assert pfm.set_index_validation(True) is True  # the bad setting left it as it was
+    finally:
+        pfm.set_index_validation(old)
+
+
 def test_disabling_validation_forgets_checked_tensors(spy):
     q, k, v = qkv()
     t = valid_idx(True, 1)
@@ -429,6 +440,11 @@ def test_empty_tensors(spy, which):
         q = q[:, :0]
     else:
         k, v = k[:, :0], v[:, :0]
+    assert_rejected(spy, ValueError, r"query and key must be non-empty", q, k, v)
+
+
+def test_no_heads_is_an_empty_tensor(spy):
+    q, k, v = qkv(h=0, hk=0)  # not "0 must be a multiple of 0"
     assert_rejected(spy, ValueError, r"query and key must be non-empty", q, k, v)
 
 

@@ -69,7 +69,8 @@ def test_bad_input_raises_on_every_rank(results):
     assert names == {"rows_disagree_on_one_rank", "plan_other_world_size", "plan_other_mask", "indices_not_global",
                      "causal_disagrees", "ulysses_heads_not_divisible", "ranks_with_different_plans",
                      "ranks_with_different_layouts", "causal_on_rank1_only", "dropout_on_rank1_only",
-                     "plan_none_on_rank1_only", "kv_heads_on_rank1_only", "scale_on_rank1_only"}
+                     "plan_none_on_rank1_only", "kv_heads_on_rank1_only", "scale_on_rank1_only",
+                     "exchange_switch_on_rank1_only", "signatures_whose_mean_is_rank1s"}
     for res in results:
         for b in res["bad"]:
             assert b["raised"] in ("ValueError", "TypeError", "NotImplementedError"), (res["rank"], b)
@@ -89,6 +90,10 @@ def test_bad_input_raises_on_every_rank(results):
             assert want in bad[case], (res["rank"], case, bad[case])
         assert "different arguments" in bad["kv_heads_on_rank1_only"]
         assert "different arguments" in bad["scale_on_rank1_only"]
+        assert "different arguments" in bad["exchange_switch_on_rank1_only"]
+        assert "different arguments" in bad["signatures_whose_mean_is_rank1s"]
+        # deterministic None / False and softmax_scale 1 / 1.0 on different ranks are one call
+        assert res["equivalent_arguments"] < TOL
         assert res["after_bad"] < TOL
 
 

@@ -81,6 +81,21 @@ def test_small_and_odd_sequences_partition(S, W):
             assert local == np.count_nonzero(rows[r] < g)
 
 
+@pytest.mark.parametrize("S", [37, 64, 100])
+def test_a_mask_that_hides_everything_balances_tokens(S):
+    """No live tile anywhere (non-causal LTS = UTE = 0): the imbalances are 1, not 0 / 0 = NaN, and
+    the rows split as they would with no mask (NaN scores had kept the first chunk size tried:
+    32 / 5 rows at S = 37)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's 0 / 0 warning fails the test
+        plan = ContextParallelPlan(np.zeros((1, 1, S, 2), np.int32), False, 2, layout="chunks")
+    unmasked = ContextParallelPlan(None, False, 2, layout="chunks", seqlen=S)
+    assert plan.tile_imbalance == 1.0 and plan.work_imbalance == 1.0
+    assert [plan.num_local_rows(r) for r in range(2)] == [unmasked.num_local_rows(r) for r in range(2)]
+
+
 def test_shard_and_unshard_round_trip():
     import paddle
 

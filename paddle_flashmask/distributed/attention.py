@@ -98,9 +98,8 @@ def _check_local_shapes(plan, rank, q, k, v, method):
 
 
 def _call_signature(q, k, v, indices, options):
-    """What every rank must pass alike, as an int below 2^40 (so that a group's sum stays in
-    int64): the tensors' dtypes and shapes but this rank's row count, the indices' shape and
-    the call's other arguments."""
+    """What every rank must pass alike, as an int below 2^40: the tensors' dtypes and shapes but
+    this rank's row count, the indices' shape and the call's other arguments as checked."""
     def shape(t):
         dims = _shape(t)
         return (dims[0],) + dims[2:]
@@ -110,31 +109,51 @@ def _call_signature(q, k, v, indices, options):
     return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:5], "little")
 
 
-def _agree(plan, group, q, local_error, signature):
+def _exchange_settings():
+    """The switches that shape the exchange's messages (read at import, or set by tests): ranks
+    that disagree on them would send messages of different sizes, which gloo aborts on."""
+    return (allgather.SPARSE_EXCHANGE, allgather.SPACED_PARTS, allgather.FUSE_OWN, allgather.KEYS_PER_PART,
+            comm._FORCE_PADDING)
+
+
+def _agreement_place(tensors):
+    """Where the agreement's all_reduce runs: the first tensor argument's place, else the
+    process's current device (a rank whose query is not a tensor must still meet the others
+    on their backend: NCCL's ranks on the GPU)."""
+    for t in tensors:
+        if validation._is_tensor(t):
+            return t.place
+    return paddle.device.get_device()
+
+
+def _agree(plan, group, tensors, local_error, signature):
     """Every rank learns whether any rank's checks failed, and whether the ranks hold the same
     plan and call signature, before any data moves; then each raises alike (a rank's own error
     as it was raised)."""
     size = comm.group_size(group)
     if size > 1 and _AGREE:
-        # sums: the error count, and hashes that equal size x this rank's only if every rank's does
+        # One MAX over (error, hashes, negated hashes): a hash agrees only where its largest and
+        # smallest value over the group are equal. (A sum could hide a rank whose hash is the
+        # others' mean, and let it go on alone into the exchange.)
         plan_hash = plan._agreement_hash() if isinstance(plan, ContextParallelPlan) else 0
-        words = np.array([1 if local_error else 0, plan_hash, signature], dtype=np.int64)
-        t = paddle.to_tensor(words, place=q.place if validation._is_tensor(q) else paddle.CPUPlace())
-        paddle.distributed.all_reduce(t, group=group)
-        bad, hashes, signatures = (int(x) for x in t.numpy())
+        words = np.array([1 if local_error else 0, plan_hash, signature, -plan_hash, -signature], dtype=np.int64)
+        t = paddle.to_tensor(words, place=_agreement_place(tensors))
+        paddle.distributed.all_reduce(t, op=paddle.distributed.ReduceOp.MAX, group=group)
+        bad, max_plan, max_signature, neg_min_plan, neg_min_signature = (int(x) for x in t.numpy())
         if local_error:
             raise local_error
         if bad:
-            raise ValueError(f"context-parallel flashmask_attention: {bad} other rank(s) of the group got bad "
-                             "input (their error names it); no rank went on")
-        if hashes != size * plan_hash:
+            raise ValueError("context-parallel flashmask_attention: other rank(s) of the group got bad input "
+                             "(their error names it); no rank went on")
+        if max_plan != -neg_min_plan:
             raise ValueError("the ranks of the group passed different plans (built from different masks, "
                              "methods, chunk sizes or layouts); every rank must build the plan from the same "
                              "global indices and arguments")
-        if signatures != size * signature:
+        if max_signature != -neg_min_signature:
             raise ValueError("the ranks of the group passed different arguments: every rank must pass q/k/v of "
                              "the same dtypes, batch, heads and head dims, the same indices shape and the same "
-                             "causal, softmax_scale, deterministic, dropout, training and return_softmax_lse")
+                             "causal, softmax_scale, deterministic and return_softmax_lse, and run with "
+                             "the same PADDLE_FLASHMASK_CP_* exchange switches")
     elif local_error:
         raise local_error
 
@@ -153,6 +172,7 @@ def _check_call(plan, group, rank, query, key, value, indices, causal, return_so
     causal = validation.check_flag("causal", causal)
     return_softmax_lse = validation.check_flag("return_softmax_lse", return_softmax_lse)
     validation.check_scalar_args(dropout, softmax_scale, training)
+    validation.check_env_switches()  # the kernels' switches, as the single-device op checks them
     if window_size is not None:
         raise NotImplementedError("window_size is not taken by the context-parallel op: build the global "
                                   "indices with paddle_flashmask.masks.sliding_window_mask and the plan from them")
@@ -212,10 +232,14 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, causal=
     options = (causal, return_softmax_lse, softmax_scale, deterministic, dropout, window_size, training)
     try:
         call = _check_call(plan, group, rank, query, key, value, startend_row_indices, *options)
-        error, signature = None, _call_signature(query, key, value, startend_row_indices, repr(options))
+        # the arguments as the call takes them (deterministic=None and False alike, a scale of 1 and
+        # 1.0 alike; dropout and training: no dropout runs, the checks raise on any that would) and
+        # the exchange's switches
+        agreed = (call.causal, call.return_softmax_lse, call.deterministic, call.scale, _exchange_settings())
+        error, signature = None, _call_signature(query, key, value, startend_row_indices, repr(agreed))
     except (TypeError, ValueError, NotImplementedError) as e:
         call, error, signature = None, e, 0
-    _agree(plan, group, query, error, signature)
+    _agree(plan, group, (query, key, value), error, signature)
     if plan.world_size == 1:  # one rank holds every row: the single-device op, no collectives
         from ..attention import flashmask_attention as single
 

@@ -68,6 +68,12 @@ def mask_fingerprint(indices_np: Optional[np.ndarray], causal: bool, seqlen: int
     return h.hexdigest()[:16]
 
 
+def _imbalance(per_rank):
+    """Busiest rank over the mean; 1.0 (balanced) where every rank has none."""
+    mean = per_rank.mean()
+    return float(per_rank.max() / mean) if mean > 0 else 1.0
+
+
 class ContextParallelPlan:
     """Which global query rows each rank of a context-parallel group holds.
 
@@ -210,10 +216,10 @@ class ContextParallelPlan:
         self.rank_work = np.bincount(self.chunk_owner, weights=chunk_work, minlength=W)
         self.rank_tiles = np.bincount(self.chunk_owner, weights=chunk_tiles, minlength=W)
         self.rank_tokens = np.bincount(self.chunk_owner, weights=self.chunk_len, minlength=W).astype(np.int64)
-        mean_work = self.rank_work.mean()
-        self.work_imbalance = float(self.rank_work.max() / mean_work) if mean_work > 0 else 1.0
-        self.token_imbalance = float(self.rank_tokens.max() / self.rank_tokens.mean())
-        self.tile_imbalance = float(self.rank_tiles.max() / self.rank_tiles.mean())
+        self.work_imbalance = _imbalance(self.rank_work)
+        self.token_imbalance = _imbalance(self.rank_tokens)
+        # a mask that hides everything has no live tile: balanced in tiles, the tokens decide
+        self.tile_imbalance = _imbalance(self.rank_tiles)
         return True
 
     def _score(self):
