@@ -59,7 +59,7 @@ class _PackedCollator:
         lts = np.full((B, S), S, dtype=np.int32)
         labels = {k: np.full((B, S), self.label_pad, dtype=np.int64) for k in self.label_keys}
         for b, r in enumerate(rows):
-            n = len(r["input_ids"])
+            n = self._check_row(b, r)
             ids[b, :n] = r["input_ids"]
             pos[b, :n] = r["position_ids"]
             pos[b, n:] = np.arange(S - n)
@@ -76,6 +76,21 @@ class _PackedCollator:
         if self.count_tokens:
             batch[NUM_TOKENS_KEY] = np.array([sum(len(r["input_ids"]) for r in rows)], dtype=np.int64)
         return batch
+
+    def _check_row(self, b: int, r) -> int:
+        """Row b's length, its per-token fields all of it: numpy would broadcast a 1-entry labels
+        list over the row, or fail naming no field."""
+        fields = ("input_ids", "position_ids", "attn_mask_startend_row_indices") + tuple(self.label_keys)
+        missing = [k for k in fields if k not in r]
+        if missing:
+            raise ValueError(f"row {b}: missing field(s) {missing} (a packed row has {list(fields)})")
+        n = len(r["input_ids"])
+        if n == 0:
+            raise ValueError(f"row {b}: input_ids is empty")
+        wrong = {k: len(r[k]) for k in fields[1:] if len(r[k]) != n}
+        if wrong:
+            raise ValueError(f"row {b}: per-token fields must be as long as input_ids ({n}), got {wrong}")
+        return n
 
     def _extra(self, rows) -> Dict[str, np.ndarray]:
         return {}

@@ -36,6 +36,7 @@ Records (plain lists; positions, indices and response indexes are relative to th
 from __future__ import annotations
 
 import json
+import math
 import logging
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -146,8 +147,10 @@ def validate_preference(ex: dict, where: str) -> Tuple[List[Tuple[str, str]], st
     resp, sort = ex["response"], ex["sort"]
     if (not isinstance(resp, list) or len(resp) != 2 or not all(isinstance(r, str) for r in resp)):
         raise DataFormatError(f"{where}: 'response' must be a list of 2 strings")
-    if not isinstance(sort, list) or len(sort) != 2 or not all(isinstance(s, (int, float)) for s in sort):
-        raise DataFormatError(f"{where}: 'sort' must be a list of 2 numbers")
+    if (not isinstance(sort, list) or len(sort) != 2
+            or not all(isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) for s in sort)):
+        # (json reads NaN and Infinity; a NaN compares false both ways and ordered the pair at random)
+        raise DataFormatError(f"{where}: 'sort' must be a list of 2 finite numbers, got {sort!r}")
     if sort[0] == sort[1]:
         raise DataFormatError(f"{where}: the two 'sort' values must differ")
     chosen, rejected = (resp[0], resp[1]) if sort[0] > sort[1] else (resp[1], resp[0])

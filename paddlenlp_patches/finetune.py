@@ -131,6 +131,9 @@ TRAINING_DEFAULTS: Dict[str, Any] = {
     "skip_memory_metrics": True,
 }
 
+# what PaddleNLP's LLaMA recomputes (anything else recomputed nothing, silently)
+RECOMPUTE_GRANULARITIES = ("full", "full_attn", "core_attn")
+
 # context-parallel keys (TrainingArguments fields) -> paddle_flashmask.distributed plan method
 CP_METHODS = {"context_parallel_degree": "allgather", "sep_parallel_degree": "ulysses"}
 
@@ -193,6 +196,7 @@ def split_config(cfg: Dict[str, Any]):
         raise ValueError(f"stage must be one of {STAGES}, got {opts['stage']!r}")
     config_checks.check_runner_options(opts)
     config_checks.check_dpo_options(dpo)
+    _check_stage_keys(cfg)  # after the values' own checks, which name the value
     if dpo["loss_type"] in config_checks.REFERENCE_FREE_LOSS_TYPES:
         dpo["reference_free"] = True  # PaddleNLP's or/simpo losses take no reference model
     if opts["stage"] == "dpo" and opts["lora"] and dpo["ref_model_update_steps"] > 0:
@@ -203,14 +207,45 @@ def split_config(cfg: Dict[str, Any]):
     for key in ("tensor_parallel_degree", "pipeline_parallel_degree"):
         if int(targs.get(key, 1) or 1) > 1:
             raise ValueError(f"{key} > 1 is not supported by this runner (data and context parallel only)")
+    config_checks.check_training_length(targs.get("max_steps", -1), targs.get("num_train_epochs", 3.0))
+    if "recompute_granularity" in flags and flags["recompute_granularity"] not in RECOMPUTE_GRANULARITIES:
+        raise ValueError(f"recompute_granularity must be one of {RECOMPUTE_GRANULARITIES}, got "
+                         f"{flags['recompute_granularity']!r}")
+    if targs.get("fp16") is True and _on_cpu():
+        # PaddleNLP's fp16 loss scaler has no CPU path (an AttributeError in its first step)
+        raise ValueError("fp16 training needs a GPU; on the CPU use bf16 or float32 (fp16: false)")
     for key in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
         if key in targs:
             config_checks.check_positive_int(key, targs[key])  # 0 failed deep in PaddleNLP
     context_parallel(targs, opts)  # validates the context-parallel keys
     targs.setdefault("output_dir", os.path.join("output", opts["stage"]))
+    config_checks.check_training_args(targs)
     if "recompute" in targs:
         flags["recompute"] = bool(targs["recompute"])
     return opts, dpo, flags, targs
+
+
+# Keys only some stages read: set for another stage they were ignored without a word (a DPO run's
+# dataset_name_or_path, an SFT run's max_seq_len).
+SFT_ONLY_KEYS = ("max_length", "src_length", "dataset_name_or_path")
+PREFERENCE_ONLY_KEYS = ("max_seq_len", "max_prompt_len")
+
+
+def _check_stage_keys(cfg: Dict[str, Any]) -> None:
+    stage = cfg.get("stage", DEFAULTS["stage"])
+    if stage in ("sft", "lora"):
+        wrong, reads = [k for k in cfg if k in PREFERENCE_ONLY_KEYS or k in DPO_DEFAULTS], \
+            "max_length, src_length, dataset_name_or_path"
+    elif stage == "rm":
+        wrong, reads = [k for k in cfg if k in SFT_ONLY_KEYS or k in DPO_DEFAULTS], \
+            "max_seq_len, max_prompt_len, train_dataset_path"
+    elif stage == "dpo":
+        wrong, reads = [k for k in cfg if k in SFT_ONLY_KEYS], "max_seq_len, max_prompt_len, train_dataset_path"
+    else:
+        return  # the stage's own check names it
+    if wrong:
+        raise ValueError(f"stage {stage!r} does not read {sorted(wrong)} (it reads {reads}); remove them or "
+                         "change the stage")
 
 
 def context_parallel(targs: Dict[str, Any], opts: Optional[Dict[str, Any]] = None):
@@ -219,8 +254,8 @@ def context_parallel(targs: Dict[str, Any], opts: Optional[Dict[str, Any]] = Non
     degrees = {}
     for key in ("context_parallel_degree", "sep_parallel_degree"):
         v = targs.get(key, -1)
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise ValueError(f"{key} must be an integer, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or (v < 1 and v != -1):
+            raise ValueError(f"{key} must be an integer >= 1 (or -1: off), got {v!r}")
         if v > 1:
             degrees[key] = v
     if len(degrees) > 1:
@@ -241,14 +276,23 @@ def _data_paths(opts, base_dir):
         src = _resolve(src, base_dir)
         if os.path.isdir(src):
             if opts["dev_dataset_path"]:  # an explicit dev set wins over the directory's own
-                return src, _resolve(opts["dev_dataset_path"], base_dir)
+                return src, _existing_dev_path(_resolve(opts["dev_dataset_path"], base_dir))
             dev = os.path.join(src, "dev.json")
             dev = dev if os.path.isfile(dev) else os.path.join(src, "dev.jsonl")
             return src, (src if os.path.isfile(dev) else None)
-        return src, _resolve(opts["dev_dataset_path"], base_dir)
+        return src, _existing_dev_path(_resolve(opts["dev_dataset_path"], base_dir))
     if not opts["train_dataset_path"]:
         raise ValueError("set train_dataset_path for dpo/rm")
-    return _resolve(opts["train_dataset_path"], base_dir), _resolve(opts["dev_dataset_path"], base_dir)
+    return (_resolve(opts["train_dataset_path"], base_dir),
+            _existing_dev_path(_resolve(opts["dev_dataset_path"], base_dir)))
+
+
+def _existing_dev_path(path):
+    """A dev set that is named must exist, whether or not this run evaluates (a typo otherwise
+    surfaced only in a later run with do_eval)."""
+    if path and not os.path.exists(path):
+        raise FileNotFoundError(f"dev_dataset_path={path!r} does not exist")
+    return path
 
 
 def _lengths(opts):
@@ -272,6 +316,12 @@ def build_datasets(opts, tokenizer, base_dir, want_eval: bool):
     train = rows(train_path, "train")
     dev = rows(dev_path, "dev") if (want_eval and dev_path) else None
     return train, dev
+
+
+def _on_cpu() -> bool:
+    import paddle
+
+    return not paddle.is_compiled_with_cuda() or paddle.device.get_device() == "cpu"
 
 
 def _check_hybrid_groups(cp_degree: int, cp_method: str) -> None:

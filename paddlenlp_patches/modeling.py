@@ -11,6 +11,7 @@ from typing import Optional
 import paddle
 from paddlenlp.transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
+from . import config_checks
 from .reward_model import LlamaForRewardModel
 
 logger = logging.getLogger("paddlenlp_patches")
@@ -38,6 +39,7 @@ def build_config(model_name_or_path: Optional[str], model_config: Optional[dict]
         config = AutoConfig.from_pretrained(model_name_or_path)
         config.use_flash_attention = bool(use_flash_attention)
         return config
+    config_checks.check_model_config(model_config, LlamaConfig)
     overrides = dict(CPU_SAFE_FLAGS)
     overrides.update(model_config or {})
     overrides["use_flash_attention"] = bool(use_flash_attention)

@@ -44,7 +44,8 @@ if __name__ == "__main__" and not __package__:
     _HERE = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
-from paddlenlp_patches.config_checks import check_bool, check_positive_int  # noqa: E402
+from paddlenlp_patches.config_checks import (check_bool, check_dpo_ranges, check_model_config,  # noqa: E402
+                                             check_positive_int)
 
 OUR_KEYS = ("model_config", "save_final_model")
 # fused kernels are GPU-only in PaddleFormers; a random-init model on CPU must not ask for them
@@ -239,6 +240,7 @@ def build_model(model_args, data_args, targs, model_config, dpo_config=None, see
     if model_args.model_name_or_path:
         config = AutoConfig.from_pretrained(model_args.model_name_or_path)
     else:
+        check_model_config(model_config, LlamaConfig)
         config = LlamaConfig(**{**CPU_SAFE_FLAGS, **model_config})
     config._attn_implementation = model_args._attn_implementation
     config.max_sequence_length = config.seq_length = data_args.max_seq_len
@@ -387,6 +389,8 @@ def run(config, overrides: Optional[Dict[str, Any]] = None, callbacks: Optional[
     if stage == "DPO":
         from paddleformers.cli.train.dpo.dpo_argument import DPOConfig
 
+        check_dpo_ranges({k: getattr(targs, k) for k in ("beta", "label_smoothing", "pref_loss_ratio",
+                                                           "sft_loss_ratio", "dpop_lambda")})
         if targs.loss_type in ("or", "simpo", "orpo"):
             targs.reference_free = True
         dpo_config = DPOConfig(

@@ -207,3 +207,71 @@ def test_reward_eval_loss_and_accuracy_are_means_over_pairs(tmp_path):
     want_loss = float(np.mean(np.logaddexp(0.0, -diff)))  # -log sigmoid, float64
     assert out["eval"]["eval_loss"] == pytest.approx(want_loss, rel=1e-5)
     assert out["eval"]["eval_accuracy"] == round(float(np.mean(diff > 0)), 4)
+
+
+# ---- found by an adversarial probe of the runner (fifty-second session): each had run on ------------------
+
+@pytest.mark.parametrize("stage, overrides, message", [
+    ("dpo", dict(beta=0), "beta must be > 0"),  # trained nothing
+    ("dpo", dict(beta=-0.1), "beta must be > 0"),  # learned the reverse preference
+    ("dpo", dict(label_smoothing=5.0), r"label_smoothing must be in \[0, 0.5\]"),
+    ("dpo", dict(sft_loss_ratio=-1.0), "sft_loss_ratio must be >= 0"),
+    ("sft", dict(max_steps=0, num_train_epochs=0), "nothing to train"),  # saved the random model
+    ("sft", dict(max_steps=True), "max_steps must be an int"),  # ran one step
+    ("sft", dict(context_parallel_degree=-5), r"context_parallel_degree must be an integer >= 1 \(or -1: off\)"),
+    ("sft", dict(recompute=True, recompute_granularity="bogus"), "recompute_granularity must be one of"),
+    ("sft", dict(max_seq_len=8), r"stage 'sft' does not read \['max_seq_len'\]"),  # an SFT run ignored it
+    ("dpo", dict(dataset_name_or_path="/nonexistent.jsonl"), r"stage 'dpo' does not read"),
+    ("rm", dict(beta=0.2), r"stage 'rm' does not read \['beta'\]"),
+    ("sft", dict(output_dir=None), "output_dir must be a path string"),  # a TypeError in posixpath
+    ("sft", dict(dataset_name_or_path=5), "dataset_name_or_path must be a path string"),
+    ("lora", dict(lora_target_modules=["(q_proj"]), r"lora_target_modules: '\(q_proj' is not a regex"),
+    ("sft", dict(seed="x"), "seed must be an int"),  # Paddle's int() error
+])
+def test_runner_values_that_ran_without_a_word(stage, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        _split(_stage=stage, **overrides)
+
+
+def test_fp16_on_the_cpu_is_refused_before_training():
+    if paddle.is_compiled_with_cuda():
+        pytest.skip("a CUDA Paddle: fp16 may run")
+    with pytest.raises(ValueError, match="fp16 training needs a GPU"):
+        _split(fp16=True)  # PaddleNLP's loss scaler failed in its first step (AttributeError)
+
+
+@pytest.mark.parametrize("model_config, message", [
+    ({"num_hidden_layer": 1}, r"unknown LlamaConfig key\(s\) 'num_hidden_layer' \(did you mean 'num_hidden_layers'\?\)"),
+    ("tiny", "model_config must be a JSON object"),
+])
+def test_model_config_keys_are_llama_config_fields(model_config, message):
+    from paddlenlp_patches import modeling
+
+    # LlamaConfig kept the typo as an unread attribute and built its default model (32 layers)
+    with pytest.raises(ValueError, match=message):
+        modeling.build_config(None, model_config, 100)
+
+
+def test_a_named_dev_set_must_exist_even_without_eval(tmp_path):
+    config, base = finetune.load_config(cfg("sft"), {"dev_dataset_path": str(tmp_path / "missing.jsonl"),
+                                                      "do_eval": False})
+    opts = finetune.split_config(config)[0]
+    with pytest.raises(FileNotFoundError, match="dev_dataset_path=.*missing.jsonl.* does not exist"):
+        finetune._data_paths(opts, base)
+
+
+@pytest.mark.parametrize("row, message", [
+    (dict(labels=[6]), r"per-token fields must be as long as input_ids \(3\), got \{'labels': 1\}"),  # broadcast
+    (dict(labels=[6, 7]), r"got \{'labels': 2\}"),
+    (dict(input_ids=[], labels=[], attn_mask_startend_row_indices=[], position_ids=[]), "input_ids is empty"),
+    (dict(labels=None), None),
+])
+def test_collator_rows_are_checked(row, message):
+    full = {"input_ids": [5, 6, 7], "labels": [6, 7, -100], "attn_mask_startend_row_indices": [3, 3, 3],
+            "position_ids": [0, 1, 2]}
+    full.update(row)
+    if full["labels"] is None:
+        del full["labels"]
+        message = r"missing field\(s\) \['labels'\]"
+    with pytest.raises(ValueError, match=message):
+        collators.SFTCollator()([full])

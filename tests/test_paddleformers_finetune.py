@@ -250,6 +250,17 @@ def test_lengths_no_example_fits_is_an_error_not_an_endless_loop(tmp_path):
             run("sft", tmp_path, max_steps=1, **over)
 
 
+@pytest.mark.parametrize("name, over, match", [
+    # LlamaConfig kept the typo as an unread attribute and built its default model (32 layers)
+    ("sft", dict(model_config={"num_hidden_layer": 1}), "did you mean 'num_hidden_layers'"),
+    ("dpo", dict(beta=0.0), "beta must be > 0"),  # trained nothing; below 0, the reverse preference
+    ("dpo", dict(label_smoothing=0.9), r"label_smoothing must be in \[0, 0.5\]"),
+])
+def test_model_and_dpo_values_that_ran_without_a_word(tmp_path, name, over, match):
+    with pytest.raises(ValueError, match=match):
+        run(name, tmp_path, max_steps=1, **over)
+
+
 def test_bad_config_files_name_the_problem(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"stage": "SFT",')
