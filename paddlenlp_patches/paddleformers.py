@@ -233,9 +233,13 @@ def flashmask_attention_forward(module, query, key, value, attention_mask=None,
     if key.shape[-1] != Dq or value.shape[:3] != key.shape[:3]:
         raise ValueError(f"flashmask attention: key {list(key.shape)} / value {list(value.shape)} do not match "
                          f"query {list(query.shape)} ([B, H, S, D] layout)")
+    Hk = key.shape[1]
     if attention_mask is not None and (attention_mask.ndim != 4 or attention_mask.shape[-2] != Sq
-                                       or attention_mask.shape[-1] < Sk):
-        raise ValueError(f"flashmask attention: attention_mask must be [B, 1 or H, {Sq}, >= {Sk}], "
+                                       or attention_mask.shape[-1] < Sk
+                                       or attention_mask.shape[0] not in (1, B)
+                                       or attention_mask.shape[1] not in (1, Hk, H)):
+        # (other batch or head counts had failed in Paddle's broadcast, naming no argument)
+        raise ValueError(f"flashmask attention: attention_mask must be [1 or {B}, 1 or {Hk} or {H}, {Sq}, >= {Sk}], "
                          f"got {list(attention_mask.shape)}")
     if attention_mask is not None and attn_mask_startend_row_indices is not None:
         raise ValueError("flashmask attention: pass attn_mask_startend_row_indices or a dense attention_mask, "

@@ -645,6 +645,9 @@ def test_bad_input_raises_clear_errors():
              attn_mask_startend_row_indices=idx)
     with pytest.raises(ValueError, match="attention_mask must be"):
         call(_Attn(2), q, k, v, attention_mask=paddle.ones([2, 12], "bool"))
+    for shape in ([2, 3, 12, 12], [3, 1, 12, 12]):  # other heads or batch: had been Paddle's broadcast error
+        with pytest.raises(ValueError, match=r"attention_mask must be \[1 or 2, 1 or "):
+            call(_Attn(2), q, k, v, attention_mask=paddle.ones(shape, "bool"))
     with pytest.raises(ValueError, match="4-D tensor"):
         call(_Attn(2), q[0], k, v)
     with pytest.raises(ValueError, match="do not match"):
