@@ -131,7 +131,10 @@ def _dense_attention(q, k, v, keep=None, additive=None, scale=1.0, sink=None, so
     if softcap:
         s = softcap * paddle.tanh(s / softcap)
     if additive is not None:
-        s = s + additive[:, :, :, : k.shape[2]].astype("float32")
+        additive = additive[:, :, :, : k.shape[2]].astype("float32")
+        if additive.shape[1] not in (1, H):  # one mask head per k/v head, as a bool mask may have
+            additive = paddle.repeat_interleave(additive, H // additive.shape[1], axis=1)
+        s = s + additive
     if keep is not None:
         keep = keep.reshape([1, 1] + keep.shape) if keep.ndim == 2 else keep
         if keep.shape[1] not in (1, H):  # one mask head per k/v head

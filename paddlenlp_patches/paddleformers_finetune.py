@@ -186,6 +186,12 @@ def parse_args(cfg: Dict[str, Any], base_dir: str):
     _check_lengths(data_args.max_seq_len, data_args.max_prompt_len)
     if "save_final_model" in ours:
         check_bool("save_final_model", ours["save_final_model"])
+    path = model_args.model_name_or_path
+    if path and not os.path.isdir(path):
+        # as the PaddleNLP runner: a name that is no local folder went to the network (a download, or
+        # a connection or repo-id error naming no key)
+        raise FileNotFoundError(f"model_name_or_path={path!r} is not a local directory (no downloads: a local "
+                                "PaddleFormers checkpoint, or null with model_config for a random-init model)")
     if not model_args.model_name_or_path and not ours.get("model_config"):
         raise ValueError("set model_name_or_path (a local PaddleFormers checkpoint) or model_config")
     return model_args, data_args, targs, ours

@@ -321,6 +321,23 @@ def qkv(B=2, H=4, Hk=2, S=12, D=16, Dv=None, seed=0):
     return t(B, H, S, D), t(B, Hk, S, D), t(B, Hk, S, Dv or D)
 
 
+def test_dense_mask_per_kv_head_additive_equals_bool():
+    """A mask head per k/v head [B, Hk, S, S]: taken as a bool mask, and as an additive one alike (the
+    additive one had failed in Paddle's broadcast against the query heads' scores)."""
+    q, k, v = qkv()
+    rng = np.random.default_rng(3)
+    keep = np.tril(np.ones((2, 2, 12, 12), bool)) & (rng.random((2, 2, 12, 12)) < 0.7)
+    keep[..., 0] = True  # every row keeps a key: the additive form has no empty-row convention
+    from paddlenlp_patches.paddleformers import flashmask_attention_forward as entry
+
+    got_bool = entry(_Attn(2), q, k, v, attention_mask=paddle.to_tensor(keep))[0].numpy()
+    add = paddle.to_tensor(np.where(keep, 0.0, -1e30).astype("float32"))
+    got_add = entry(_Attn(2), q, k, v, attention_mask=add)[0].numpy()
+    want = eager_ref(q, k, v, keep, 16 ** -0.5).numpy()
+    np.testing.assert_allclose(got_bool, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got_add, want, rtol=1e-5, atol=1e-5)
+
+
 def eager_ref(q, k, v, keep, scale):
     """PaddleFormers' eager attention with an additive mask from a bool keep mask [B|1, Hm, Sq, Sk]."""
     keep = np.asarray(keep)

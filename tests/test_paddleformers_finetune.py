@@ -255,9 +255,11 @@ def test_lengths_no_example_fits_is_an_error_not_an_endless_loop(tmp_path):
     ("sft", dict(model_config={"num_hidden_layer": 1}), "did you mean 'num_hidden_layers'"),
     ("dpo", dict(beta=0.0), "beta must be > 0"),  # trained nothing; below 0, the reverse preference
     ("dpo", dict(label_smoothing=0.9), r"label_smoothing must be in \[0, 0.5\]"),
+    # a name that is no local folder went to the network (a download, or an error naming no key)
+    ("sft", dict(model_name_or_path="someorg/some-model"), "is not a local directory"),
 ])
 def test_model_and_dpo_values_that_ran_without_a_word(tmp_path, name, over, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises((ValueError, FileNotFoundError), match=match):
         run(name, tmp_path, max_steps=1, **over)
 
 
