@@ -5,6 +5,7 @@ and a bad DPO value failed deep in Paddle after both models had run."""
 
 from __future__ import annotations
 
+import os
 import re
 from numbers import Real
 from typing import Any, Dict
@@ -63,6 +64,13 @@ def check_runner_options(opts: Dict[str, Any]) -> None:
             re.compile(pattern)
         except re.error as e:
             raise ValueError(f"lora_target_modules: {pattern!r} is not a regex ({e})") from None
+
+
+def check_local_dir(what: str, path: str, instead: str) -> None:
+    """``path`` is an existing local directory, else a FileNotFoundError naming ``what`` and what
+    to pass ``instead``: the runners never download (a hub name went to the network)."""
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{what} {path!r} is not a local directory (no downloads: {instead})")
 
 
 def check_training_args(targs: Dict[str, Any]) -> None:

@@ -226,25 +226,27 @@ def split_config(cfg: Dict[str, Any]):
 
 
 # Keys only some stages read: set for another stage they were ignored without a word (a DPO run's
-# dataset_name_or_path, an SFT run's max_seq_len).
+# dataset_name_or_path, an SFT run's max_seq_len). Per stage: its lengths and data keys, and the
+# keys it does not read.
 SFT_ONLY_KEYS = ("max_length", "src_length", "dataset_name_or_path")
 PREFERENCE_ONLY_KEYS = ("max_seq_len", "max_prompt_len")
+_PREFERENCE_READS = PREFERENCE_ONLY_KEYS + ("train_dataset_path",)
+_STAGE_KEYS = {  # stage -> (what it reads, what it does not)
+    "sft": (SFT_ONLY_KEYS, PREFERENCE_ONLY_KEYS + tuple(DPO_DEFAULTS)),
+    "lora": (SFT_ONLY_KEYS, PREFERENCE_ONLY_KEYS + tuple(DPO_DEFAULTS)),
+    "rm": (_PREFERENCE_READS, SFT_ONLY_KEYS + tuple(DPO_DEFAULTS)),
+    "dpo": (_PREFERENCE_READS, SFT_ONLY_KEYS),
+}
 
 
 def _check_stage_keys(cfg: Dict[str, Any]) -> None:
     stage = cfg.get("stage", DEFAULTS["stage"])
-    if stage in ("sft", "lora"):
-        wrong, reads = [k for k in cfg if k in PREFERENCE_ONLY_KEYS or k in DPO_DEFAULTS], \
-            "max_length, src_length, dataset_name_or_path"
-    elif stage == "rm":
-        wrong, reads = [k for k in cfg if k in SFT_ONLY_KEYS or k in DPO_DEFAULTS], \
-            "max_seq_len, max_prompt_len, train_dataset_path"
-    elif stage == "dpo":
-        wrong, reads = [k for k in cfg if k in SFT_ONLY_KEYS], "max_seq_len, max_prompt_len, train_dataset_path"
-    else:
+    if stage not in _STAGE_KEYS:
         return  # the stage's own check names it
+    reads, not_read = _STAGE_KEYS[stage]
+    wrong = sorted(k for k in cfg if k in not_read)
     if wrong:
-        raise ValueError(f"stage {stage!r} does not read {sorted(wrong)} (it reads {reads}); remove them or "
+        raise ValueError(f"stage {stage!r} does not read {wrong} (it reads {', '.join(reads)}); remove them or "
                          "change the stage")
 
 

@@ -5,7 +5,6 @@ directory is refused."""
 from __future__ import annotations
 
 import logging
-import os
 from typing import Optional
 
 import paddle
@@ -31,9 +30,8 @@ def build_config(model_name_or_path: Optional[str], model_config: Optional[dict]
     """The model config: the checkpoint's (``model_config`` is then ignored: it describes the tiny
     random-init model) or ``LlamaConfig(**model_config)``; ``use_flash_attention`` set either way."""
     if model_name_or_path:
-        if not os.path.isdir(model_name_or_path):
-            raise FileNotFoundError(f"model_name_or_path={model_name_or_path!r} is not a local directory "
-                                    "(no downloads: use null for the tiny embedded model)")
+        config_checks.check_local_dir("model_name_or_path", model_name_or_path,
+                                      "use null for the tiny embedded model")
         if model_config:
             logger.warning("model_config is ignored when model_name_or_path is set (%s)", model_name_or_path)
         config = AutoConfig.from_pretrained(model_name_or_path)

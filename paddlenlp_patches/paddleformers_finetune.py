@@ -44,8 +44,8 @@ if __name__ == "__main__" and not __package__:
     _HERE = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
-from paddlenlp_patches.config_checks import (check_bool, check_dpo_ranges, check_model_config,  # noqa: E402
-                                             check_positive_int)
+from paddlenlp_patches.config_checks import (check_bool, check_dpo_ranges, check_local_dir,  # noqa: E402
+                                             check_model_config, check_positive_int)
 
 OUR_KEYS = ("model_config", "save_final_model")
 # fused kernels are GPU-only in PaddleFormers; a random-init model on CPU must not ask for them
@@ -120,8 +120,7 @@ def load_tokenizer(name_or_path: Optional[str]):
         return cls()
     if os.path.isfile(os.path.join(name_or_path, "char_vocab.json")):
         return cls(vocab_file=os.path.join(name_or_path, "char_vocab.json"))
-    if not os.path.isdir(name_or_path):
-        raise FileNotFoundError(f"tokenizer {name_or_path!r} is not a local directory (no downloads)")
+    check_local_dir("tokenizer", name_or_path, "'char' or a local PaddleFormers checkpoint directory")
     from paddleformers.transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(name_or_path)
@@ -186,12 +185,9 @@ def parse_args(cfg: Dict[str, Any], base_dir: str):
     _check_lengths(data_args.max_seq_len, data_args.max_prompt_len)
     if "save_final_model" in ours:
         check_bool("save_final_model", ours["save_final_model"])
-    path = model_args.model_name_or_path
-    if path and not os.path.isdir(path):
-        # as the PaddleNLP runner: a name that is no local folder went to the network (a download, or
-        # a connection or repo-id error naming no key)
-        raise FileNotFoundError(f"model_name_or_path={path!r} is not a local directory (no downloads: a local "
-                                "PaddleFormers checkpoint, or null with model_config for a random-init model)")
+    if model_args.model_name_or_path:  # a hub name had gone to the network (as the PaddleNLP runner's never does)
+        check_local_dir("model_name_or_path", model_args.model_name_or_path,
+                        "a local PaddleFormers checkpoint, or null with model_config for a random-init model")
     if not model_args.model_name_or_path and not ours.get("model_config"):
         raise ValueError("set model_name_or_path (a local PaddleFormers checkpoint) or model_config")
     return model_args, data_args, targs, ours

@@ -13,6 +13,8 @@ import os
 import string
 from typing import Dict, Iterable, List
 
+from .config_checks import check_local_dir
+
 TOKENIZER_FILE = "char_tokenizer.json"
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]
 # printable ASCII without the whitespace other than space
@@ -85,9 +87,7 @@ def load_tokenizer(name_or_path: str | None):
     .from_pretrained`` (a PaddleNLP checkpoint). Anything else is refused (never downloads)."""
     if name_or_path in (None, "char"):
         return CharTokenizer()
-    if not os.path.isdir(name_or_path):
-        raise FileNotFoundError(f"tokenizer {name_or_path!r} is not a local directory (no downloads: use "
-                                "'char' or a local PaddleNLP checkpoint directory)")
+    check_local_dir("tokenizer", name_or_path, "use 'char' or a local PaddleNLP checkpoint directory")
     if os.path.isfile(os.path.join(name_or_path, TOKENIZER_FILE)):
         return CharTokenizer.from_pretrained(name_or_path)
     from paddlenlp.transformers import AutoTokenizer
