@@ -136,6 +136,15 @@ def header_paths():
     return sorted(out)
 
 
+# Headers no CUDA source includes: the CPU kernels' and the Paddle glue's. Left out of the CUDA
+# fingerprint so a CPU-only change keeps the prebuilt CUDA objects (a rebuild of every kernel).
+_HOST_ONLY_HEADER_DIRS = (os.path.join(OPS_DIR, "flashmask", "cpu"), os.path.join(OPS_DIR, "paddle"))
+
+
+def cuda_header_paths():
+    return [p for p in header_paths() if os.path.dirname(p) not in _HOST_ONLY_HEADER_DIRS]
+
+
 def cxx_flags():
     # The op is compiled on the machine that runs it, so tune for its CPU;
     # PADDLE_FLASHMASK_CPU_ARCH=x86-64-v2 (say) builds a portable binary.
@@ -165,7 +174,7 @@ def cuda_fingerprint():
     import hashlib
 
     h = hashlib.sha256()
-    for path in cuda_sources() + header_paths():
+    for path in cuda_sources() + cuda_header_paths():
         h.update(os.path.relpath(path, OPS_DIR).encode())
         with open(path, "rb") as f:
             h.update(f.read())

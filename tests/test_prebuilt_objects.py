@@ -99,3 +99,26 @@ def test_unfinished_cache_is_compiled_again(tmp_path, monkeypatch):
     _loader._cuda_objects(str(tmp_path / "build"))
     assert sorted(compiled) == sorted(names)
     assert (out_dir / "FINGERPRINT").read_text() == _op_sources.cuda_fingerprint()
+
+
+@pytest.mark.filterwarnings(_NO_SM90_NOTE)
+def test_fingerprint_covers_every_header_a_cuda_source_includes():
+    """The CUDA fingerprint leaves the CPU kernels' and the Paddle glue's headers out (a change
+    there keeps the objects); so no CUDA source may reach one of them through its includes."""
+    import re
+
+    hashed = set(_op_sources.cuda_header_paths())
+    todo = list(_op_sources.cuda_sources()) + sorted(hashed)
+    seen = set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        with open(path) as f:
+            for name in re.findall(r'^\s*#\s*include\s+"([^"]+)"', f.read(), re.M):
+                target = os.path.normpath(os.path.join(os.path.dirname(path), name))
+                if os.path.exists(target) and target.startswith(_op_sources.OPS_DIR):
+                    assert target in hashed, f"{path} includes {target}, which the fingerprint leaves out"
+                    todo.append(target)
+    assert len(seen) > len(_op_sources.cuda_sources())

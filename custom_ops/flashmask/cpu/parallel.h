@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -65,7 +66,12 @@ void parallel_for(int64_t num_items, int num_threads, Body&& body) {
   };
   std::vector<std::thread> threads;
   threads.reserve(workers - 1);
-  for (int w = 1; w < workers; ++w) threads.emplace_back(run, w);
+  // A thread the system refuses (thread or memory limits) is no error: the shared counter hands
+  // its items to the workers that did start, the calling thread at least.
+  try {
+    for (int w = 1; w < workers; ++w) threads.emplace_back(run, w);
+  } catch (const std::system_error&) {
+  }
   run(0);
   for (auto& t : threads) t.join();
   if (error) std::rethrow_exception(error);
