@@ -2,7 +2,8 @@
 # The Paddle GPU tests (tests/test_gpu.py) over as many device calls as the device time allows
 # (carry .gpu2 and .gpu_objs; the runtime's first half installed by an earlier call). Each call runs
 # the tests not yet run on this warm machine (/root/pfm_tests_done.txt), one test function after
-# another round-robin (so every function is reached early), in SHARDS pytest processes side by side (the float64 CPU references bound a test, not the GPU), until CALL_LIMIT_S.
+# another round-robin (so every function is reached early), in SHARDS pytest processes side by side
+# (the float64 CPU references bound a test, not the GPU), until CALL_LIMIT_S.
 # HARNESS=1 first: the Paddle-free harness's checks and compute-sanitizer on it (HARNESS_DIR holds
 # flashmask_harness.xz from harness/build.sh; carry it too). NO_RUNTIME=1: no runtime (a dry run).
 set -uo pipefail
