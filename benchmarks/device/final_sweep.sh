@@ -4,18 +4,24 @@
 # same call on the same mask instances. Session 53's H200 calls B1, B2 and its third command in one:
 # every mask at 8K/32K (hd128, 5 repeats), 128K causal document / share question, head dim 256,
 # head dims 192/128, 16K causal and full, then op_host_block.py (GPU-only and back-to-back pace).
-# Each sweep starts only before its deadline (seconds into the call) so the whole stays under the
-# tool's 600 s; everything comes back as $OUT/all.tar.xz (a call returns at most 8 files).
+# Each gpu_suite.sh run starts only before its deadline (seconds into the call) so the whole stays
+# under the tool's 600 s; its directory comes back in $OUT/logs.tar.xz (a call returns at most 8 files).
 set -uo pipefail
-ROOT_OUT=${OUT:-/tmp/pfm_out}; mkdir -p "$ROOT_OUT"
-T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
-log() { echo "[$(el) s] $*" | tee -a "$ROOT_OUT/summary.txt"; }
-sweep() {  # sweep NAME LATEST_START_S VAR=VALUE...
+source "$(dirname "$0")/call_lib.sh"
+call_begin
+ran=()
+suite() {  # suite NAME LATEST_START_S VAR=VALUE...: gpu_suite.sh into $OUT/NAME
   local name=$1 latest=$2; shift 2
-  if (( $(el) > latest )); then log "$name skipped (started after ${latest} s)"; return; fi
-  env OUT="$ROOT_OUT/$name" STAGES="bench peers" BENCH_KERNELS=sm90 PEER_IMPLS=flex_attention PEER_KV_HEADS=8 \
-    BENCH_REPEATS=3 "$@" bash benchmarks/device/gpu_suite.sh > "$ROOT_OUT/$name.stdout" 2>&1
-  log "$name exit $?"; grep "^|" "$ROOT_OUT/$name.stdout" | grep -v -- "---" | tail -40
+  if (( $(seconds_left "$latest") < 0 )); then stamp "$name skipped (past its start deadline, ${latest} s)"; return; fi
+  env OUT="$OUT/$name" "$@" bash benchmarks/device/gpu_suite.sh > "$OUT/logs/$name.stdout" 2>&1
+  stamp "$name exit $?"
+  grep -E "^[|#]" "$OUT/logs/$name.stdout" | grep -v -- "---" | tail -40
+  ran+=("$name")
+}
+sweep() {  # sweep NAME LATEST_START_S VAR=VALUE...: ours, then Flex, one mask set
+  local name=$1 latest=$2; shift 2
+  suite "$name" "$latest" STAGES="bench peers" BENCH_KERNELS=sm90 PEER_IMPLS=flex_attention PEER_KV_HEADS=8 \
+    BENCH_REPEATS=3 "$@"
 }
 sweep hd128 60 BENCH_LENGTHS="8192 32768" BENCH_REPEATS=5 BENCH_BUDGET_S=200 PEER_BUDGET_S=170
 sweep l128k 330 BENCH_LENGTHS=131072 BENCH_MASKS="causal_document share_question" BENCH_BUDGET_S=100 PEER_BUDGET_S=100
@@ -24,10 +30,5 @@ sweep hd256 420 BENCH_DIM=256 BENCH_LENGTHS="8192 32768" BENCH_MASKS="causal cau
 sweep hd192 470 BENCH_DIM=192 BENCH_LENGTHS="8192 32768" BENCH_MASKS="causal_document share_question" \
   BENCH_BUDGET_S=45 PEER_BUDGET_S=45
 sweep l16k 480 BENCH_LENGTHS=16384 BENCH_MASKS="causal full" BENCH_REPEATS=5 BENCH_BUDGET_S=30 PEER_BUDGET_S=30
-if (( $(el) < 520 )); then
-  env OUT="$ROOT_OUT/probe" STAGES=kernels KERNELS_NCU=0 OP_PROBE_LENGTHS="8192 16384 32768" KERNELS_TIMEOUT_S=25 \
-    bash benchmarks/device/gpu_suite.sh > "$ROOT_OUT/probe.stdout" 2>&1
-  log "probe exit $?"; grep -E "^[|#]" "$ROOT_OUT/probe.stdout" | tail -30
-fi
-cd "$ROOT_OUT" && tar -cJf /root/all.tar.xz --exclude=summary.txt . && mv /root/all.tar.xz . && ls | grep -v -e all.tar.xz -e summary.txt | xargs rm -rf
-log done
+suite probe 520 STAGES=kernels KERNELS_NCU=0 OP_PROBE_LENGTHS="8192 16384 32768" KERNELS_TIMEOUT_S=25
+pack_logs "${ran[@]}"
